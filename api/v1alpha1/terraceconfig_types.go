@@ -1,0 +1,227 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TerraceConfigName is the only name a TerraceConfig may have, which makes
+// it one per namespace.
+const TerraceConfigName = "default"
+
+// RunnerBinary is the infrastructure-as-code tool a runner executes.
+// +kubebuilder:validation:Enum=tofu;terraform
+type RunnerBinary string
+
+const (
+	BinaryTofu      RunnerBinary = "tofu"
+	BinaryTerraform RunnerBinary = "terraform"
+)
+
+// StateBackend is where state, plans and releases are kept.
+// +kubebuilder:validation:Enum=secrets;postgres
+type StateBackend string
+
+const (
+	StateBackendSecrets  StateBackend = "secrets"
+	StateBackendPostgres StateBackend = "postgres"
+)
+
+// RunnerConfig holds runner settings for the Stacks a config governs.
+type RunnerConfig struct {
+	// Image of the runner pods.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Binary the runner executes: tofu or terraform.
+	// +optional
+	Binary RunnerBinary `json:"binary,omitempty"`
+
+	// ServiceAccountName of runner pods when a Stack names none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// Resources of the runner container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Env adds environment variables to every runner container.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Retain keeps runner pods after their run, for debugging.
+	// +optional
+	Retain *bool `json:"retain,omitempty"`
+}
+
+// PostgresConfig says how to reach PostgreSQL.
+type PostgresConfig struct {
+	// ConnectionSecretRef names a Secret key (default "url") holding a
+	// PostgreSQL connection URL.
+	// +required
+	ConnectionSecretRef SecretKeyReference `json:"connectionSecretRef"`
+}
+
+// EncryptionConfig enables AES-256-GCM encryption of state and plans.
+type EncryptionConfig struct {
+	// KeySecretRef names a Secret key (default "key") holding 32 bytes, raw or base64.
+	// +required
+	KeySecretRef SecretKeyReference `json:"keySecretRef"`
+}
+
+// StateConfig says where state, plans and releases are kept.
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || self.backend != 'postgres' || has(self.postgres)",message="backend postgres requires postgres.connectionSecretRef"
+type StateConfig struct {
+	// Backend: secrets (in the Stack's namespace) or postgres.
+	// +optional
+	Backend StateBackend `json:"backend,omitempty"`
+
+	// Postgres connection, required by backend postgres.
+	// +optional
+	Postgres *PostgresConfig `json:"postgres,omitempty"`
+
+	// Encryption of state and saved plans at rest.
+	// +optional
+	Encryption *EncryptionConfig `json:"encryption,omitempty"`
+
+	// History is how many state versions and release records to keep per Stack.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	History *int32 `json:"history,omitempty"`
+}
+
+// APIConfig runs the Installations API server for the namespace.
+type APIConfig struct {
+	// Enabled runs the API server.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+
+	// Replicas of the API server.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	Replicas *int32 `json:"replicas,omitempty"`
+}
+
+// StackDefaults are defaults for the Stacks a config governs.
+type StackDefaults struct {
+	// Interval between reconciles of a Stack that sets none.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// DriftDetection for a Stack that sets none.
+	// +optional
+	DriftDetection *DriftDetection `json:"driftDetection,omitempty"`
+}
+
+// TerraceConfigSpec holds settings for a namespace. Fields left empty fall
+// back, one by one, to the TerraceConfig in the operator's namespace and then
+// to built-in defaults.
+type TerraceConfigSpec struct {
+	// Runner settings.
+	// +optional
+	Runner *RunnerConfig `json:"runner,omitempty"`
+
+	// State storage settings.
+	// +optional
+	State *StateConfig `json:"state,omitempty"`
+
+	// API server settings.
+	// +optional
+	API *APIConfig `json:"api,omitempty"`
+
+	// Defaults for Stacks.
+	// +optional
+	Defaults *StackDefaults `json:"defaults,omitempty"`
+}
+
+// StateBackendStatus reports which backend is in use and any migration.
+type StateBackendStatus struct {
+	// Current backend serving runs.
+	// +optional
+	Current StateBackend `json:"current,omitempty"`
+
+	// Target backend of a migration in progress.
+	// +optional
+	Target StateBackend `json:"target,omitempty"`
+
+	// Phase of the migration: Migrating, Verified or Failed.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+
+	// Migrated is how many Stacks have been copied and verified.
+	// +optional
+	Migrated int32 `json:"migrated,omitempty"`
+
+	// Total is how many Stacks the migration covers.
+	// +optional
+	Total int32 `json:"total,omitempty"`
+
+	// Message explains the phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// TerraceConfigStatus is the observed state of a TerraceConfig.
+type TerraceConfigStatus struct {
+	// ObservedGeneration is the last generation whose outcome is final.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// StateBackend reports the backend in use and migration progress.
+	// +optional
+	StateBackend *StateBackendStatus `json:"stateBackend,omitempty"`
+
+	ReconcileRequestStatus `json:",inline"`
+}
+
+// TerraceConfig holds runner, storage and API settings for its namespace; the
+// one in the operator's namespace is the cluster default. Its name must be "default".
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tcfg
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == 'default'",message="a TerraceConfig must be named default (one per namespace)"
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Backend",type="string",JSONPath=".status.stateBackend.current"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type TerraceConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec holds the settings.
+	// +optional
+	Spec TerraceConfigSpec `json:"spec,omitempty"`
+
+	// Status is maintained by the TerraceConfig controller.
+	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
+	Status TerraceConfigStatus `json:"status,omitempty"`
+}
+
+// TerraceConfigList is a list of TerraceConfigs.
+// +kubebuilder:object:root=true
+type TerraceConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TerraceConfig `json:"items"`
+}
+
+// GetConditions returns the status conditions.
+func (in *TerraceConfig) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the status conditions.
+func (in *TerraceConfig) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+func init() {
+	SchemeBuilder.Register(&TerraceConfig{}, &TerraceConfigList{})
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the binaries Terrace's tests and `terrace dev` need, from Go modules
+# only, into a cache outside the checkout keyed by tool and version:
+#   ${TERRACE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/terrace/tools}/<name>-<version>/<name>
+# What exists is skipped; binaries the user already has are honoured
+# (KUBEBUILDER_ASSETS for the control plane, `tofu` on PATH).
+# Prints the directory of each tool on its last lines, as NAME=path, for the Makefile.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${TERRACE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/terrace/tools}
+mkdir -p "$cache"
+
+ETCD_VERSION=v3.6.16
+KUBERNETES_VERSION=v1.37.2
+OPENTOFU_VERSION=v1.12.6
+TESTPROVIDER_VERSION=0.1.0
+
+k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
+  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS] — go build into the cache unless present.
+build() {
+  local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=${5:--s -w}
+  local dest="$cache/$name-$version/$name"
+  if [ -x "$dest" ]; then
+    log "$name $version: cached at $dest"
+    return
+  fi
+  log "$name $version: building (this can take many minutes on a cold cache)"
+  local start=$SECONDS
+  mkdir -p "$(dirname "$dest")"
+  (cd "$here/$moddir" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$dest.tmp" "$pkg")
+  mv "$dest.tmp" "$dest"
+  log "$name $version: built in $((SECONDS - start))s"
+}
+
+assets="$cache/kubebuilder-assets-$KUBERNETES_VERSION"   # the directory envtest wants
+tofu_path="$cache/tofu-$OPENTOFU_VERSION/tofu"
+provider_mirror="$cache/provider-mirror-$TESTPROVIDER_VERSION"
+
+if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ]; then
+  assets=$KUBEBUILDER_ASSETS
+  user_assets=1
+fi
+if [ -z "${TERRACE_TOFU:-}" ] && command -v tofu >/dev/null 2>&1; then
+  TERRACE_TOFU=$(command -v tofu)
+fi
+[ -n "${TERRACE_TOFU:-}" ] && tofu_path=$TERRACE_TOFU
+
+# --env prints where the tools are (or will be) without building anything.
+if [ "${1:-}" = "--env" ]; then
+  echo "KUBEBUILDER_ASSETS=$assets"
+  echo "TERRACE_TOFU=$tofu_path"
+  echo "TERRACE_PROVIDER_MIRROR=$provider_mirror"
+  exit 0
+fi
+
+if [ -z "${user_assets:-}" ]; then
+  if [ ! -x "$cache/kube-apiserver-$KUBERNETES_VERSION/kube-apiserver" ] || [ ! -x "$tofu_path" ]; then
+    log "cold build ahead, ~25 minutes on two cores: etcd ~2 min, kube-apiserver ~18 min,"
+    log "kube-controller-manager ~3 min, kubectl ~1 min, tofu ~12 min; later runs take seconds"
+  fi
+  build etcd "$ETCD_VERSION" etcd .
+  build kube-apiserver "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+  build kube-controller-manager "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
+  build kubectl "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+  mkdir -p "$assets"
+  ln -sfn "$cache/etcd-$ETCD_VERSION/etcd" "$assets/etcd"
+  for t in kube-apiserver kube-controller-manager kubectl; do
+    ln -sfn "$cache/$t-$KUBERNETES_VERSION/$t" "$assets/$t"
+  done
+fi
+
+if [ -z "${TERRACE_TOFU:-}" ]; then
+  build tofu "$OPENTOFU_VERSION" opentofu github.com/opentofu/opentofu/cmd/tofu
+else
+  log "using tofu from $TERRACE_TOFU"
+fi
+
+if [ -d "$here/testprovider" ]; then
+  # The drift tests' provider, laid out as a CLI-config filesystem_mirror (unpacked layout).
+  target="$provider_mirror/registry.opentofu.org/terrace-dev/testfile/$TESTPROVIDER_VERSION/linux_amd64/terraform-provider-testfile_v$TESTPROVIDER_VERSION"
+  if [ -x "$target" ]; then
+    log "test provider $TESTPROVIDER_VERSION: cached"
+  else
+    log "test provider $TESTPROVIDER_VERSION: building"
+    mkdir -p "$(dirname "$target")"
+    (cd "$here/testprovider" && CGO_ENABLED=0 go build -trimpath -o "$target.tmp" .)
+    mv "$target.tmp" "$target"
+  fi
+fi
+
+echo "KUBEBUILDER_ASSETS=$assets"
+echo "TERRACE_TOFU=$tofu_path"
+echo "TERRACE_PROVIDER_MIRROR=$provider_mirror"

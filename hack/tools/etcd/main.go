@@ -1,0 +1,13 @@
+// Command etcd is etcd v3.6 built from its Go module, so the local control
+// plane needs nothing from a release site.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}

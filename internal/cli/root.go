@@ -1,0 +1,20 @@
+// Package cli assembles the terrace command tree. Each subcommand lives in
+// its own file and stays thin: it binds flags and calls into internal/.
+package cli
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// NewRootCommand returns the terrace command with every subcommand attached.
+// Installed as kubectl-terrace it also works as a kubectl plugin.
+func NewRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "terrace",
+		Short:         "Run OpenTofu/Terraform stacks declared as Kubernetes resources",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCommand())
+	return root
+}
