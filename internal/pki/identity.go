@@ -1,0 +1,132 @@
+// Package pki holds Terrace's certificate authority: the identities carried
+// in certificates, issuance of short-lived leaves, TLS configurations that
+// check the peer's identity, persistence of the CA in a Secret and its
+// rotation.
+package pki
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// namePart is what a namespace, stack name or run ID may look like: a
+// Kubernetes DNS subdomain, so identities need no escaping in a URI.
+var namePart = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+
+// Identity names a party of Terrace. It is carried as the single URI SAN
+// of a leaf certificate, e.g. terrace://controller or
+// terrace://runner/{namespace}/{stack}/{runID}.
+type Identity string
+
+const (
+	identityScheme = "terrace"
+	runnerHost     = "runner"
+
+	// ControllerIdentity is the identity of every controller replica.
+	ControllerIdentity Identity = identityScheme + "://controller"
+)
+
+// RunnerIdentity is the identity of one run's runner pod.
+func RunnerIdentity(namespace, stack, runID string) Identity {
+	return Identity(identityScheme + "://" + runnerHost + "/" + namespace + "/" + stack + "/" + runID)
+}
+
+// Runner splits a runner identity into its parts; ok is false for any other identity.
+func (id Identity) Runner() (namespace, stack, runID string, ok bool) {
+	rest, found := strings.CutPrefix(string(id), identityScheme+"://"+runnerHost+"/")
+	if !found {
+		return "", "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	for _, p := range parts {
+		if len(p) > 253 || !namePart.MatchString(p) {
+			return "", "", "", false
+		}
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+// Validate reports whether id is one of the identities Terrace issues.
+func (id Identity) Validate() error {
+	if id == ControllerIdentity {
+		return nil
+	}
+	if _, _, _, ok := id.Runner(); ok {
+		return nil
+	}
+	return fmt.Errorf("%q is not a terrace identity (want %s or %s)", string(id), ControllerIdentity, RunnerIdentity("{namespace}", "{stack}", "{runID}"))
+}
+
+func (id Identity) String() string { return string(id) }
+
+// url returns the identity as the URL placed in a certificate.
+func (id Identity) url() (*url.URL, error) {
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(string(id))
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse identity %q: %w", string(id), err)
+	}
+	return u, nil
+}
+
+// IdentityFromCertificate returns the identity a certificate carries: it
+// must have exactly one terrace:// URI SAN, and that must be a valid identity.
+func IdentityFromCertificate(c *x509.Certificate) (Identity, error) {
+	if c == nil {
+		return "", errors.New("no certificate")
+	}
+	var found []Identity
+	for _, u := range c.URIs {
+		if u.Scheme == identityScheme {
+			found = append(found, Identity(u.String()))
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("certificate %q carries no terrace identity", c.Subject.CommonName)
+	case 1:
+	default:
+		return "", fmt.Errorf("certificate %q carries %d terrace identities, want one", c.Subject.CommonName, len(found))
+	}
+	if err := found[0].Validate(); err != nil {
+		return "", err
+	}
+	return found[0], nil
+}
+
+// PeerIdentity returns the identity of the peer of a connection established
+// with ServerTLSConfig or ClientTLSConfig: those refuse the handshake unless
+// the peer's leaf chains to a trusted CA and its identity is accepted, so the
+// leaf read here has been verified.
+func PeerIdentity(cs *tls.ConnectionState) (Identity, error) {
+	if cs == nil || !cs.HandshakeComplete {
+		return "", errors.New("no completed TLS handshake")
+	}
+	if len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+		return IdentityFromCertificate(cs.VerifiedChains[0][0])
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return "", errors.New("peer presented no certificate")
+	}
+	return IdentityFromCertificate(cs.PeerCertificates[0])
+}
+
+// IdentityFromRequest returns the client's identity for an HTTP handler
+// served with ServerTLSConfig.
+func IdentityFromRequest(r *http.Request) (Identity, error) {
+	if r.TLS == nil {
+		return "", errors.New("request did not arrive over TLS")
+	}
+	return PeerIdentity(r.TLS)
+}
