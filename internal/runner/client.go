@@ -1,0 +1,358 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
+)
+
+// Client is the controller's handle on one runner.
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  runnerv1.RunnerServiceClient
+}
+
+// ClientTLSConfig is the controller's side of mutual TLS with one runner:
+// it presents the controller's certificate and accepts only the runner
+// identity expected for that run.
+func ClientTLSConfig(controller pki.CertificateSource, trust pki.TrustSource, runner pki.Identity) *tls.Config {
+	return pki.ClientTLSConfig(controller, trust, runner)
+}
+
+// Dial connects to the runner at addr (host:port) with tlsConfig (see
+// ClientTLSConfig). The connection is made lazily; WaitReady waits for it.
+func Dial(_ context.Context, addr string, tlsConfig *tls.Config, opts ...grpc.DialOption) (*Client, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig))}, opts...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create a runner client for %s: %w", addr, err)
+	}
+	return &Client{conn: conn, rpc: runnerv1.NewRunnerServiceClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// RPC is the raw generated client, for what the methods below do not cover.
+func (c *Client) RPC() runnerv1.RunnerServiceClient { return c.rpc }
+
+// WaitReady blocks until the runner answers its health check as serving,
+// or ctx ends (give it a deadline: a refused handshake is retried).
+func (c *Client) WaitReady(ctx context.Context) error {
+	resp, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: ServiceName}, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("failed to reach the runner: %w", err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("runner is %s", resp.GetStatus())
+	}
+	return nil
+}
+
+// Health checks the runner once, without waiting for the connection.
+func (c *Client) Health(ctx context.Context) error {
+	resp, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: ServiceName})
+	if err != nil {
+		return err
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("runner is %s", resp.GetStatus())
+	}
+	return nil
+}
+
+// LogFunc receives each (redacted) line tofu printed, as it happens.
+type LogFunc func(line string)
+
+func logTo(logf LogFunc, l *runnerv1.LogLine) {
+	if logf != nil && l != nil {
+		logf(l.GetText())
+	}
+}
+
+// Upload sends the tar.gz in r, whose digest is "sha256:<hex>", as the source.
+func (c *Client) Upload(ctx context.Context, digest string, r io.Reader) (*runnerv1.SourceInfo, error) {
+	stream, err := c.rpc.Upload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&runnerv1.UploadRequest{Part: &runnerv1.UploadRequest_Header{Header: &runnerv1.UploadHeader{Digest: digest}}}); err != nil {
+		return nil, closeAndRecvErr(stream.CloseAndRecv, err)
+	}
+	if err := sendReader(r, func(chunk []byte) error {
+		return stream.Send(&runnerv1.UploadRequest{Part: &runnerv1.UploadRequest_Chunk{Chunk: chunk}})
+	}); err != nil {
+		return nil, closeAndRecvErr(stream.CloseAndRecv, err)
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetSource(), nil
+}
+
+// closeAndRecvErr returns the server's status when a send failed because
+// the server already answered (io.EOF), else the send error.
+func closeAndRecvErr[T any](closeAndRecv func() (T, error), sendErr error) error {
+	if errors.Is(sendErr, io.EOF) {
+		if _, err := closeAndRecv(); err != nil {
+			return err
+		}
+	}
+	return sendErr
+}
+
+func sendReader(r io.Reader, send func([]byte) error) error {
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if serr := send(bytes.Clone(buf[:n])); serr != nil {
+				return serr
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("failed to read: %w", err)
+		}
+	}
+}
+
+// Fetch makes the runner download the source from the controller.
+func (c *Client) Fetch(ctx context.Context, url, digest string) (*runnerv1.SourceInfo, error) {
+	resp, err := c.rpc.Fetch(ctx, &runnerv1.FetchRequest{Url: url, Digest: digest})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetSource(), nil
+}
+
+// Init initialises the module.
+func (c *Client) Init(ctx context.Context, req *runnerv1.InitRequest, logf LogFunc) (*runnerv1.InitResult, error) {
+	stream, err := c.rpc.Init(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return nil, endOfStream(err)
+		}
+		if r := msg.GetResult(); r != nil {
+			return r, nil
+		}
+		logTo(logf, msg.GetLog())
+	}
+}
+
+// endOfStream turns a stream that closed without a result into an error.
+func endOfStream(err error) error {
+	if errors.Is(err, io.EOF) {
+		return errors.New("runner closed the stream without a result")
+	}
+	return err
+}
+
+// Plan is a saved plan with its redacted JSON.
+type Plan struct {
+	*runnerv1.PlanResult
+	// JSON is the redacted `show -json` of the plan.
+	JSON []byte
+}
+
+// Plan makes and saves a plan.
+func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFunc) (*Plan, error) {
+	stream, err := c.rpc.Plan(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var js bytes.Buffer
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return nil, endOfStream(err)
+		}
+		switch ev := msg.GetEvent().(type) {
+		case *runnerv1.PlanResponse_Log:
+			logTo(logf, ev.Log)
+		case *runnerv1.PlanResponse_JsonChunk:
+			js.Write(ev.JsonChunk)
+		case *runnerv1.PlanResponse_Result:
+			if int64(js.Len()) != ev.Result.GetJsonSize() {
+				return nil, fmt.Errorf("plan JSON is %d bytes, the runner announced %d", js.Len(), ev.Result.GetJsonSize())
+			}
+			return &Plan{PlanResult: ev.Result, JSON: js.Bytes()}, nil
+		}
+	}
+}
+
+// ShowPlan returns a saved plan, redacted, as JSON or human text.
+func (c *Client) ShowPlan(ctx context.Context, planID string, format runnerv1.PlanFormat) ([]byte, error) {
+	stream, err := c.rpc.ShowPlan(ctx, &runnerv1.ShowPlanRequest{PlanId: planID, Format: format})
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out.Write(msg.GetChunk())
+	}
+}
+
+// Apply applies exactly the saved plan planID.
+func (c *Client) Apply(ctx context.Context, planID string, logf LogFunc) error {
+	stream, err := c.rpc.Apply(ctx, &runnerv1.ApplyRequest{PlanId: planID})
+	if err != nil {
+		return err
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return endOfStream(err)
+		}
+		if msg.GetResult() != nil {
+			return nil
+		}
+		logTo(logf, msg.GetLog())
+	}
+}
+
+// Output is one root output; Value is in clear even when Sensitive.
+type Output struct {
+	Sensitive bool
+	Type      json.RawMessage
+	Value     json.RawMessage
+}
+
+// Outputs returns every root output.
+func (c *Client) Outputs(ctx context.Context) (map[string]Output, error) {
+	stream, err := c.rpc.Output(ctx, &runnerv1.OutputRequest{})
+	if err != nil {
+		return nil, err
+	}
+	outs := map[string]Output{}
+	values := map[string]*bytes.Buffer{}
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		buf, ok := values[msg.GetName()]
+		if !ok {
+			buf = &bytes.Buffer{}
+			values[msg.GetName()] = buf
+			outs[msg.GetName()] = Output{Sensitive: msg.GetSensitive(), Type: msg.GetTypeJson()}
+		}
+		buf.Write(msg.GetValueChunk())
+	}
+	for name, buf := range values {
+		o := outs[name]
+		o.Value = buf.Bytes()
+		outs[name] = o
+	}
+	return outs, nil
+}
+
+// Destroy destroys everything in the state.
+func (c *Client) Destroy(ctx context.Context, req *runnerv1.DestroyRequest, logf LogFunc) error {
+	stream, err := c.rpc.Destroy(ctx, req)
+	if err != nil {
+		return err
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return endOfStream(err)
+		}
+		if msg.GetResult() != nil {
+			return nil
+		}
+		logTo(logf, msg.GetLog())
+	}
+}
+
+// ForceUnlock removes the state lock lockID.
+func (c *Client) ForceUnlock(ctx context.Context, lockID string) error {
+	_, err := c.rpc.ForceUnlock(ctx, &runnerv1.ForceUnlockRequest{LockId: lockID})
+	return err
+}
+
+// DownloadPlan writes the binary plan file planID to w and returns its
+// header (digest and size), after checking both.
+func (c *Client) DownloadPlan(ctx context.Context, planID string, w io.Writer) (*runnerv1.PlanFileHeader, error) {
+	stream, err := c.rpc.DownloadPlan(ctx, &runnerv1.DownloadPlanRequest{PlanId: planID})
+	if err != nil {
+		return nil, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, endOfStream(err)
+	}
+	header := first.GetHeader()
+	if header == nil {
+		return nil, errors.New("runner sent a plan without header")
+	}
+	h := newDigester()
+	var n int64
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		chunk := msg.GetChunk()
+		h.Write(chunk)
+		if _, err := w.Write(chunk); err != nil {
+			return nil, fmt.Errorf("failed to write plan %s: %w", planID, err)
+		}
+		n += int64(len(chunk))
+	}
+	if n != header.GetSize() || h.digest() != header.GetDigest() {
+		return nil, fmt.Errorf("plan %s arrived incomplete: %d of %d bytes, digest %s, expected %s", planID, n, header.GetSize(), h.digest(), header.GetDigest())
+	}
+	return header, nil
+}
+
+// UploadPlan gives a fresh runner a plan file kept by the controller
+// (after Upload/Fetch and Init of the same source), so Apply can apply it.
+func (c *Client) UploadPlan(ctx context.Context, planID, digest string, r io.Reader) error {
+	stream, err := c.rpc.UploadPlan(ctx)
+	if err != nil {
+		return err
+	}
+	header := &runnerv1.PlanFileHeader{PlanId: planID, Digest: digest}
+	if err := stream.Send(&runnerv1.UploadPlanRequest{Part: &runnerv1.UploadPlanRequest_Header{Header: header}}); err != nil {
+		return closeAndRecvErr(stream.CloseAndRecv, err)
+	}
+	if err := sendReader(r, func(chunk []byte) error {
+		return stream.Send(&runnerv1.UploadPlanRequest{Part: &runnerv1.UploadPlanRequest_Chunk{Chunk: chunk}})
+	}); err != nil {
+		return closeAndRecvErr(stream.CloseAndRecv, err)
+	}
+	_, err = stream.CloseAndRecv()
+	return err
+}

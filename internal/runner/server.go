@@ -1,0 +1,193 @@
+// Package runner is the runner's gRPC service (terrace.runner.v1) around
+// internal/tf, and the client the controller drives it with. The server
+// speaks only mutual TLS and accepts only the controller's identity.
+package runner
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/tf"
+	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
+)
+
+// chunkSize is the largest payload of one streamed message, well under
+// gRPC's 4 MiB default.
+const chunkSize = 1 << 20
+
+// Defaults of the size limits.
+const (
+	DefaultMaxArchiveBytes  = 100 << 20
+	DefaultMaxPlanFileBytes = 1 << 30
+)
+
+// ServiceName is the name the health service reports for the runner.
+const ServiceName = "terrace.runner.v1.RunnerService"
+
+// Config configures a Server.
+type Config struct {
+	// Executor runs tofu in the runner's work directory.
+	Executor *tf.Executor
+	// Certificate is the runner's own leaf (its runner identity), used as
+	// the gRPC server certificate, as the client certificate of Fetch and
+	// of the http backend.
+	Certificate pki.CertificateSource
+	// Trust holds the CAs that issued the controller's certificate.
+	Trust pki.TrustSource
+	// BackendLeaf returns the runner's leaf as PEM for tofu's http backend;
+	// nil refuses http backends.
+	BackendLeaf func() (*pki.Leaf, error)
+	// MaxArchiveBytes bounds an uploaded or fetched tar.gz.
+	MaxArchiveBytes int64
+	// MaxPlanFileBytes bounds an uploaded plan file.
+	MaxPlanFileBytes int64
+	// Log receives one line per operation; never values.
+	Log logr.Logger
+	// EchoLogs, when set, also receives every (redacted) tofu output line,
+	// e.g. os.Stdout so the pod's log shows the run.
+	EchoLogs io.Writer
+}
+
+// Server implements runnerv1.RunnerServiceServer.
+type Server struct {
+	runnerv1.UnimplementedRunnerServiceServer
+
+	cfg    Config
+	exec   *tf.Executor
+	health *health.Server
+	fetch  *http.Client
+
+	// busy admits one operation at a time.
+	busy sync.Mutex
+	echo sync.Mutex
+}
+
+// NewServer checks cfg and returns a server.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Executor == nil || cfg.Certificate == nil || cfg.Trust == nil {
+		return nil, errors.New("a runner server needs an executor, a certificate and a trust source")
+	}
+	if cfg.MaxArchiveBytes <= 0 {
+		cfg.MaxArchiveBytes = DefaultMaxArchiveBytes
+	}
+	if cfg.MaxPlanFileBytes <= 0 {
+		cfg.MaxPlanFileBytes = DefaultMaxPlanFileBytes
+	}
+	transport := &http.Transport{
+		TLSClientConfig:     pki.ClientTLSConfig(cfg.Certificate, cfg.Trust, pki.ControllerIdentity),
+		TLSHandshakeTimeout: 30 * time.Second,
+		ForceAttemptHTTP2:   false,
+		Proxy:               http.ProxyFromEnvironment,
+	}
+	s := &Server{
+		cfg:    cfg,
+		exec:   cfg.Executor,
+		health: health.NewServer(),
+		fetch:  &http.Client{Transport: transport, Timeout: 10 * time.Minute},
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// TLSConfig is the server side of mutual TLS: the runner's certificate,
+// clients must present a certificate chaining to Trust that names the
+// controller.
+func (s *Server) TLSConfig() *tls.Config {
+	return pki.ServerTLSConfig(s.cfg.Certificate, s.cfg.Trust, pki.RequireIdentity(pki.ControllerIdentity))
+}
+
+// GRPCServer returns a gRPC server with the runner and health services,
+// serving mutual TLS only. Stop waits for running operations, which are
+// cancelled (tofu gets SIGINT and may release its lock).
+func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
+		grpc.WaitForHandlers(true),
+	}, opts...)
+	g := grpc.NewServer(opts...)
+	runnerv1.RegisterRunnerServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	return g
+}
+
+// Health is the health service, for a plain-text probe endpoint too.
+func (s *Server) Health() *health.Server { return s.health }
+
+// Serve serves on lis until ctx ends, then stops: running operations are
+// cancelled and waited for.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	g := s.GRPCServer()
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		s.health.Shutdown()
+		g.Stop()
+		<-errc
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// acquire admits one operation; a second one gets FailedPrecondition.
+func (s *Server) acquire(op string) (func(), error) {
+	if !s.busy.TryLock() {
+		return nil, busyError(op)
+	}
+	start := time.Now()
+	s.cfg.Log.Info("operation started", "op", op)
+	return func() {
+		s.cfg.Log.Info("operation finished", "op", op, "duration", time.Since(start).Round(time.Millisecond).String())
+		s.busy.Unlock()
+	}, nil
+}
+
+// logSender returns a tf.LogFunc that sends each line on a stream. tofu's
+// stdout and stderr are read concurrently, and a gRPC stream must not be
+// written concurrently, hence the lock. A failed send (client gone) is
+// dropped: the cancelled context stops tofu.
+func (s *Server) logSender(send func(*runnerv1.LogLine) error) (tf.LogFunc, *sync.Mutex) {
+	var mu sync.Mutex
+	return func(stream tf.Stream, line string) {
+		ls := runnerv1.LogStream_LOG_STREAM_STDOUT
+		if stream == tf.Stderr {
+			ls = runnerv1.LogStream_LOG_STREAM_STDERR
+		}
+		if w := s.cfg.EchoLogs; w != nil {
+			s.echo.Lock()
+			_, _ = fmt.Fprintln(w, line)
+			s.echo.Unlock()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		_ = send(&runnerv1.LogLine{Text: line, Stream: ls})
+	}, &mu
+}
+
+// sendChunks cuts data into chunkSize pieces for send.
+func sendChunks(data []byte, send func([]byte) error) error {
+	for len(data) > 0 {
+		n := min(len(data), chunkSize)
+		if err := send(data[:n]); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}

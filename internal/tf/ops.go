@@ -1,0 +1,513 @@
+package tf
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+)
+
+// backendOverrideFile replaces the module's backend block when the runner
+// is told to use the http backend. Override files merge into the module.
+const backendOverrideFile = "terrace_backend_override.tf"
+
+// HTTPBackend configures tofu's http backend. Everything, the key included,
+// goes through TF_HTTP_* environment variables, which tofu does not write
+// into .terraform or into plan files.
+type HTTPBackend struct {
+	Address, LockAddress, UnlockAddress    string
+	LockMethod, UnlockMethod, UpdateMethod string
+	ClientCertificatePEM, ClientKeyPEM     []byte
+	CACertificatePEM                       []byte
+}
+
+// InitOptions are the inputs of Init.
+type InitOptions struct {
+	// Path is the module directory relative to the source root.
+	Path string
+	// Workspace is selected, created if missing (not with HTTPBackend).
+	Workspace string
+	// HTTPBackend, when set, overrides the module's backend.
+	HTTPBackend *HTTPBackend
+	Upgrade     bool
+}
+
+// InitResult reports the tool and provider versions in use.
+type InitResult struct {
+	Version          string
+	ProviderVersions map[string]string
+}
+
+// Init initialises the module at opts.Path inside the source.
+func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*InitResult, error) {
+	dir, err := e.moduleDirFor(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	e.moduleDir = ""
+	e.backendEnv = nil
+	override := filepath.Join(dir, backendOverrideFile)
+	if b := opts.HTTPBackend; b != nil {
+		if b.Address == "" {
+			return nil, fmt.Errorf("%w: the http backend needs an address", ErrInvalidArgument)
+		}
+		if err := os.WriteFile(override, []byte("terraform {\n  backend \"http\" {}\n}\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("failed to write the backend override: %w", err)
+		}
+		env := map[string]string{"TF_HTTP_ADDRESS": b.Address}
+		for k, v := range map[string]string{
+			"TF_HTTP_LOCK_ADDRESS": b.LockAddress, "TF_HTTP_UNLOCK_ADDRESS": b.UnlockAddress,
+			"TF_HTTP_LOCK_METHOD": b.LockMethod, "TF_HTTP_UNLOCK_METHOD": b.UnlockMethod, "TF_HTTP_UPDATE_METHOD": b.UpdateMethod,
+			"TF_HTTP_CLIENT_CERTIFICATE_PEM": string(b.ClientCertificatePEM), "TF_HTTP_CLIENT_PRIVATE_KEY_PEM": string(b.ClientKeyPEM),
+			"TF_HTTP_CLIENT_CA_CERTIFICATE_PEM": string(b.CACertificatePEM),
+		} {
+			if v != "" {
+				env[k] = v
+			}
+		}
+		e.backendEnv = env
+	} else if err := os.Remove(override); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("failed to remove the backend override: %w", err)
+	}
+
+	tf, flush, err := e.command(dir, logf)
+	if err != nil {
+		return nil, err
+	}
+	err = tf.Init(ctx, tfexec.Upgrade(opts.Upgrade), tfexec.Reconfigure(true))
+	flush()
+	if err != nil {
+		return nil, e.commandError("init", ctx, err)
+	}
+	if ws := opts.Workspace; ws != "" && ws != "default" && opts.HTTPBackend == nil {
+		if err := e.selectWorkspace(ctx, dir, ws, logf); err != nil {
+			return nil, err
+		}
+	}
+	e.moduleDir = dir
+
+	quiet, _, err := e.command(dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	version, providers, err := quiet.Version(ctx, true)
+	if err != nil {
+		return nil, e.commandError("version", ctx, err)
+	}
+	res := &InitResult{Version: version.String(), ProviderVersions: map[string]string{}}
+	for addr, v := range providers {
+		if v != nil {
+			res.ProviderVersions[addr] = v.String()
+		}
+	}
+	return res, nil
+}
+
+func (e *Executor) selectWorkspace(ctx context.Context, dir, ws string, logf LogFunc) error {
+	tf, flush, err := e.command(dir, logf)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	existing, _, err := tf.WorkspaceList(ctx)
+	if err != nil {
+		return e.commandError("workspace list", ctx, err)
+	}
+	for _, name := range existing {
+		if name == ws {
+			if err := tf.WorkspaceSelect(ctx, ws); err != nil {
+				return e.commandError("workspace select", ctx, err)
+			}
+			return nil
+		}
+	}
+	if err := tf.WorkspaceNew(ctx, ws); err != nil {
+		return e.commandError("workspace new", ctx, err)
+	}
+	return nil
+}
+
+// moduleDirFor resolves the module directory inside the source.
+func (e *Executor) moduleDirFor(rel string) (string, error) {
+	rel = strings.TrimPrefix(filepath.ToSlash(rel), "./")
+	if filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(rel, "/../") || strings.HasSuffix(rel, "/..") {
+		return "", fmt.Errorf("%w: path %q must be relative and inside the source", ErrInvalidArgument, rel)
+	}
+	src := e.SourceDir()
+	dir := filepath.Join(src, filepath.FromSlash(rel))
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if entries, _ := os.ReadDir(src); len(entries) == 0 {
+				return "", ErrNoSource
+			}
+			return "", fmt.Errorf("%w: path %q does not exist in the source", ErrInvalidArgument, rel)
+		}
+		return "", fmt.Errorf("failed to resolve path %q: %w", rel, err)
+	}
+	realSrc, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return "", fmt.Errorf("failed to resolve the source directory: %w", err)
+	}
+	if resolved != realSrc && !strings.HasPrefix(resolved, realSrc+string(filepath.Separator)) {
+		return "", fmt.Errorf("%w: path %q leaves the source", ErrInvalidArgument, rel)
+	}
+	if fi, err := os.Stat(resolved); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("%w: path %q is not a directory", ErrInvalidArgument, rel)
+	}
+	if entries, _ := os.ReadDir(realSrc); len(entries) == 0 {
+		return "", ErrNoSource
+	}
+	return resolved, nil
+}
+
+// PlanOptions are the inputs of Plan.
+type PlanOptions struct {
+	Variables   Variables
+	Destroy     bool
+	RefreshOnly bool
+	Targets     []string
+	// PlanID names the plan; empty derives one from the plan file's digest.
+	PlanID string
+}
+
+// PlanResult is a saved plan and what it would do.
+type PlanResult struct {
+	PlanID     string
+	HasChanges bool
+	Summary    Summary
+	// JSON is the redacted `show -json` of the plan.
+	JSON []byte
+	// PlanFileSize is the size of the saved binary plan.
+	PlanFileSize int64
+}
+
+// Plan runs plan -out into the work dir and reads the saved plan back.
+func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*PlanResult, error) {
+	if opts.Destroy && opts.RefreshOnly {
+		return nil, fmt.Errorf("%w: destroy and refresh-only plans exclude each other", ErrInvalidArgument)
+	}
+	tf, flush, err := e.moduleCommand(logf)
+	if err != nil {
+		return nil, err
+	}
+	out := ""
+	if opts.PlanID != "" {
+		if out, err = e.planPath(opts.PlanID); err != nil {
+			return nil, err
+		}
+	} else {
+		suffix := make([]byte, 8)
+		if _, err := rand.Read(suffix); err != nil {
+			return nil, fmt.Errorf("failed to name the plan: %w", err)
+		}
+		out = filepath.Join(e.cfg.WorkDir, "plans", "pending-"+hex.EncodeToString(suffix)+".tfplan")
+	}
+	varFiles, cleanup, err := e.prepareVariables(opts.Variables)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+
+	planOpts := []tfexec.PlanOption{tfexec.Out(out), tfexec.Destroy(opts.Destroy), tfexec.RefreshOnly(opts.RefreshOnly)}
+	for _, f := range varFiles {
+		planOpts = append(planOpts, tfexec.VarFile(f))
+	}
+	for _, t := range opts.Targets {
+		planOpts = append(planOpts, tfexec.Target(t))
+	}
+	hasChanges, err := tf.Plan(ctx, planOpts...)
+	flush()
+	if err != nil {
+		_ = os.Remove(out)
+		return nil, e.commandError("plan", ctx, err)
+	}
+	id := opts.PlanID
+	if id == "" {
+		digest, err := fileDigest(out)
+		if err != nil {
+			return nil, err
+		}
+		id = "plan-" + strings.TrimPrefix(digest, "sha256:")[:16]
+		final, _ := e.planPath(id)
+		if err := os.Rename(out, final); err != nil {
+			return nil, fmt.Errorf("failed to store the plan: %w", err)
+		}
+		out = final
+	}
+	raw, err := e.showPlanJSON(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	summary, err := Summarize(raw)
+	if err != nil {
+		return nil, err
+	}
+	redacted, err := e.redactor.RedactPlanJSON(raw, e.extraSensitiveNames())
+	if err != nil {
+		return nil, fmt.Errorf("failed to redact the plan: %w", err)
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the plan file: %w", err)
+	}
+	return &PlanResult{PlanID: id, HasChanges: hasChanges, Summary: summary, JSON: redacted, PlanFileSize: fi.Size()}, nil
+}
+
+func (e *Executor) extraSensitiveNames() []string {
+	names := make([]string, 0, len(e.extraSensitive))
+	for n := range e.extraSensitive {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// showPlanJSON returns the raw, unredacted `show -json` of a plan file. It
+// must never leave the package unredacted.
+func (e *Executor) showPlanJSON(ctx context.Context, path string) ([]byte, error) {
+	tf, _, err := e.moduleCommand(nil)
+	if err != nil {
+		return nil, err
+	}
+	// terraform-exec copies every command's stdout to SetStdout's writer,
+	// its own version check included: run that first, then capture.
+	if _, _, err := tf.Version(ctx, false); err != nil {
+		return nil, e.commandError("version", ctx, err)
+	}
+	var buf bytes.Buffer
+	tf.SetStdout(&buf)
+	if _, err := tf.ShowPlanFile(ctx, path, tfexec.JSONNumber(true)); err != nil {
+		return nil, e.commandError("show", ctx, err)
+	}
+	return bytes.TrimSpace(buf.Bytes()), nil
+}
+
+// learnPlan teaches the redactor every sensitive value in a saved plan, so
+// a runner that received the plan file (UploadPlan) redacts like the one
+// that made it.
+func (e *Executor) learnPlan(ctx context.Context, path string) ([]byte, error) {
+	raw, err := e.showPlanJSON(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	redacted, err := e.redactor.RedactPlanJSON(raw, e.extraSensitiveNames())
+	if err != nil {
+		return nil, fmt.Errorf("failed to redact the plan: %w", err)
+	}
+	return redacted, nil
+}
+
+// ShowPlanJSON returns a saved plan's JSON, redacted.
+func (e *Executor) ShowPlanJSON(ctx context.Context, planID string) ([]byte, error) {
+	path, err := e.existingPlanPath(planID)
+	if err != nil {
+		return nil, err
+	}
+	return e.learnPlan(ctx, path)
+}
+
+// ShowPlanHuman returns a saved plan as tofu prints it, redacted.
+func (e *Executor) ShowPlanHuman(ctx context.Context, planID string) ([]byte, error) {
+	path, err := e.existingPlanPath(planID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.learnPlan(ctx, path); err != nil {
+		return nil, err
+	}
+	tf, _, err := e.moduleCommand(nil)
+	if err != nil {
+		return nil, err
+	}
+	text, err := tf.ShowPlanFileRaw(ctx, path)
+	if err != nil {
+		return nil, e.commandError("show", ctx, err)
+	}
+	return []byte(e.redactor.String(text)), nil
+}
+
+// Apply applies exactly the saved plan planID.
+func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error {
+	path, err := e.existingPlanPath(planID)
+	if err != nil {
+		return err
+	}
+	if _, err := e.learnPlan(ctx, path); err != nil {
+		return err
+	}
+	tf, flush, err := e.moduleCommand(logf)
+	if err != nil {
+		return err
+	}
+	err = tf.Apply(ctx, tfexec.DirOrPlan(path))
+	flush()
+	if err != nil {
+		return e.commandError("apply", ctx, err)
+	}
+	return nil
+}
+
+// DestroyOptions are the inputs of Destroy.
+type DestroyOptions struct {
+	Variables Variables
+	Targets   []string
+}
+
+// Destroy destroys everything in the state without a saved plan.
+func (e *Executor) Destroy(ctx context.Context, opts DestroyOptions, logf LogFunc) error {
+	tf, flush, err := e.moduleCommand(logf)
+	if err != nil {
+		return err
+	}
+	varFiles, cleanup, err := e.prepareVariables(opts.Variables)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	var destroyOpts []tfexec.DestroyOption
+	for _, f := range varFiles {
+		destroyOpts = append(destroyOpts, tfexec.VarFile(f))
+	}
+	for _, t := range opts.Targets {
+		destroyOpts = append(destroyOpts, tfexec.Target(t))
+	}
+	err = tf.Destroy(ctx, destroyOpts...)
+	flush()
+	if err != nil {
+		return e.commandError("destroy", ctx, err)
+	}
+	return nil
+}
+
+// OutputValue is one root output, sensitive ones in clear.
+type OutputValue struct {
+	Sensitive bool
+	Type      json.RawMessage
+	Value     json.RawMessage
+}
+
+// Outputs returns every root output from the state. Sensitive values are
+// returned in clear (flagged) and taught to the redactor.
+func (e *Executor) Outputs(ctx context.Context) (map[string]OutputValue, error) {
+	tf, _, err := e.moduleCommand(nil)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := tf.Output(ctx)
+	if err != nil {
+		return nil, e.commandError("output", ctx, err)
+	}
+	res := make(map[string]OutputValue, len(outs))
+	for name, o := range outs {
+		if o.Sensitive {
+			e.learnJSON(o.Value)
+		}
+		res[name] = OutputValue{Sensitive: o.Sensitive, Type: o.Type, Value: o.Value}
+	}
+	return res, nil
+}
+
+// ForceUnlock removes the state lock lockID.
+func (e *Executor) ForceUnlock(ctx context.Context, lockID string) error {
+	if lockID == "" {
+		return fmt.Errorf("%w: a lock id is required", ErrInvalidArgument)
+	}
+	tf, _, err := e.moduleCommand(nil)
+	if err != nil {
+		return err
+	}
+	if err := tf.ForceUnlock(ctx, lockID); err != nil {
+		return e.commandError("force-unlock", ctx, err)
+	}
+	return nil
+}
+
+// PlanFile is an open saved plan for download.
+type PlanFile struct {
+	io.ReadCloser
+	Digest string
+	Size   int64
+}
+
+// OpenPlanFile opens the saved plan planID.
+func (e *Executor) OpenPlanFile(planID string) (*PlanFile, error) {
+	path, err := e.existingPlanPath(planID)
+	if err != nil {
+		return nil, err
+	}
+	digest, err := fileDigest(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open plan %s: %w", planID, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("failed to stat plan %s: %w", planID, err)
+	}
+	return &PlanFile{ReadCloser: f, Digest: digest, Size: fi.Size()}, nil
+}
+
+// StorePlanFile saves a plan file received from the controller under
+// planID, after checking it against digest ("sha256:<hex>"); at most
+// maxBytes are read.
+func (e *Executor) StorePlanFile(planID, digest string, r io.Reader, maxBytes int64) error {
+	path, err := e.planPath(planID)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(digest, "sha256:") || len(digest) != len("sha256:")+64 {
+		return fmt.Errorf("%w: plan digest %q must be sha256:<64 hex digits>", ErrInvalidArgument, digest)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "upload-*.tfplan")
+	if err != nil {
+		return fmt.Errorf("failed to create the plan file: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, maxBytes+1))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("failed to receive the plan file: %w", err)
+	}
+	if n > maxBytes {
+		return fmt.Errorf("%w: the plan file is larger than %d bytes", ErrInvalidArgument, maxBytes)
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
+		return fmt.Errorf("%w: plan file digest is %s, expected %s", ErrInvalidArgument, got, digest)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("failed to store the plan file: %w", err)
+	}
+	return nil
+}
+
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("failed to open %s: %w", filepath.Base(path), err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("failed to hash %s: %w", filepath.Base(path), err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
