@@ -1,0 +1,173 @@
+// Package release keeps the history of a Stack's applies, like Helm's release
+// storage: one record per applied revision with its source revision, plan
+// summary, outputs (sensitive values redacted), times, tool version and a
+// status of deployed, superseded or failed.
+//
+// [History] is what a controller uses:
+//
+//	h := release.History{Store: release.NewSecretStore(c), Limit: 10}
+//	rel, err := h.Record(ctx, release.Release{Namespace: ns, Stack: name,
+//	    Status: release.StatusDeployed, SourceRevision: rev, Plan: summary,
+//	    Outputs: outs, StartedAt: t0, FinishedAt: t1, ToolVersion: v})
+//	// rel.Revision is the new revision; the previous deployed one is now superseded
+//	latest, err := h.Latest(ctx, ns, name) // for status.release
+//
+// In Secrets each record is one Secret of type terrace.dev/release.v1 named
+// terrace.release.v1.<stack>.v<revision>, labelled terrace.dev/stack,
+// terrace.dev/revision and terrace.dev/status, whose key "release" holds the
+// gzip-compressed JSON body. internal/state/postgres implements [Store] too.
+package release
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/terrace-dev/terrace/internal/state"
+)
+
+// Status of a release, as in Helm.
+type Status string
+
+const (
+	// StatusDeployed is the revision whose apply succeeded last.
+	StatusDeployed Status = "deployed"
+	// StatusSuperseded is an earlier deployed revision.
+	StatusSuperseded Status = "superseded"
+	// StatusFailed is a revision whose apply failed.
+	StatusFailed Status = "failed"
+)
+
+// PlanSummary counts the resource changes of the applied plan.
+type PlanSummary struct {
+	Add     int `json:"add"`
+	Change  int `json:"change"`
+	Destroy int `json:"destroy"`
+}
+
+// Output is one root module output. Value is nil for a sensitive output:
+// records never hold sensitive values.
+type Output struct {
+	Name      string          `json:"name"`
+	Sensitive bool            `json:"sensitive,omitempty"`
+	Value     json.RawMessage `json:"value,omitempty"`
+}
+
+// Release is one applied revision of a Stack.
+type Release struct {
+	Namespace string `json:"namespace"`
+	Stack     string `json:"stack"`
+	// Revision counts the Stack's releases from 1.
+	Revision       int         `json:"revision"`
+	Status         Status      `json:"status"`
+	SourceRevision string      `json:"sourceRevision,omitempty"`
+	PlanID         string      `json:"planId,omitempty"`
+	Plan           PlanSummary `json:"plan"`
+	Outputs        []Output    `json:"outputs,omitempty"`
+	StartedAt      time.Time   `json:"startedAt"`
+	FinishedAt     time.Time   `json:"finishedAt"`
+	ToolVersion    string      `json:"toolVersion,omitempty"`
+	// Message says why a failed release failed (no secrets).
+	Message string `json:"message,omitempty"`
+
+	// Migrated is set when the record was copied to another backend; it is
+	// kept by the store, outside the body.
+	Migrated *state.MigrationMark `json:"-"`
+}
+
+// Redacted returns the outputs with every sensitive value removed.
+func Redacted(outputs []Output) []Output {
+	out := make([]Output, len(outputs))
+	for i, o := range outputs {
+		out[i] = o
+		if o.Sensitive {
+			out[i].Value = nil
+		}
+	}
+	return out
+}
+
+// Validate checks what every store relies on.
+func (r *Release) Validate() error {
+	if r.Namespace == "" || r.Stack == "" {
+		return fmt.Errorf("release needs a namespace and a stack")
+	}
+	if r.Revision < 1 {
+		return fmt.Errorf("release %s/%s has revision %d, revisions start at 1", r.Namespace, r.Stack, r.Revision)
+	}
+	switch r.Status {
+	case StatusDeployed, StatusSuperseded, StatusFailed:
+	default:
+		return fmt.Errorf("release %s/%s revision %d has unknown status %q", r.Namespace, r.Stack, r.Revision, r.Status)
+	}
+	return nil
+}
+
+// Encode returns the gzip JSON body of r, with sensitive output values removed.
+func Encode(r *Release) ([]byte, error) {
+	c := *r
+	c.Outputs = Redacted(r.Outputs)
+	raw, err := json.Marshal(&c)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode release: %w", err)
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(raw); err != nil {
+		return nil, fmt.Errorf("failed to compress release: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("failed to compress release: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Decode reads a body written by Encode. what names the record in errors.
+func Decode(body []byte, what string) (*Release, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, &state.CorruptError{What: what, Reason: "release body is not gzip data"}
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, 64<<20))
+	if err != nil {
+		return nil, &state.CorruptError{What: what, Reason: "release body is damaged"}
+	}
+	r := &Release{}
+	if err := json.Unmarshal(raw, r); err != nil {
+		return nil, &state.CorruptError{What: what, Reason: "release body is not valid JSON"}
+	}
+	return r, nil
+}
+
+// Digest identifies the contents of a release (not its migration mark), for
+// verifying a copy.
+func Digest(r *Release) string {
+	c := *r
+	c.Outputs = Redacted(r.Outputs)
+	c.StartedAt, c.FinishedAt = c.StartedAt.UTC(), c.FinishedAt.UTC()
+	raw, _ := json.Marshal(&c)
+	return state.Digest(raw)
+}
+
+// Store keeps release records. Implementations: SecretStore here and
+// internal/state/postgres.
+type Store interface {
+	// CreateRelease stores a new record; an existing revision is a
+	// *state.ConflictError.
+	CreateRelease(ctx context.Context, r *Release) error
+	// UpdateRelease replaces an existing record (its status, times, message).
+	UpdateRelease(ctx context.Context, r *Release) error
+	// GetRelease returns one record or an error matching state.ErrNotFound.
+	GetRelease(ctx context.Context, namespace, stack string, revision int) (*Release, error)
+	// ListReleases returns the records of a Stack, a namespace (stack "") or
+	// every namespace (both ""), by namespace, stack and revision.
+	ListReleases(ctx context.Context, namespace, stack string) ([]Release, error)
+	// DeleteRelease removes a record; a missing one is not an error.
+	DeleteRelease(ctx context.Context, namespace, stack string, revision int) error
+	// MarkReleaseMigrated sets (or with nil clears) a record's migration mark.
+	MarkReleaseMigrated(ctx context.Context, namespace, stack string, revision int, mark *state.MigrationMark) error
+}

@@ -1,0 +1,170 @@
+package secrets
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrace-dev/terrace/internal/state"
+)
+
+// Lock implements state.Store.
+func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if info.ID == "" {
+		return fmt.Errorf("lock info for %s has no ID", key)
+	}
+	if info.Created.IsZero() {
+		info.Created = time.Now().UTC()
+	}
+	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		if x.mark != nil {
+			return &state.MigratedError{Key: "state " + key.String(), Mark: *x.mark}
+		}
+		if x.lock != nil {
+			if x.lock.ID == info.ID {
+				return errUnchanged
+			}
+			h := *x.lock
+			return &state.LockedError{Key: key.String(), Holder: &h, Offered: info.ID}
+		}
+		x.lock = &info
+		return nil
+	})
+}
+
+// Unlock implements state.Store.
+func (s *Store) Unlock(ctx context.Context, key state.Key, id string) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		if x.lock == nil {
+			return errUnchanged
+		}
+		if err := state.CheckLock(key.String(), x.lock, id); err != nil {
+			return err
+		}
+		x.lock = nil
+		return nil
+	})
+}
+
+// ForceUnlock implements state.Store.
+func (s *Store) ForceUnlock(ctx context.Context, key state.Key) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		if x.lock == nil {
+			return errUnchanged
+		}
+		x.lock = nil
+		return nil
+	})
+}
+
+// GetLock implements state.Store.
+func (s *Store) GetLock(ctx context.Context, key state.Key) (*state.LockInfo, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	x, err := s.loadIndex(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return x.lock, nil
+}
+
+// Migrated implements state.Store.
+func (s *Store) Migrated(ctx context.Context, key state.Key) (*state.MigrationMark, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	x, err := s.loadIndex(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return x.mark, nil
+}
+
+// MarkMigrated implements state.Store.
+func (s *Store) MarkMigrated(ctx context.Context, key state.Key, mark *state.MigrationMark) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		if x.obj.ResourceVersion == "" {
+			if mark == nil {
+				return errUnchanged
+			}
+			return &state.NotFoundError{What: "state " + key.String()}
+		}
+		x.mark = mark
+		return nil
+	})
+}
+
+// ReplaceHistory implements state.Store.
+func (s *Store) ReplaceHistory(ctx context.Context, key state.Key, versions []state.State) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	encKey, err := s.keys(ctx, key.Namespace)
+	if err != nil {
+		return fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
+	}
+	writeID := newWriteID()
+	entries := make([]versionEntry, 0, len(versions))
+	var written []chunkRef
+	cleanup := func() { s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, written) }
+	for _, v := range versions {
+		header, err := state.ParseHeader(v.Data)
+		if err != nil {
+			cleanup()
+			return fmt.Errorf("version %d: %w", v.Version, err)
+		}
+		sealed, encoding, err := state.Seal(v.Data, encKey)
+		if err != nil {
+			cleanup()
+			return err
+		}
+		blob, err := s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
+			return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-v%d-%d", writeID, v.Version, i))
+		}, metav1.ObjectMeta{Labels: stateLabels(key, KindStateChunk), Annotations: stateAnnotations(key)})
+		if err != nil {
+			cleanup()
+			return err
+		}
+		written = append(written, blob.Chunks...)
+		// Newest first, as the index keeps them.
+		entries = append([]versionEntry{{Version: int64(v.Version), Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(v.Data), Size: int64(len(v.Data)), CreatedAt: v.CreatedAt.UTC(), Blob: blob}}, entries...)
+	}
+	var replaced []versionEntry
+	err = s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		if x.lock != nil {
+			h := *x.lock
+			return &state.LockedError{Key: key.String(), Holder: &h}
+		}
+		replaced = x.index.Versions
+		x.index.Versions = entries
+		x.index.NextVersion = 1
+		if len(entries) > 0 {
+			x.index.NextVersion = entries[0].Version + 1
+		}
+		x.mark = nil
+		return nil
+	})
+	if err != nil {
+		cleanup()
+		return err
+	}
+	for _, e := range replaced {
+		s.deleteChunks(ctx, key.Namespace, e.Blob.Chunks)
+	}
+	return nil
+}

@@ -1,0 +1,511 @@
+// Package secrets keeps Terrace state and saved plans in Secrets of the
+// Stack's namespace.
+//
+// Each state Key has an index Secret (type terrace.dev/state.v1) listing the
+// kept versions; each version's bytes are gzip-compressed, optionally
+// AES-256-GCM encrypted, and cut into chunk Secrets (type terrace.dev/chunk.v1)
+// of at most 768 KiB, so states far past the 1 MiB Secret limit fit. A write
+// creates the new chunks first and then swaps the index with a
+// compare-and-swap on its resourceVersion; chunks of versions that fall out
+// of the history are deleted afterwards. Every chunk is checked against the
+// sha256 in the index on read. The lock lives in the index Secret too, so a
+// write and a lock change can never interleave.
+//
+// Everything carries the labels app.kubernetes.io/managed-by=terrace,
+// terrace.dev/kind, terrace.dev/stack (and terrace.dev/workspace for state),
+// so all objects of a Stack can be listed and deleted.
+package secrets
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/terrace-dev/terrace/internal/state"
+)
+
+// DefaultChunkSize keeps each chunk Secret well below the 1 MiB Secret limit.
+const DefaultChunkSize = 768 << 10
+
+const (
+	indexDataKey = "index"
+	lockDataKey  = "lock"
+	// maxAttempts bounds the retries of a compare-and-swap that lost to a
+	// change that does not touch the caller's preconditions (a lock, a mark).
+	maxAttempts = 30
+	// orphanGrace is how old an unreferenced chunk must be before a sweep
+	// removes it, so chunks of a write still in flight are never touched.
+	orphanGrace = 15 * time.Minute
+	// sweepEvery: every this many versions a Put also sweeps orphan chunks.
+	sweepEvery = 10
+)
+
+// Options configure a Store.
+type Options struct {
+	// History is how many state versions to keep per Key (default state.DefaultHistory).
+	History int
+	// Keys returns the encryption key of a namespace; nil means no encryption.
+	Keys state.KeySource
+	// ChunkSize is the largest chunk in bytes (default DefaultChunkSize).
+	ChunkSize int
+}
+
+// Store implements state.Store and state.PlanStore on Secrets. It reads
+// through the client it is given: pass an uncached one (or one whose cache
+// covers only Terrace's Secrets) so chunk reads do not fill the cache.
+type Store struct {
+	client    client.Client
+	history   int
+	keys      state.KeySource
+	chunkSize int
+}
+
+var (
+	_ state.Store     = (*Store)(nil)
+	_ state.PlanStore = (*Store)(nil)
+)
+
+// New returns a Store writing through c.
+func New(c client.Client, opts Options) *Store {
+	s := &Store{client: c, history: opts.History, keys: opts.Keys, chunkSize: opts.ChunkSize}
+	if s.history <= 0 {
+		s.history = state.DefaultHistory
+	}
+	if s.keys == nil {
+		s.keys = state.StaticKey(nil)
+	}
+	if s.chunkSize <= 0 {
+		s.chunkSize = DefaultChunkSize
+	}
+	return s
+}
+
+func (s *Store) log(ctx context.Context) logr.Logger { return logf.FromContext(ctx).WithName("state-secrets") }
+
+// stateIndex is the JSON in an index Secret.
+type stateIndex struct {
+	// NextVersion is the Version the next Put gets.
+	NextVersion int64 `json:"nextVersion"`
+	// Versions are the kept versions, newest (current) first.
+	Versions []versionEntry `json:"versions"`
+}
+
+type versionEntry struct {
+	Version   int64     `json:"version"`
+	Serial    int64     `json:"serial"`
+	Lineage   string    `json:"lineage"`
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	CreatedAt time.Time `json:"createdAt"`
+	Blob      blobRef   `json:"blob"`
+}
+
+func (e versionEntry) meta(key state.Key) state.StateMeta {
+	return state.StateMeta{Key: key, Version: state.Version(e.Version), Serial: e.Serial, Lineage: e.Lineage, Digest: e.Digest, Size: e.Size, CreatedAt: e.CreatedAt}
+}
+
+// indexObject is a loaded index Secret (or a new one, when obj.ResourceVersion is "").
+type indexObject struct {
+	obj   *corev1.Secret
+	index stateIndex
+	lock  *state.LockInfo
+	mark  *state.MigrationMark
+}
+
+func (x *indexObject) current() *versionEntry {
+	if len(x.index.Versions) == 0 {
+		return nil
+	}
+	return &x.index.Versions[0]
+}
+
+func stateIndexName(key state.Key) string {
+	return ObjectName("terrace-state", key.Stack, key.Workspace)
+}
+
+func stateLabels(key state.Key, kind string) map[string]string {
+	return map[string]string{
+		LabelManagedBy: ManagedByTerrace,
+		LabelKind:      kind,
+		LabelStack:     LabelValue(key.Stack),
+		LabelWorkspace: LabelValue(key.Workspace),
+	}
+}
+
+func stateAnnotations(key state.Key) map[string]string {
+	return map[string]string{AnnotationStack: key.Stack, AnnotationWorkspace: key.Workspace}
+}
+
+// loadIndex reads the index Secret of key; a missing one yields an empty,
+// not yet created index object.
+func (s *Store) loadIndex(ctx context.Context, key state.Key) (*indexObject, error) {
+	name := stateIndexName(key)
+	obj := &corev1.Secret{}
+	err := s.client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return &indexObject{obj: &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: name, Labels: stateLabels(key, KindStateIndex), Annotations: stateAnnotations(key)},
+			Type:       TypeStateIndex,
+		}, index: stateIndex{NextVersion: 1}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read state index Secret %s/%s: %w", key.Namespace, name, err)
+	}
+	if obj.Annotations[AnnotationStack] != key.Stack || obj.Annotations[AnnotationWorkspace] != key.Workspace {
+		return nil, fmt.Errorf("secret %s/%s belongs to another state (stack %q, workspace %q)", key.Namespace, name, obj.Annotations[AnnotationStack], obj.Annotations[AnnotationWorkspace])
+	}
+	x := &indexObject{obj: obj, index: stateIndex{NextVersion: 1}}
+	if raw, ok := obj.Data[indexDataKey]; ok {
+		if err := json.Unmarshal(raw, &x.index); err != nil {
+			return nil, &state.CorruptError{What: "Secret " + key.Namespace + "/" + name, Reason: "index is not valid JSON"}
+		}
+	}
+	if raw, ok := obj.Data[lockDataKey]; ok {
+		x.lock = &state.LockInfo{}
+		if err := json.Unmarshal(raw, x.lock); err != nil {
+			return nil, &state.CorruptError{What: "Secret " + key.Namespace + "/" + name, Reason: "lock is not valid JSON"}
+		}
+	}
+	mark, err := ParseMark(obj.Annotations)
+	if err != nil {
+		return nil, &state.CorruptError{What: "Secret " + key.Namespace + "/" + name, Reason: err.Error()}
+	}
+	x.mark = mark
+	return x, nil
+}
+
+// ParseMark reads the migration mark annotation, nil when absent.
+func ParseMark(annotations map[string]string) (*state.MigrationMark, error) {
+	raw, ok := annotations[AnnotationMigrated]
+	if !ok {
+		return nil, nil
+	}
+	var m state.MigrationMark
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return nil, errors.New("migration mark is not valid JSON")
+	}
+	return &m, nil
+}
+
+// SetMark sets (or with nil removes) the migration mark annotation.
+func SetMark(obj *corev1.Secret, mark *state.MigrationMark) {
+	if mark == nil {
+		delete(obj.Annotations, AnnotationMigrated)
+		return
+	}
+	raw, _ := json.Marshal(mark)
+	if obj.Annotations == nil {
+		obj.Annotations = map[string]string{}
+	}
+	obj.Annotations[AnnotationMigrated] = string(raw)
+}
+
+// saveIndex writes x back with a compare-and-swap on its resourceVersion. It
+// reports lostRace when another writer changed the Secret first.
+func (s *Store) saveIndex(ctx context.Context, x *indexObject) (lostRace bool, err error) {
+	raw, err := json.Marshal(x.index)
+	if err != nil {
+		return false, fmt.Errorf("failed to encode state index: %w", err)
+	}
+	if x.obj.Data == nil {
+		x.obj.Data = map[string][]byte{}
+	}
+	x.obj.Data[indexDataKey] = raw
+	delete(x.obj.Data, lockDataKey)
+	if x.lock != nil {
+		lockRaw, err := json.Marshal(x.lock)
+		if err != nil {
+			return false, fmt.Errorf("failed to encode lock info: %w", err)
+		}
+		x.obj.Data[lockDataKey] = lockRaw
+	}
+	SetMark(x.obj, x.mark)
+	if x.obj.ResourceVersion == "" {
+		err = s.client.Create(ctx, x.obj)
+	} else {
+		err = s.client.Update(ctx, x.obj)
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("failed to write state index Secret %s/%s: %w", x.obj.Namespace, x.obj.Name, err)
+	}
+	return false, nil
+}
+
+// errUnchanged, returned by an updateIndex change, ends it successfully without a write.
+var errUnchanged = errors.New("unchanged")
+
+// updateIndex runs change on a freshly read index and saves it, again and
+// again while another writer wins the race. change returns an error to stop.
+// first, when not nil, is a freshly loaded index to try first.
+func (s *Store) updateIndex(ctx context.Context, key state.Key, first *indexObject, change func(x *indexObject) error) error {
+	for range maxAttempts {
+		x := first
+		first = nil
+		if x == nil {
+			var err error
+			if x, err = s.loadIndex(ctx, key); err != nil {
+				return err
+			}
+		}
+		if err := change(x); err != nil {
+			if errors.Is(err, errUnchanged) {
+				return nil
+			}
+			return err
+		}
+		lost, err := s.saveIndex(ctx, x)
+		if err != nil || !lost {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("failed to update state index of %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("failed to update state index of %s: it kept changing during %d attempts", key, maxAttempts)
+}
+
+// Get implements state.Store.
+func (s *Store) Get(ctx context.Context, key state.Key) (*state.State, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	x, err := s.loadIndex(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	cur := x.current()
+	if cur == nil {
+		return nil, &state.NotFoundError{What: "state " + key.String()}
+	}
+	return s.readVersion(ctx, key, *cur)
+}
+
+// GetVersion implements state.Store.
+func (s *Store) GetVersion(ctx context.Context, key state.Key, version state.Version) (*state.State, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	x, err := s.loadIndex(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range x.index.Versions {
+		if e.Version == int64(version) {
+			return s.readVersion(ctx, key, e)
+		}
+	}
+	return nil, &state.NotFoundError{What: fmt.Sprintf("state %s version %d", key, version)}
+}
+
+func (s *Store) readVersion(ctx context.Context, key state.Key, e versionEntry) (*state.State, error) {
+	sealed, err := s.readBlob(ctx, key.Namespace, e.Blob)
+	if err != nil {
+		return nil, err
+	}
+	encKey, err := s.keys(ctx, key.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
+	}
+	what := fmt.Sprintf("state %s version %d", key, e.Version)
+	data, err := state.Open(sealed, e.Blob.Encoding, encKey, what)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != e.Size || state.Digest(data) != e.Digest {
+		return nil, &state.CorruptError{What: what, Reason: "decoded state does not match its digest"}
+	}
+	return &state.State{StateMeta: e.meta(key), Data: data}, nil
+}
+
+// ListVersions implements state.Store.
+func (s *Store) ListVersions(ctx context.Context, key state.Key) ([]state.StateMeta, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	x, err := s.loadIndex(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]state.StateMeta, 0, len(x.index.Versions))
+	for _, e := range x.index.Versions {
+		out = append(out, e.meta(key))
+	}
+	return out, nil
+}
+
+// Put implements state.Store.
+func (s *Store) Put(ctx context.Context, key state.Key, data []byte, opts state.PutOptions) (state.StateMeta, error) {
+	if err := key.Validate(); err != nil {
+		return state.StateMeta{}, err
+	}
+	header, err := state.ParseHeader(data)
+	if err != nil {
+		return state.StateMeta{}, err
+	}
+	encKey, err := s.keys(ctx, key.Namespace)
+	if err != nil {
+		return state.StateMeta{}, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
+	}
+	sealed, encoding, err := state.Seal(data, encKey)
+	if err != nil {
+		return state.StateMeta{}, err
+	}
+	// Check the preconditions before writing chunks, so a refused write costs one read.
+	x, err := s.loadIndex(ctx, key)
+	if err != nil {
+		return state.StateMeta{}, err
+	}
+	if err := checkPut(key, x, header, opts); err != nil {
+		return state.StateMeta{}, err
+	}
+	writeID := newWriteID()
+	blob, err := s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
+		return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-%d", writeID, i))
+	}, metav1.ObjectMeta{Labels: stateLabels(key, KindStateChunk), Annotations: stateAnnotations(key)})
+	if err != nil {
+		return state.StateMeta{}, err
+	}
+	var (
+		entry   versionEntry
+		dropped []versionEntry
+	)
+	err = s.updateIndex(ctx, key, x, func(x *indexObject) error {
+		if err := checkPut(key, x, header, opts); err != nil {
+			return err
+		}
+		entry = versionEntry{Version: x.index.NextVersion, Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(data), Size: int64(len(data)), CreatedAt: time.Now().UTC().Truncate(time.Microsecond), Blob: blob}
+		x.index.NextVersion++
+		x.index.Versions = append([]versionEntry{entry}, x.index.Versions...)
+		dropped = nil
+		if len(x.index.Versions) > s.history {
+			dropped = append(dropped, x.index.Versions[s.history:]...)
+			x.index.Versions = x.index.Versions[:s.history]
+		}
+		return nil
+	})
+	if err != nil {
+		s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, blob.Chunks)
+		return state.StateMeta{}, err
+	}
+	for _, d := range dropped {
+		s.deleteChunks(ctx, key.Namespace, d.Blob.Chunks)
+	}
+	if entry.Version%sweepEvery == 0 {
+		s.sweepOrphans(ctx, key)
+	}
+	return entry.meta(key), nil
+}
+
+func checkPut(key state.Key, x *indexObject, header state.Header, opts state.PutOptions) error {
+	if x.mark != nil {
+		return &state.MigratedError{Key: "state " + key.String(), Mark: *x.mark}
+	}
+	if err := state.CheckLock(key.String(), x.lock, opts.LockID); err != nil {
+		return err
+	}
+	var curVersion state.Version
+	var curMeta *state.StateMeta
+	if cur := x.current(); cur != nil {
+		curVersion = state.Version(cur.Version)
+		m := cur.meta(key)
+		curMeta = &m
+	}
+	if err := state.CheckVersion(key.String(), curVersion, opts.IfMatch); err != nil {
+		return err
+	}
+	return state.CheckSuccessor(key.String(), curMeta, header, opts.Force)
+}
+
+// sweepOrphans deletes chunk Secrets of key that no index entry references
+// and that are older than orphanGrace (left by writes that crashed).
+func (s *Store) sweepOrphans(ctx context.Context, key state.Key) {
+	x, err := s.loadIndex(ctx, key)
+	if err != nil {
+		return
+	}
+	referenced := map[string]bool{}
+	for _, e := range x.index.Versions {
+		for _, c := range e.Blob.Chunks {
+			referenced[c.Name] = true
+		}
+	}
+	chunks, err := s.listObjects(ctx, key.Namespace, stateLabels(key, KindStateChunk))
+	if err != nil {
+		return
+	}
+	var orphans []chunkRef
+	for _, c := range chunks {
+		if c.Annotations[AnnotationStack] != key.Stack || c.Annotations[AnnotationWorkspace] != key.Workspace || referenced[c.Name] {
+			continue
+		}
+		if time.Since(c.CreationTimestamp.Time) > orphanGrace {
+			orphans = append(orphans, chunkRef{Name: c.Name})
+		}
+	}
+	s.deleteChunks(ctx, key.Namespace, orphans)
+}
+
+// listObjects lists Secrets by labels, with their metadata only.
+func (s *Store) listObjects(ctx context.Context, namespace string, labels map[string]string) ([]metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	opts := []client.ListOption{client.MatchingLabels(labels)}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	if err := s.client.List(ctx, list, opts...); err != nil {
+		return nil, fmt.Errorf("failed to list Secrets: %w", err)
+	}
+	return list.Items, nil
+}
+
+// Delete implements state.Store: the index goes first so no reader ever
+// sees an index whose chunks are being removed.
+func (s *Store) Delete(ctx context.Context, key state.Key) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	idx := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: stateIndexName(key)}}
+	if err := s.client.Delete(ctx, idx); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to delete state index Secret %s/%s: %w", key.Namespace, idx.Name, err)
+	}
+	chunks, err := s.listObjects(ctx, key.Namespace, stateLabels(key, KindStateChunk))
+	if err != nil {
+		return err
+	}
+	for _, c := range chunks {
+		if c.Annotations[AnnotationStack] != key.Stack || c.Annotations[AnnotationWorkspace] != key.Workspace {
+			continue
+		}
+		obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}}
+		if err := s.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("failed to delete state chunk Secret %s/%s: %w", c.Namespace, c.Name, err)
+		}
+	}
+	return nil
+}
+
+// List implements state.Store.
+func (s *Store) List(ctx context.Context, namespace string) ([]state.Key, error) {
+	items, err := s.listObjects(ctx, namespace, map[string]string{LabelManagedBy: ManagedByTerrace, LabelKind: KindStateIndex})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]state.Key, 0, len(items))
+	for _, it := range items {
+		keys = append(keys, state.Key{Namespace: it.Namespace, Stack: it.Annotations[AnnotationStack], Workspace: it.Annotations[AnnotationWorkspace]})
+	}
+	return keys, nil
+}

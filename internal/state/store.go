@@ -1,0 +1,162 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DefaultHistory is how many state versions a Store keeps per Key when not told.
+const DefaultHistory = 10
+
+// DefaultWorkspace is OpenTofu's default workspace name.
+const DefaultWorkspace = "default"
+
+// Key names the state of one workspace of one Stack.
+type Key struct {
+	Namespace string
+	Stack     string
+	Workspace string
+}
+
+// String renders the key as namespace/stack/workspace, as the state server's path does.
+func (k Key) String() string { return k.Namespace + "/" + k.Stack + "/" + k.Workspace }
+
+// Validate checks that every part is set and printable, without slashes.
+func (k Key) Validate() error {
+	for _, p := range []struct{ name, value string }{{"namespace", k.Namespace}, {"stack", k.Stack}, {"workspace", k.Workspace}} {
+		if err := validatePart(p.name, p.value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validatePart(name, value string) error {
+	if value == "" {
+		return fmt.Errorf("%s must not be empty", name)
+	}
+	if len(value) > 253 {
+		return fmt.Errorf("%s is longer than 253 characters", name)
+	}
+	for _, r := range value {
+		if r == '/' || r < 0x21 || r == 0x7f {
+			return fmt.Errorf("%s %q contains a slash, a space or a control character", name, value)
+		}
+	}
+	return nil
+}
+
+// Version numbers the writes of one Key: 1 for the first Put, +1 for each
+// following one. It is the compare-and-swap token of [PutOptions.IfMatch].
+// After [Store.Delete] numbering starts again at 1.
+type Version int64
+
+const (
+	// AnyVersion (the zero value) puts without a version precondition;
+	// the serial, lineage and lock rules still apply.
+	AnyVersion Version = 0
+	// Absent makes Put succeed only when the Key has no state yet.
+	Absent Version = -1
+)
+
+// StateMeta describes one stored state version, without its bytes.
+type StateMeta struct {
+	Key     Key
+	Version Version
+	// Serial and Lineage as read from the state JSON.
+	Serial  int64
+	Lineage string
+	// Digest is "sha256:<hex>" of the state bytes exactly as put.
+	Digest string
+	// Size is the length of the state bytes.
+	Size      int64
+	CreatedAt time.Time
+}
+
+// State is one state version with its bytes.
+type State struct {
+	StateMeta
+	Data []byte
+}
+
+// PutOptions are the preconditions of [Store.Put].
+type PutOptions struct {
+	// IfMatch is the Version the caller read; the Put fails with a
+	// [*ConflictError] when the current Version differs. [AnyVersion] skips
+	// the check, [Absent] requires that no state exists.
+	IfMatch Version
+	// LockID must be the ID of the held lock when the Key is locked. When a
+	// LockID is given and no lock (or another one) is held, Put fails.
+	LockID string
+	// Force skips the serial and lineage rules (an operator's explicit
+	// override, like `tofu state push -force`). Version and lock rules stay.
+	Force bool
+}
+
+// LockInfo is the lock record of the Terraform/OpenTofu lock protocol; its
+// JSON is what tofu sends to LOCK and expects back in a 423.
+type LockInfo struct {
+	ID        string    `json:"ID"`
+	Operation string    `json:"Operation"`
+	Info      string    `json:"Info"`
+	Who       string    `json:"Who"`
+	Version   string    `json:"Version"`
+	Created   time.Time `json:"Created"`
+	Path      string    `json:"Path"`
+}
+
+// MigrationMark says that an entry was copied to another backend and
+// verified there; the entry is kept but refuses new writes and locks.
+type MigrationMark struct {
+	// To names the backend the entry moved to ("secrets" or "postgres").
+	To string `json:"to"`
+	At time.Time `json:"at"`
+}
+
+// Store keeps the state of every Key. Implementations are safe for
+// concurrent use, also from several processes: concurrency control lives in
+// the storage (resourceVersion, transactions), never in memory.
+type Store interface {
+	// Get returns the current state, or an error matching [ErrNotFound].
+	// A missing or corrupt chunk is a [*CorruptError], never a short state.
+	Get(ctx context.Context, key Key) (*State, error)
+	// Put stores data as the new current state and returns its metadata.
+	// It refuses, with a [*ConflictError], a changed Version (IfMatch), a
+	// serial lower than the current one and a different lineage (unless
+	// Force); with a [*LockedError] a Key locked by someone else; with
+	// [ErrMigrated] a Key marked migrated. data must be a state JSON object.
+	Put(ctx context.Context, key Key, data []byte, opts PutOptions) (StateMeta, error)
+	// Delete removes the state, its history, its lock and its migration mark.
+	// A missing Key is not an error.
+	Delete(ctx context.Context, key Key) error
+	// ListVersions returns the kept versions, newest first (the current one first).
+	ListVersions(ctx context.Context, key Key) ([]StateMeta, error)
+	// GetVersion returns one kept version, or an error matching [ErrNotFound].
+	GetVersion(ctx context.Context, key Key, version Version) (*State, error)
+
+	// Lock takes the lock for info.ID. Taking a lock already held with the
+	// same ID succeeds; a lock held by another ID is a [*LockedError] with
+	// the holder's info. A Key may be locked before it has any state.
+	Lock(ctx context.Context, key Key, info LockInfo) error
+	// Unlock releases the lock held with id. No lock is not an error; a
+	// lock held by another ID is a [*LockedError].
+	Unlock(ctx context.Context, key Key, id string) error
+	// ForceUnlock releases whatever lock is held.
+	ForceUnlock(ctx context.Context, key Key) error
+	// GetLock returns the held lock, or nil when the Key is unlocked.
+	GetLock(ctx context.Context, key Key) (*LockInfo, error)
+
+	// List returns every Key that has a state, a lock or a mark, in one
+	// namespace or, with "", in all.
+	List(ctx context.Context, namespace string) ([]Key, error)
+	// ReplaceHistory makes versions (oldest first, as returned by
+	// GetVersion, with their Version numbers and times) the complete history
+	// of key, dropping what was there and clearing any migration mark. It is
+	// for migration: the usual Put rules do not apply, a held lock does.
+	ReplaceHistory(ctx context.Context, key Key, versions []State) error
+	// Migrated returns the migration mark of key, or nil.
+	Migrated(ctx context.Context, key Key) (*MigrationMark, error)
+	// MarkMigrated sets (or with nil clears) the migration mark of key.
+	MarkMigrated(ctx context.Context, key Key, mark *MigrationMark) error
+}
