@@ -110,7 +110,7 @@ type LockInfo struct {
 // verified there; the entry is kept but refuses new writes and locks.
 type MigrationMark struct {
 	// To names the backend the entry moved to ("secrets" or "postgres").
-	To string `json:"to"`
+	To string    `json:"to"`
 	At time.Time `json:"at"`
 }
 

@@ -89,7 +89,9 @@ func New(c client.Client, opts Options) *Store {
 	return s
 }
 
-func (s *Store) log(ctx context.Context) logr.Logger { return logf.FromContext(ctx).WithName("state-secrets") }
+func (s *Store) log(ctx context.Context) logr.Logger {
+	return logf.FromContext(ctx).WithName("state-secrets")
+}
 
 // stateIndex is the JSON in an index Secret.
 type stateIndex struct {
