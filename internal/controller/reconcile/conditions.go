@@ -1,0 +1,153 @@
+// Package reconcile holds the small pieces every Terrace reconciler shares:
+// kstatus conditions, the three kinds of errors (terminal, waiting,
+// transient) and how each maps to conditions and a ctrl.Result, a status
+// patcher that writes only the conditions its controller owns, and the
+// terrace.dev/requestedAt annotation.
+package reconcile
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+// Object is a Kubernetes object with status conditions; every Terrace kind
+// implements it.
+type Object interface {
+	client.Object
+	GetConditions() []metav1.Condition
+	SetConditions([]metav1.Condition)
+}
+
+// Reasons used by the helpers in this package when the caller gives none.
+const (
+	// ProgressingReason: the controller is working towards a new outcome.
+	ProgressingReason = "Progressing"
+	// ProgressingWithRetryReason: the last attempt failed transiently and will be retried.
+	ProgressingWithRetryReason = "ProgressingWithRetry"
+	// ReconciliationFailedReason: a transient error, retried with backoff.
+	ReconciliationFailedReason = "ReconciliationFailed"
+	// WaitingReason: waiting on something outside the object.
+	WaitingReason = "Waiting"
+)
+
+// maxMessageLength is metav1.Condition's limit on Message.
+const maxMessageLength = 32768
+
+// Set sets a condition with the object's current generation as its
+// observedGeneration. The transition time changes only with the status.
+func Set(obj Object, condType string, status metav1.ConditionStatus, reason, message string) {
+	conds := obj.GetConditions()
+	meta.SetStatusCondition(&conds, metav1.Condition{
+		Type:               condType,
+		Status:             status,
+		ObservedGeneration: obj.GetGeneration(),
+		Reason:             reason,
+		Message:            truncate(message),
+	})
+	obj.SetConditions(conds)
+}
+
+// MarkTrue sets condType to True.
+func MarkTrue(obj Object, condType, reason, format string, args ...any) {
+	Set(obj, condType, metav1.ConditionTrue, reason, fmt.Sprintf(format, args...))
+}
+
+// MarkFalse sets condType to False.
+func MarkFalse(obj Object, condType, reason, format string, args ...any) {
+	Set(obj, condType, metav1.ConditionFalse, reason, fmt.Sprintf(format, args...))
+}
+
+// MarkUnknown sets condType to Unknown.
+func MarkUnknown(obj Object, condType, reason, format string, args ...any) {
+	Set(obj, condType, metav1.ConditionUnknown, reason, fmt.Sprintf(format, args...))
+}
+
+// Delete removes condType.
+func Delete(obj Object, condType string) {
+	conds := obj.GetConditions()
+	meta.RemoveStatusCondition(&conds, condType)
+	obj.SetConditions(conds)
+}
+
+// Get returns condType, or nil.
+func Get(obj Object, condType string) *metav1.Condition {
+	return meta.FindStatusCondition(obj.GetConditions(), condType)
+}
+
+// IsTrue reports whether condType is True.
+func IsTrue(obj Object, condType string) bool {
+	return meta.IsStatusConditionTrue(obj.GetConditions(), condType)
+}
+
+// IsFalse reports whether condType is False.
+func IsFalse(obj Object, condType string) bool {
+	return meta.IsStatusConditionFalse(obj.GetConditions(), condType)
+}
+
+// MarkReady records a final success: Ready=True; Reconciling and Stalled removed.
+func MarkReady(obj Object, reason, format string, args ...any) {
+	MarkTrue(obj, terracev1.ReadyCondition, reason, format, args...)
+	Delete(obj, terracev1.ReconcilingCondition)
+	Delete(obj, terracev1.StalledCondition)
+}
+
+// MarkReconciling records that work towards a new outcome has started:
+// Reconciling=True and, unless Ready is already False (a known failure
+// stays visible), Ready=Unknown with the same reason and message.
+func MarkReconciling(obj Object, reason, format string, args ...any) {
+	MarkTrue(obj, terracev1.ReconcilingCondition, reason, format, args...)
+	if !IsFalse(obj, terracev1.ReadyCondition) {
+		MarkUnknown(obj, terracev1.ReadyCondition, reason, format, args...)
+	}
+}
+
+// MarkStalled records a terminal failure the user must fix: Stalled=True and
+// Ready=False with the same reason and message; Reconciling removed.
+func MarkStalled(obj Object, reason, format string, args ...any) {
+	MarkTrue(obj, terracev1.StalledCondition, reason, format, args...)
+	MarkFalse(obj, terracev1.ReadyCondition, reason, format, args...)
+	Delete(obj, terracev1.ReconcilingCondition)
+}
+
+// KstatusConformant checks what kstatus and `kubectl wait` rely on: when
+// Ready is True, neither Reconciling nor Stalled is True, and Ready's
+// observedGeneration is the object's generation. For tests and debugging.
+func KstatusConformant(obj Object) error {
+	ready := Get(obj, terracev1.ReadyCondition)
+	if ready == nil {
+		return fmt.Errorf("%s has no Ready condition", obj.GetName())
+	}
+	if ready.Status == metav1.ConditionTrue {
+		for _, t := range []string{terracev1.ReconcilingCondition, terracev1.StalledCondition} {
+			if IsTrue(obj, t) {
+				return fmt.Errorf("%s is Ready and %s at once", obj.GetName(), t)
+			}
+		}
+	}
+	if IsTrue(obj, terracev1.StalledCondition) && ready.Status == metav1.ConditionTrue {
+		return fmt.Errorf("%s is Ready and Stalled at once", obj.GetName())
+	}
+	if ready.ObservedGeneration != obj.GetGeneration() {
+		return fmt.Errorf("%s Ready condition observed generation %d, object is at %d", obj.GetName(), ready.ObservedGeneration, obj.GetGeneration())
+	}
+	return nil
+}
+
+func truncate(msg string) string {
+	if len(msg) <= maxMessageLength {
+		return msg
+	}
+	const suffix = "… (truncated)"
+	cut := maxMessageLength - len(suffix)
+	for cut > 0 && !isRuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + suffix
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

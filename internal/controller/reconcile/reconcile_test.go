@@ -1,0 +1,203 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+func program(gen int64) *terracev1.Program {
+	return &terracev1.Program{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Generation: gen}}
+}
+
+func status(obj Object, t string) string {
+	c := Get(obj, t)
+	if c == nil {
+		return "-"
+	}
+	return string(c.Status) + "/" + c.Reason
+}
+
+func TestSummarize(t *testing.T) {
+	for _, tc := range []struct {
+		name                        string
+		err                         error
+		ready, reconciling, stalled string
+		final, returnsErr           bool
+		requeueAfter                time.Duration
+		readyMessageContains        string
+	}{
+		{name: "success", err: nil, ready: "True/ArtifactReady", reconciling: "-", stalled: "-", final: true, requeueAfter: time.Hour, readyMessageContains: "all good"},
+		{name: "terminal", err: fmt.Errorf("failed to validate: %w", Terminalf("InvalidProgram", "main.tf:1:1: bad")), ready: "False/InvalidProgram", reconciling: "-", stalled: "True/InvalidProgram", final: true, readyMessageContains: "main.tf:1:1: bad"},
+		{name: "waiting", err: Waiting("DependencyNotReady", 30*time.Second, errors.New("stack a is not ready")), ready: "False/DependencyNotReady", reconciling: "True/DependencyNotReady", stalled: "-", requeueAfter: 30 * time.Second, readyMessageContains: "stack a"},
+		{name: "transient", err: errors.New("conflict"), ready: "False/ReconciliationFailed", reconciling: "True/ProgressingWithRetry", stalled: "-", returnsErr: true, readyMessageContains: "conflict"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := program(3)
+			MarkReconciling(obj, ProgressingReason, "building")
+			MarkStalled(obj, "Old", "old failure") // a previous outcome the new one must clear or replace
+			out := Summarize(obj, tc.err, "ArtifactReady", "all good", time.Hour)
+			if got := status(obj, terracev1.ReadyCondition); got != tc.ready {
+				t.Errorf("Ready %s, want %s", got, tc.ready)
+			}
+			if got := status(obj, terracev1.ReconcilingCondition); got != tc.reconciling {
+				t.Errorf("Reconciling %s, want %s", got, tc.reconciling)
+			}
+			if got := status(obj, terracev1.StalledCondition); got != tc.stalled {
+				t.Errorf("Stalled %s, want %s", got, tc.stalled)
+			}
+			if out.Final != tc.final || (out.Err != nil) != tc.returnsErr || out.Result.RequeueAfter != tc.requeueAfter {
+				t.Errorf("outcome %+v", out)
+			}
+			ready := Get(obj, terracev1.ReadyCondition)
+			if !strings.Contains(ready.Message, tc.readyMessageContains) || ready.ObservedGeneration != 3 {
+				t.Errorf("Ready %+v", ready)
+			}
+			if tc.ready == "True/ArtifactReady" {
+				if err := KstatusConformant(obj); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+func TestMarkReconcilingKeepsAKnownFailureVisible(t *testing.T) {
+	obj := program(1)
+	MarkReconciling(obj, ProgressingReason, "new generation")
+	if got := status(obj, terracev1.ReadyCondition); got != "Unknown/Progressing" {
+		t.Fatalf("Ready %s", got)
+	}
+	MarkStalled(obj, "InvalidProgram", "bad")
+	MarkReconciling(obj, ProgressingReason, "new generation")
+	if got := status(obj, terracev1.ReadyCondition); got != "False/InvalidProgram" {
+		t.Fatalf("Ready %s, want the failure kept", got)
+	}
+}
+
+func TestKstatusConformant(t *testing.T) {
+	obj := program(2)
+	if err := KstatusConformant(obj); err == nil {
+		t.Error("no Ready condition accepted")
+	}
+	MarkReady(obj, "Ok", "ok")
+	if err := KstatusConformant(obj); err != nil {
+		t.Error(err)
+	}
+	MarkTrue(obj, terracev1.ReconcilingCondition, "X", "x")
+	if err := KstatusConformant(obj); err == nil {
+		t.Error("Ready and Reconciling at once accepted")
+	}
+	obj = program(2)
+	MarkReady(obj, "Ok", "ok")
+	obj.Generation = 3
+	if err := KstatusConformant(obj); err == nil {
+		t.Error("stale Ready accepted")
+	}
+}
+
+func TestMessagesAreTruncated(t *testing.T) {
+	obj := program(1)
+	MarkFalse(obj, terracev1.ReadyCondition, "X", "%s", strings.Repeat("é", 40000))
+	msg := Get(obj, terracev1.ReadyCondition).Message
+	if len(msg) > maxMessageLength || !strings.HasSuffix(msg, "(truncated)") || !utf8Valid(msg) {
+		t.Fatalf("message of %d bytes", len(msg))
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "?") == s }
+
+func TestHandleReconcileRequest(t *testing.T) {
+	obj := program(1)
+	if HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus) {
+		t.Fatal("handled a request without the annotation")
+	}
+	obj.Annotations = map[string]string{terracev1.ReconcileRequestAnnotation: "2026-11-30T06:00:00Z"}
+	if !HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus) || obj.Status.LastHandledReconcileAt != "2026-11-30T06:00:00Z" {
+		t.Fatalf("request not handled: %+v", obj.Status)
+	}
+	if HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus) {
+		t.Fatal("the same request handled twice")
+	}
+}
+
+func TestGenerationOrRequestChanged(t *testing.T) {
+	p := GenerationOrRequestChanged()
+	old := program(1)
+	sameGen := old.DeepCopy()
+	sameGen.Status.ObservedGeneration = 1
+	newGen := program(2)
+	requested := old.DeepCopy()
+	requested.Annotations = map[string]string{terracev1.ReconcileRequestAnnotation: "now"}
+	for name, tc := range map[string]struct {
+		newObj client.Object
+		want   bool
+	}{"status only": {sameGen, false}, "new generation": {newGen, true}, "requested": {requested, true}} {
+		if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tc.newObj}); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+	if !p.Create(event.CreateEvent{Object: old}) {
+		t.Error("create dropped")
+	}
+}
+
+func TestStatusPatcherKeepsOthersConditions(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := terracev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	obj := program(1)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).WithStatusSubresource(obj).Build()
+	ctx := context.Background()
+
+	mine := &terracev1.Program{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), mine); err != nil {
+		t.Fatal(err)
+	}
+	patcher := NewStatusPatcher(c, mine)
+
+	// Meanwhile someone else adds a condition of their own.
+	theirs := mine.DeepCopy()
+	meta.SetStatusCondition(&theirs.Status.Conditions, metav1.Condition{Type: "Audited", Status: metav1.ConditionTrue, Reason: "Ok"})
+	if err := c.Status().Update(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+
+	MarkReady(mine, "ArtifactReady", "ready")
+	mine.Status.ObservedGeneration = 1
+	if err := patcher.Patch(ctx, mine, KstatusConditions...); err != nil {
+		t.Fatal(err)
+	}
+	got := &terracev1.Program{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatal(err)
+	}
+	if !IsTrue(got, terracev1.ReadyCondition) || !IsTrue(got, "Audited") || got.Status.ObservedGeneration != 1 {
+		t.Fatalf("status after patch: %+v", got.Status)
+	}
+
+	// Nothing changed: no request is sent (the fake client would bump the resourceVersion).
+	rv := got.ResourceVersion
+	if err := patcher.Patch(ctx, mine, KstatusConditions...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != rv {
+		t.Fatalf("an empty patch was sent: resourceVersion %s → %s", rv, got.ResourceVersion)
+	}
+}
