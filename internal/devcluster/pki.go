@@ -113,14 +113,14 @@ func randomSerial() *big.Int {
 
 // pkiFiles are the paths of everything the control plane reads.
 type pkiFiles struct {
-	caCert                     string
+	caCert                      string
 	apiserverCert, apiserverKey string
-	kubeletClientCert          string
-	kubeletClientKey           string
-	controllerManagerCert      string
-	controllerManagerKey       string
-	serviceAccountKey          string
-	serviceAccountPub          string
+	kubeletClientCert           string
+	kubeletClientKey            string
+	controllerManagerCert       string
+	controllerManagerKey        string
+	serviceAccountKey           string
+	serviceAccountPub           string
 }
 
 // pkiMaterial is what the Cluster keeps in memory for clients.
