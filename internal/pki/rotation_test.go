@@ -1,0 +1,288 @@
+package pki
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// testClock is a settable clock shared by an Authority and TLS configs.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock(t time.Time) *testClock { return &testClock{now: t} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+const day = 24 * time.Hour
+
+var caSecretKey = types.NamespacedName{Namespace: "terrace-system", Name: "terrace-ca"}
+
+func newFakeCASecret(opts ...func(*fake.ClientBuilder)) *CASecret {
+	b := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme)
+	for _, o := range opts {
+		o(b)
+	}
+	return &CASecret{Client: b.Build(), Key: caSecretKey}
+}
+
+// issuerOf returns the CA (of those given) that signed a leaf.
+func issuerOf(t *testing.T, leaf *Leaf, cas ...*CA) *CA {
+	t.Helper()
+	c, err := leaf.Certificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ca := range cas {
+		if c.CheckSignatureFrom(ca.Certificate()) == nil {
+			return ca
+		}
+	}
+	t.Fatal("leaf signed by none of the CAs")
+	return nil
+}
+
+func leafTrust(t *testing.T, l *Leaf) TrustSource {
+	t.Helper()
+	pool, err := l.TrustPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return TrustFunc(func() *x509.CertPool { return pool })
+}
+
+func tlsCert(t *testing.T, l *Leaf) tls.Certificate {
+	t.Helper()
+	c, err := l.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func issue(t *testing.T, a *Authority, id Identity, validity time.Duration) *Leaf {
+	t.Helper()
+	l, err := a.Issue(LeafRequest{Identity: id, Validity: validity})
+	if err != nil {
+		t.Fatalf("failed to issue %s: %v", id, err)
+	}
+	return l
+}
+
+// TestRotationOverlap walks a CA through its life with real handshakes at
+// each step: rotation when a third of its life is left, old and new leaves
+// working together during the overlap, the old CA dropped once expired.
+func TestRotationOverlap(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock(time.Now())
+	at := func(cfg *tls.Config) *tls.Config { cfg.Time = clock.Now; return cfg }
+	s := newFakeCASecret()
+	a, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca1, _ := a.CAs()
+
+	clock.Advance(200 * day) // 165 of 365 days left: not yet
+	if rotated, err := s.RotateIfDue(ctx, a, DefaultRotateWhenRemaining); err != nil || rotated {
+		t.Fatalf("rotated=%v err=%v with more than a third of the lifetime left", rotated, err)
+	}
+
+	clock.Advance(50 * day) // 115 days left
+	// A run started just before the rotation knows only CA1.
+	runnerBefore := issue(t, a, testRunner, 12*time.Hour)
+	if rotated, err := s.RotateIfDue(ctx, a, DefaultRotateWhenRemaining); err != nil || !rotated {
+		t.Fatalf("rotated=%v err=%v with less than a third of the lifetime left", rotated, err)
+	}
+	ca2, previous := a.CAs()
+	if ca2.Equal(ca1) || !previous.Equal(ca1) {
+		t.Fatal("after rotation the new CA must be current and the old one previous")
+	}
+	if n := len(mustParseBundle(t, a.CABundlePEM())); n != 2 {
+		t.Fatalf("bundle holds %d CAs during the overlap, want 2", n)
+	}
+
+	// Until the new CA is activated the controller still gets CA1 leaves, so
+	// the run that only knows CA1 keeps talking to it.
+	clock.Advance(time.Hour)
+	controllerEarly := issue(t, a, ControllerIdentity, 24*time.Hour)
+	if issuerOf(t, controllerEarly, ca1, ca2) != ca1 {
+		t.Fatal("the new CA issued before its activation delay")
+	}
+	res := handshake(t,
+		at(runnerServer(tlsCert(t, runnerBefore), leafTrust(t, runnerBefore))),
+		at(controllerClient(ptr(tlsCert(t, controllerEarly)), a, testRunner)))
+	if !res.ok() {
+		t.Fatalf("run started before rotation: server %v, client %v", res.serverErr, res.clientErr)
+	}
+	clock.Advance(19 * time.Hour)
+	controllerOld := issue(t, a, ControllerIdentity, 24*time.Hour)
+	if issuerOf(t, controllerOld, ca1, ca2) != ca1 {
+		t.Fatal("the new CA issued before its activation delay")
+	}
+
+	// After activation new leaves come from CA2; leaves from both CAs work together.
+	clock.Advance(DefaultActivationDelay - 20*time.Hour + time.Minute)
+	runnerNew := issue(t, a, testRunner, 12*time.Hour)
+	controllerNew := issue(t, a, ControllerIdentity, 12*time.Hour)
+	if issuerOf(t, runnerNew, ca1, ca2) != ca2 || issuerOf(t, controllerNew, ca1, ca2) != ca2 {
+		t.Fatal("the new CA is not issuing after its activation delay")
+	}
+	for _, pair := range []struct {
+		name               string
+		runner, controller *Leaf
+	}{
+		{"new runner, old controller", runnerNew, controllerOld},
+		{"new runner, new controller", runnerNew, controllerNew},
+	} {
+		res := handshake(t,
+			at(runnerServer(tlsCert(t, pair.runner), leafTrust(t, pair.runner))),
+			at(controllerClient(ptr(tlsCert(t, pair.controller)), a, testRunner)))
+		if !res.ok() {
+			t.Fatalf("%s: server %v, client %v", pair.name, res.serverErr, res.clientErr)
+		}
+	}
+	// An old-CA leaf on the controller side serving a runner that dials it (the state server).
+	stateServer := at(ServerTLSConfig(StaticCertificate(tlsCert(t, controllerOld)), a, nil))
+	res = handshake(t, stateServer, at(ClientTLSConfig(StaticCertificate(tlsCert(t, runnerNew)), leafTrust(t, runnerNew), ControllerIdentity)))
+	if !res.ok() {
+		t.Fatalf("old controller leaf serving a new runner: server %v, client %v", res.serverErr, res.clientErr)
+	}
+
+	// Once CA1 expires it is no longer trusted or handed out.
+	clock.Advance(ca1.Certificate().NotAfter.Sub(clock.Now()) + time.Minute)
+	if bundle := mustParseBundle(t, a.CABundlePEM()); len(bundle) != 1 || !bundle[0].Equal(ca2.Certificate()) {
+		t.Fatalf("bundle after CA1 expired holds %d CAs, want only CA2", len(bundle))
+	}
+	leafFromCA1 := issueWith(t, ca1, ControllerIdentity, ca1.Certificate().NotAfter.Add(-time.Hour))
+	if _, err := leafFromCA1.Verify(x509.VerifyOptions{Roots: a.TrustPool(), CurrentTime: ca1.Certificate().NotAfter.Add(-30 * time.Minute)}); err == nil {
+		t.Fatal("CA1 is still in the trust pool after it expired")
+	}
+
+	// The next rotation drops CA1 from the Secret.
+	clock.Advance(ca2.Certificate().NotAfter.Sub(clock.Now()) - 100*day)
+	if rotated, err := s.RotateIfDue(ctx, a, DefaultRotateWhenRemaining); err != nil || !rotated {
+		t.Fatalf("second rotation: rotated=%v err=%v", rotated, err)
+	}
+	reloaded, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, prev := reloaded.CAs()
+	if !prev.Equal(ca2) || cur.Equal(ca2) || cur.Equal(ca1) {
+		t.Fatal("the Secret after the second rotation must hold a third CA and CA2")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func mustParseBundle(t *testing.T, pemData []byte) []*x509.Certificate {
+	t.Helper()
+	certs, err := parseCertificatesPEM(pemData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs
+}
+
+// issueWith signs a leaf directly with ca, valid around at.
+func issueWith(t *testing.T, ca *CA, id Identity, at time.Time) *x509.Certificate {
+	t.Helper()
+	a, err := NewAuthorityFromCAs(Options{Clock: func() time.Time { return at }}, ca, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := issue(t, a, id, time.Hour).Certificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRotationThresholdChecked(t *testing.T) {
+	s := newFakeCASecret()
+	a, err := s.LoadOrCreate(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fraction := range []float64{0, 0.6, 0.001} {
+		if _, err := s.RotateIfDue(context.Background(), a, fraction); err == nil {
+			t.Errorf("fraction %v accepted", fraction)
+		}
+	}
+}
+
+// TestRotationAdoptsRivalWrite: when another writer rotates between our read
+// and our write, the compare-and-swap fails and its CA is adopted.
+func TestRotationAdoptsRivalWrite(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock(time.Now())
+	s := newFakeCASecret()
+	a, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rival, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(300 * day)
+
+	// Wrap the client so the rival rotates just before our update lands.
+	var once sync.Once
+	s.Client = interceptUpdate(s.Client, func() {
+		once.Do(func() {
+			rivalSecret := &CASecret{Client: s.Client.(*updateInterceptor).Client, Key: caSecretKey}
+			if rotated, err := rivalSecret.RotateIfDue(ctx, rival, DefaultRotateWhenRemaining); err != nil || !rotated {
+				t.Errorf("rival rotation: rotated=%v err=%v", rotated, err)
+			}
+		})
+	})
+	rotated, err := s.RotateIfDue(ctx, a, DefaultRotateWhenRemaining)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated {
+		t.Fatal("rotated a second time instead of adopting the rival's CA")
+	}
+	ours, _ := a.CAs()
+	theirs, _ := rival.CAs()
+	if !ours.Equal(theirs) {
+		t.Fatal("did not adopt the rival's CA")
+	}
+}
+
+// updateInterceptor runs before() ahead of every Update.
+type updateInterceptor struct {
+	client.Client
+	before func()
+}
+
+func interceptUpdate(c client.Client, before func()) client.Client {
+	return &updateInterceptor{Client: c, before: before}
+}
+
+func (u *updateInterceptor) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	u.before()
+	return u.Client.Update(ctx, obj, opts...)
+}
