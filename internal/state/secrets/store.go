@@ -283,15 +283,7 @@ func (s *Store) Get(ctx context.Context, key state.Key) (*state.State, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
-	x, err := s.loadIndex(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	cur := x.current()
-	if cur == nil {
-		return nil, &state.NotFoundError{What: "state " + key.String()}
-	}
-	return s.readVersion(ctx, key, *cur)
+	return s.readIndexed(ctx, key, func(x *indexObject) *versionEntry { return x.current() }, "state "+key.String())
 }
 
 // GetVersion implements state.Store.
@@ -299,16 +291,54 @@ func (s *Store) GetVersion(ctx context.Context, key state.Key, version state.Ver
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
-	x, err := s.loadIndex(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range x.index.Versions {
-		if e.Version == int64(version) {
-			return s.readVersion(ctx, key, e)
+	return s.readIndexed(ctx, key, func(x *indexObject) *versionEntry {
+		for i := range x.index.Versions {
+			if x.index.Versions[i].Version == int64(version) {
+				return &x.index.Versions[i]
+			}
+		}
+		return nil
+	}, fmt.Sprintf("state %s version %d", key, version))
+}
+
+// readIndexed reads the version pick chooses from the index. A version
+// dropped from the history while it was being read has lost its chunks:
+// that is not corruption, so the read starts over from a fresh index.
+func (s *Store) readIndexed(ctx context.Context, key state.Key, pick func(*indexObject) *versionEntry, what string) (*state.State, error) {
+	for {
+		x, err := s.loadIndex(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		e := pick(x)
+		if e == nil {
+			return nil, &state.NotFoundError{What: what}
+		}
+		st, err := s.readVersion(ctx, key, *e)
+		var corrupt *state.CorruptError
+		if !errors.As(err, &corrupt) {
+			return st, err
+		}
+		again, reloadErr := s.loadIndex(ctx, key)
+		if reloadErr != nil {
+			return nil, err
+		}
+		if still := pick(again); still != nil && still.Version == e.Version && sameChunks(still.Blob, e.Blob) {
+			return nil, err
 		}
 	}
-	return nil, &state.NotFoundError{What: fmt.Sprintf("state %s version %d", key, version)}
+}
+
+func sameChunks(a, b blobRef) bool {
+	if len(a.Chunks) != len(b.Chunks) {
+		return false
+	}
+	for i := range a.Chunks {
+		if a.Chunks[i] != b.Chunks[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Store) readVersion(ctx context.Context, key state.Key, e versionEntry) (*state.State, error) {
