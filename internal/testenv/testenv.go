@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -143,6 +144,12 @@ func (e *Env) Kubeconfig(dir string) (string, error) {
 	}
 	path := filepath.Join(dir, "kubeconfig")
 	return path, os.WriteFile(path, data, 0o600)
+}
+
+// CreateUnstructured creates an object given as plain JSON-like data, for
+// values that typed objects cannot express.
+func (e *Env) CreateUnstructured(ctx context.Context, obj map[string]any) error {
+	return e.Client.Create(ctx, &unstructured.Unstructured{Object: obj})
 }
 
 // Namespace creates a namespace with a generated name for one test and
