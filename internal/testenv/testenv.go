@@ -20,12 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/scheme"
 )
 
 // Tools are the binaries `make tools` builds (hack/tools/build.sh).
@@ -91,17 +90,8 @@ type Env struct {
 	env *envtest.Environment
 }
 
-// Scheme returns a scheme with the built-in kinds and Terrace's.
-func NewScheme() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := terracev1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
+// NewScheme returns a scheme with the built-in kinds and Terrace's.
+func NewScheme() *k8sruntime.Scheme { return scheme.New() }
 
 // Start starts etcd and kube-apiserver and installs config/crd/bases.
 // Call it from TestMain and Stop the result when the tests end.
