@@ -1,0 +1,204 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/testenv"
+	"github.com/terrace-dev/terrace/internal/tf"
+)
+
+var testRunnerIdentity = pki.RunnerIdentity("team-a", "web", "run-1")
+
+// testRunner is a runner server on a loopback port with a controller client.
+type testRunner struct {
+	authority *pki.Authority
+	server    *Server
+	client    *Client
+	addr      string
+	base      string // parent of the work dir: nothing may appear here
+	workDir   string
+	echo      *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newAuthority(t *testing.T) *pki.Authority {
+	t.Helper()
+	a, err := pki.NewAuthority(24 * time.Hour)
+	if err != nil {
+		t.Fatalf("failed to create authority: %v", err)
+	}
+	return a
+}
+
+func issue(t *testing.T, a *pki.Authority, id pki.Identity) *pki.Leaf {
+	t.Helper()
+	leaf, err := a.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatalf("failed to issue %s: %v", id, err)
+	}
+	return leaf
+}
+
+func certSource(t *testing.T, leaf *pki.Leaf) pki.CertificateSource {
+	t.Helper()
+	c, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki.StaticCertificate(c)
+}
+
+// startRunner starts a runner with real tofu. authority may be nil for a fresh one.
+func startRunner(t *testing.T, authority *pki.Authority, mutate ...func(*Config)) *testRunner {
+	t.Helper()
+	tofu := testenv.RequireTofu(t)
+	if authority == nil {
+		authority = newAuthority(t)
+	}
+	base := t.TempDir()
+	workDir := filepath.Join(base, "work")
+	executor, err := tf.New(tf.Config{BinaryPath: tofu, WorkDir: workDir, InterruptGrace: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("failed to create executor: %v", err)
+	}
+	runnerLeaf := issue(t, authority, testRunnerIdentity)
+	echo := &syncBuffer{}
+	cfg := Config{
+		Executor:    executor,
+		Certificate: certSource(t, runnerLeaf),
+		Trust:       pki.TrustFunc(authority.TrustPool),
+		BackendLeaf: func() (*pki.Leaf, error) { return runnerLeaf, nil },
+		Log:         logr.Discard(),
+		EchoLogs:    echo,
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := srv.GRPCServer()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	tr := &testRunner{authority: authority, server: srv, addr: lis.Addr().String(), base: base, workDir: workDir, echo: echo}
+	tr.client = tr.dial(t, ClientTLSConfig(certSource(t, issue(t, authority, pki.ControllerIdentity)), pki.TrustFunc(authority.TrustPool), testRunnerIdentity))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.client.WaitReady(ctx); err != nil {
+		t.Fatalf("runner not ready: %v", err)
+	}
+	return tr
+}
+
+func (tr *testRunner) dial(t *testing.T, cfg *tls.Config) *Client {
+	t.Helper()
+	c, err := Dial(context.Background(), tr.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// upload builds a tar.gz of files and uploads it.
+func (tr *testRunner) upload(t *testing.T, files map[string]string) {
+	t.Helper()
+	data, digest := buildArchive(t, files)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := tr.client.Upload(ctx, digest, bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("upload failed: %v", err)
+	}
+	if info.GetDigest() != digest || info.GetSize() != int64(len(data)) {
+		t.Fatalf("upload answered %v, want digest %s size %d", info, digest, len(data))
+	}
+}
+
+func buildArchive(t *testing.T, files map[string]string) ([]byte, string) {
+	t.Helper()
+	in := map[string][]byte{}
+	for name, content := range files {
+		in[name] = []byte(content)
+	}
+	data, digest, err := artifact.Build(in)
+	if err != nil {
+		t.Fatalf("failed to build archive: %v", err)
+	}
+	return data, digest
+}
+
+// logCollector gathers log lines from every call.
+type logCollector struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logCollector) log(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+}
+
+func (l *logCollector) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// filesOutside lists every file under base that is not inside the work dir.
+func (tr *testRunner) filesOutside(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	err := filepath.Walk(tr.base, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == tr.base || p == tr.workDir {
+			return nil
+		}
+		if strings.HasPrefix(p, tr.workDir+string(filepath.Separator)) {
+			return nil
+		}
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
