@@ -1,0 +1,330 @@
+package artifact
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/pki"
+)
+
+// Defaults of the artifact server.
+const (
+	// DefaultServiceName is the Service in front of the controller replicas.
+	DefaultServiceName   = "terrace-controller"
+	DefaultListenAddress = ":9443"
+	DefaultCacheBytes    = 64 << 20
+)
+
+// ServerOptions configure the artifact server.
+type ServerOptions struct {
+	// ListenAddress is host:port to listen on.
+	ListenAddress string
+	// BaseURL is the URL runners reach the server at, advertised in
+	// status.artifact.url. Empty means the in-cluster Service,
+	// https://terrace-controller.<namespace>.svc:<port>.
+	BaseURL string
+	// CacheBytes bounds the in-memory cache of built tarballs; negative
+	// disables it.
+	CacheBytes int64
+	// ShutdownTimeout bounds how long in-flight requests may finish on stop.
+	ShutdownTimeout time.Duration
+}
+
+// BindFlags binds the options to command-line flags.
+func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ListenAddress, "artifact-bind-address", DefaultListenAddress,
+		"Address the artifact server (Program tarballs, mutual TLS) listens on.")
+	fs.StringVar(&o.BaseURL, "artifact-base-url", "",
+		"URL runners reach the artifact server at; default https://"+DefaultServiceName+".<namespace>.svc:<port of --artifact-bind-address>.")
+	fs.Int64Var(&o.CacheBytes, "artifact-cache-bytes", DefaultCacheBytes,
+		"Memory for built Program tarballs kept between requests; negative disables the cache.")
+}
+
+// AdvertisedBaseURL returns BaseURL, or the in-cluster Service URL in
+// namespace (the controller's own) when BaseURL is empty.
+func (o ServerOptions) AdvertisedBaseURL(namespace string) (string, error) {
+	if o.BaseURL != "" {
+		return strings.TrimSuffix(o.BaseURL, "/"), nil
+	}
+	addr := o.ListenAddress
+	if addr == "" {
+		addr = DefaultListenAddress
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("failed to read the port of --artifact-bind-address %q: %w", addr, err)
+	}
+	if namespace == "" {
+		return "", errors.New("failed to derive the artifact base URL: the controller's namespace is unknown; set --artifact-base-url")
+	}
+	return "https://" + DefaultServiceName + "." + namespace + ".svc:" + port, nil
+}
+
+// Server serves Program tarballs at
+// /programs/{namespace}/{name}/{generation}.tar.gz over mutual TLS. It runs
+// on every controller replica as a manager Runnable.
+type Server struct {
+	opts   ServerOptions
+	cached client.Reader
+	live   client.Reader
+	tls    *tls.Config
+	cache  *lruCache
+	log    logr.Logger
+}
+
+// NewServer returns a server that reads Programs through cached (the
+// manager's cache) and, when the cache lags behind a requested generation
+// or does not know the Program yet, through live (an uncached reader; nil
+// to rely on the cache alone). cert is the server's certificate (the
+// controller identity) and trust the CAs client certificates must chain to.
+func NewServer(opts ServerOptions, cached, live client.Reader, cert pki.CertificateSource, trust pki.TrustSource) *Server {
+	if opts.ListenAddress == "" {
+		opts.ListenAddress = DefaultListenAddress
+	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 10 * time.Second
+	}
+	tlsConfig := pki.ServerTLSConfig(cert, trust, authorizeClient)
+	tlsConfig.NextProtos = []string{"http/1.1"}
+	return &Server{
+		opts:   opts,
+		cached: cached,
+		live:   live,
+		tls:    tlsConfig,
+		cache:  newLRUCache(opts.CacheBytes),
+		log:    ctrllog.Log.WithName("artifact-server"),
+	}
+}
+
+// authorizeClient admits, at the handshake, the identities that may read
+// some Program; which Programs is decided per request.
+func authorizeClient(id pki.Identity) error {
+	if id == pki.ControllerIdentity {
+		return nil
+	}
+	if _, _, _, ok := id.Runner(); ok {
+		return nil
+	}
+	return fmt.Errorf("identity %s may not fetch artifacts", id)
+}
+
+// mayRead reports whether id may read the Programs of namespace: runners of
+// that namespace and the controller.
+func mayRead(id pki.Identity, namespace string) bool {
+	if id == pki.ControllerIdentity {
+		return true
+	}
+	ns, _, _, ok := id.Runner()
+	return ok && ns == namespace
+}
+
+// NeedLeaderElection is false: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start listens and serves until ctx ends, then shuts down gracefully.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.opts.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s for the artifact server: %w", s.opts.ListenAddress, err)
+	}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		// A non-nil empty map turns HTTP/2 off.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		ErrorLog:     log.New(logWriter{s.log.V(1)}, "", 0),
+		BaseContext:  func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(tls.NewListener(ln, s.tls)) }()
+	s.log.Info("serving artifacts", "address", ln.Addr().String())
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("artifact server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("failed to shut down the artifact server: %w", err)
+	}
+	return nil
+}
+
+// logWriter sends net/http's own messages (TLS handshake errors) to logr.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Handler returns the HTTP handler; Start serves it over TLS.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /programs/{namespace}/{name}/{file}", s.serveProgram)
+	return s.instrument(mux)
+}
+
+// instrument counts and logs every answer, with names and codes only.
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &responseRecorder{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		countRequest(rec.code)
+		bytesServed.Add(float64(rec.bytes))
+		id, _ := pki.IdentityFromRequest(r)
+		s.log.V(1).Info("request", "method", r.Method, "path", r.URL.Path, "code", rec.code,
+			"bytes", rec.bytes, "identity", string(id), "duration", time.Since(start).String())
+	})
+}
+
+type responseRecorder struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (r *responseRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *responseRecorder) Write(p []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (s *Server) serveProgram(w http.ResponseWriter, r *http.Request) {
+	namespace, name := r.PathValue("namespace"), r.PathValue("name")
+	genText, ok := strings.CutSuffix(r.PathValue("file"), ".tar.gz")
+	generation, err := strconv.ParseInt(genText, 10, 64)
+	if !ok || err != nil || generation < 1 || strconv.FormatInt(generation, 10) != genText {
+		http.Error(w, "not found: want /programs/{namespace}/{name}/{generation}.tar.gz", http.StatusNotFound)
+		return
+	}
+	id, err := pki.IdentityFromRequest(r)
+	if err != nil || !mayRead(id, namespace) {
+		http.Error(w, fmt.Sprintf("forbidden: %s may not read programs of namespace %s", id, namespace), http.StatusForbidden)
+		return
+	}
+
+	program, err := s.getProgram(r.Context(), types.NamespacedName{Namespace: namespace, Name: name}, generation)
+	switch {
+	case apierrors.IsNotFound(err):
+		http.Error(w, fmt.Sprintf("program %s/%s not found", namespace, name), http.StatusNotFound)
+		return
+	case err != nil:
+		s.log.Error(err, "failed to read program", "program", namespace+"/"+name)
+		http.Error(w, "failed to read the program; retry later", http.StatusServiceUnavailable)
+		return
+	case generation > program.Generation:
+		http.Error(w, fmt.Sprintf("program %s/%s has no generation %d yet (current: %d)", namespace, name, generation, program.Generation), http.StatusNotFound)
+		return
+	case generation < program.Generation:
+		http.Error(w, fmt.Sprintf("generation %d of program %s/%s is superseded by %d: read status.artifact again", generation, namespace, name, program.Generation), http.StatusGone)
+		return
+	}
+	if msg, invalid := invalidGeneration(program); invalid {
+		http.Error(w, fmt.Sprintf("generation %d of program %s/%s is invalid: %s", generation, namespace, name, msg), http.StatusConflict)
+		return
+	}
+
+	built, err := s.artifactOf(program)
+	if err != nil {
+		s.log.Error(err, "failed to build program artifact", "program", namespace+"/"+name, "generation", generation)
+		http.Error(w, "failed to build the artifact", http.StatusInternalServerError)
+		return
+	}
+	etag := `"` + built.digest + `"`
+	h := w.Header()
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "private, no-cache")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if etagMatches(r.Header.Get("If-None-Match"), etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", "application/gzip")
+	h.Set("Content-Length", strconv.Itoa(len(built.data)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	_, _ = w.Write(built.data)
+}
+
+// getProgram reads the Program from the cache and, when the cache does not
+// have it or has an older generation than asked for (another replica's
+// controller may be ahead of this replica's cache), from the API server.
+func (s *Server) getProgram(ctx context.Context, key types.NamespacedName, generation int64) (*terracev1.Program, error) {
+	p := &terracev1.Program{}
+	err := s.cached.Get(ctx, key, p)
+	if s.live == nil || (err == nil && p.Generation >= generation) || (err != nil && !apierrors.IsNotFound(err)) {
+		return p, err
+	}
+	p = &terracev1.Program{}
+	return p, s.live.Get(ctx, key, p)
+}
+
+// invalidGeneration reports whether the controller found the Program's
+// current generation invalid, with the Ready message saying why.
+func invalidGeneration(p *terracev1.Program) (string, bool) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == terracev1.ReadyCondition && c.Reason == terracev1.InvalidProgramReason && c.ObservedGeneration == p.Generation {
+			return c.Message, true
+		}
+	}
+	return "", false
+}
+
+func (s *Server) artifactOf(p *terracev1.Program) (builtArtifact, error) {
+	key := string(p.UID) + "/" + strconv.FormatInt(p.Generation, 10)
+	if a, ok := s.cache.get(key); ok {
+		return a, nil
+	}
+	data, digest, err := BuildProgram(p)
+	if err != nil {
+		return builtArtifact{}, err
+	}
+	a := builtArtifact{data: data, digest: digest}
+	s.cache.add(key, a)
+	return a, nil
+}
+
+// etagMatches implements If-None-Match for a strong ETag: a list of tags,
+// weak or strong, or "*".
+func etagMatches(header, etag string) bool {
+	for _, tag := range strings.Split(header, ",") {
+		tag = strings.TrimSpace(tag)
+		if tag == "*" || strings.TrimPrefix(tag, "W/") == etag {
+			return true
+		}
+	}
+	return false
+}
