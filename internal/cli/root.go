@@ -17,5 +17,6 @@ func NewRootCommand() *cobra.Command {
 	}
 	root.AddCommand(newVersionCommand())
 	root.AddCommand(newRunnerCommand())
+	root.AddCommand(newDevCommand())
 	return root
 }

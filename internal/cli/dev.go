@@ -1,0 +1,431 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/terrace-dev/terrace/internal/devcluster"
+	"github.com/terrace-dev/terrace/internal/devnode"
+)
+
+type devOptions struct {
+	dir           string
+	demo          bool
+	demoTimeout   time.Duration
+	examplesDir   string
+	crdDir        string
+	terraceBinary string
+	nodeName      string
+	podSubnet     string
+	verbose       int
+}
+
+func defaultDevDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "terrace", "dev")
+}
+
+func newDevCommand() *cobra.Command {
+	var o devOptions
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local cluster (control plane, devnode, controller) without Docker",
+		Long: "terrace dev starts etcd, kube-apiserver and kube-controller-manager from the binaries `make tools`\n" +
+			"builds, installs the CRDs, and runs a devnode (which runs Terrace's pods as local processes) and\n" +
+			"the Terrace controller in this process, until Ctrl-C. The admin kubeconfig is written to\n" +
+			"<dir>/kubeconfig. With --demo it applies the examples, waits for them and prints the results.\n" +
+			"See docs/dev-cluster.md.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runDev(ctx, cmd.OutOrStdout(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dir, "dir", defaultDevDir(), "directory for the kubeconfig, cluster data, pod files and logs (wiped on start)")
+	f.BoolVar(&o.demo, "demo", false, "apply the examples, wait until they are Ready, print the results and exit")
+	f.DurationVar(&o.demoTimeout, "demo-timeout", 10*time.Minute, "how long --demo waits for the examples")
+	f.StringVar(&o.examplesDir, "examples", "examples", "manifests --demo applies (looked up from the current directory upwards)")
+	f.StringVar(&o.crdDir, "crds", filepath.Join("config", "crd", "bases"), "CRD manifests to install (looked up from the current directory upwards)")
+	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary devnode runs for terrace-image containers (default: this binary)")
+	f.StringVar(&o.nodeName, "node-name", "devnode", "name of the Node devnode registers")
+	f.StringVar(&o.podSubnet, "pod-subnet", "", "loopback range for pod addresses, such as 127.0.0.0/24 (default: a random 127.x.y.0/24)")
+	f.IntVarP(&o.verbose, "verbose", "v", 0, "log verbosity")
+	cmd.AddCommand(newDevLogsCommand(), newDevPodFixtureCommand())
+	return cmd
+}
+
+// findUpwards returns path when it exists relative to the current directory
+// or one of its parents, so `terrace dev` works from anywhere in a checkout.
+func findUpwards(path string) (string, error) {
+	if filepath.IsAbs(path) {
+		return path, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		candidate := filepath.Join(dir, path)
+		if _, err := os.Stat(candidate); err == nil {
+			return candidate, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("%s not found in the current directory or its parents: run from the Terrace checkout or pass its path", path)
+		}
+		dir = parent
+	}
+}
+
+func devLogger(w io.Writer, verbosity int) logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		fmt.Fprintln(w, time.Now().Format("15:04:05.000"), prefix, args)
+	}, funcr.Options{Verbosity: verbosity})
+}
+
+func runDev(ctx context.Context, out io.Writer, o devOptions) error {
+	begin := time.Now()
+	log := devLogger(os.Stderr, o.verbose)
+	if o.terraceBinary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("failed to find this binary: %w", err)
+		}
+		o.terraceBinary = self
+	}
+	crds, err := findUpwards(o.crdDir)
+	if err != nil {
+		return err
+	}
+	var examples string
+	if o.demo {
+		if examples, err = findUpwards(o.examplesDir); err != nil {
+			return err
+		}
+	}
+	binDir, err := devcluster.FindBinDir()
+	if err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	// Pods find tofu on PATH, next to the terrace binary.
+	path := []string{filepath.Dir(o.terraceBinary)}
+	if tofu := devcluster.FindTofu(); tofu != "" {
+		path = append(path, filepath.Dir(tofu))
+	} else {
+		log.Info("no tofu binary found: runner pods will fail until `make tools` builds it")
+	}
+	path = append(path, os.Getenv("PATH"))
+
+	startCtx, cancelStart := context.WithTimeout(ctx, devcluster.StartupTimeout)
+	dev, err := devcluster.StartDev(startCtx, devcluster.DevOptions{
+		Dir:           dir,
+		BinDir:        binDir,
+		CRDDirs:       []string{crds},
+		TerraceBinary: o.terraceBinary,
+		NodeName:      o.nodeName,
+		PodSubnet:     o.podSubnet,
+		PodEnv:        []corev1.EnvVar{{Name: "PATH", Value: strings.Join(path, string(os.PathListSeparator))}},
+		Log:           log,
+	})
+	cancelStart()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "stopping: pods, controller-manager, api server, etcd")
+		if err := dev.Stop(); err != nil {
+			log.Error(err, "failed to stop cleanly")
+		}
+	}()
+
+	controllerCtx, stopController := context.WithCancel(ctx)
+	controllerDone := make(chan error, 1)
+	go func() { controllerDone <- runDevController(controllerCtx, dev.Cluster.Config, log) }()
+	defer func() {
+		stopController()
+		if err := <-controllerDone; err != nil {
+			log.Error(err, "controller stopped with an error")
+		}
+	}()
+
+	fmt.Fprintf(out, "terrace dev: ready in %.1fs (node %s, pod addresses %s, logs under %s)\n",
+		time.Since(begin).Seconds(), dev.Node.Name(), dev.Node.PodSubnet(), filepath.Join(dev.NodeDir, "logs"))
+	fmt.Fprintf(out, "export KUBECONFIG=%s\n", dev.KubeconfigPath)
+
+	if o.demo {
+		return runDemo(ctx, out, dev, examples, o.demoTimeout, controllerDone)
+	}
+	fmt.Fprintln(out, "press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-controllerDone:
+		controllerDone <- err
+		if err != nil {
+			return fmt.Errorf("controller stopped: %w", err)
+		}
+		<-ctx.Done()
+		return nil
+	}
+}
+
+// runDevController runs the Terrace controller against the dev cluster
+// until ctx ends.
+//
+// CONTROLLER CALL SITE: internal/operator (operator.Run(ctx, cfg,
+// operator.Options{...})) is not in this build yet; once it is, call it here
+// and return its error. Until then the dev cluster runs without the
+// controller and says so.
+func runDevController(ctx context.Context, _ *rest.Config, log logr.Logger) error {
+	log.Info("the Terrace controller is not part of this build yet: Programs and Stacks will not be reconciled")
+	<-ctx.Done()
+	return nil
+}
+
+func runDemo(ctx context.Context, out io.Writer, dev *devcluster.Dev, examples string, timeout time.Duration, controllerDone <-chan error) error {
+	objs, err := devcluster.ReadManifests(examples)
+	if err != nil {
+		return err
+	}
+	if len(objs) == 0 {
+		return fmt.Errorf("no manifests in %s", examples)
+	}
+	progress := func(line string) { fmt.Fprintln(out, "demo:", line) }
+	if err := devcluster.Apply(ctx, dev.Cluster.Config, objs, progress); err != nil {
+		return err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	go func() {
+		// A controller that dies ends the wait early: nothing will change.
+		if err := <-controllerDone; err != nil {
+			progress("controller stopped: " + err.Error())
+			cancel()
+		}
+	}()
+	outcomes, waitErr := devcluster.WaitAll(waitCtx, dev.Cluster.Config, objs, progress)
+	fmt.Fprintln(out, "\nresults:")
+	if err := devcluster.Report(ctx, dev.Cluster.Config, outcomes, out); err != nil {
+		return err
+	}
+	ready, failed := 0, 0
+	for _, o := range outcomes {
+		switch o.Health {
+		case devcluster.Current:
+			ready++
+		case devcluster.Failed:
+			failed++
+		}
+	}
+	fmt.Fprintf(out, "\ndemo: %d of %d objects Ready, %d failed\n", ready, len(outcomes), failed)
+	if waitErr != nil || ready != len(outcomes) {
+		return fmt.Errorf("the demo did not fully work: %d of %d objects Ready", ready, len(outcomes))
+	}
+	return nil
+}
+
+func newDevLogsCommand() *cobra.Command {
+	var (
+		dir, namespace, container string
+		follow, previous          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "logs POD",
+		Short: "Print the log of a pod's container run by terrace dev",
+		Long: "Reads <dir>/node/logs/<namespace>_<pod>_<uid>/<container>/<restart>.log, which stays after the pod\n" +
+			"is deleted (until the next terrace dev start). `kubectl logs` works too while the cluster runs.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := devnode.FindLog(filepath.Join(dir, "node"), namespace, args[0], container, previous)
+			if err != nil {
+				return err
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = f.Close() }()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ticker := time.NewTicker(200 * time.Millisecond)
+			defer ticker.Stop()
+			for {
+				if _, err := io.Copy(cmd.OutOrStdout(), f); err != nil {
+					return err
+				}
+				if !follow {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-ticker.C:
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", defaultDevDir(), "the terrace dev directory")
+	f.StringVarP(&namespace, "namespace", "n", corev1.NamespaceDefault, "the pod's namespace")
+	f.StringVarP(&container, "container", "c", "", "container name (default: the pod's only container)")
+	f.BoolVarP(&follow, "follow", "f", false, "keep printing what is appended")
+	f.BoolVarP(&previous, "previous", "p", false, "the run before the latest one")
+	return cmd
+}
+
+// newDevPodFixtureCommand is a hidden process for devnode's end-to-end
+// tests: it serves what a pod sees (files, environment, identity) over HTTP
+// and gRPC health, or prints lines and exits with a chosen code.
+func newDevPodFixtureCommand() *cobra.Command {
+	var (
+		listen, grpcListen string
+		files              []string
+		say                []string
+		exitCode           int
+		whoami             bool
+	)
+	cmd := &cobra.Command{
+		Use:    "pod-fixture",
+		Short:  "Test process for devnode (serves its files and environment)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, line := range say {
+				fmt.Fprintln(cmd.OutOrStdout(), line)
+			}
+			if listen == "" {
+				if exitCode != 0 {
+					os.Exit(exitCode)
+				}
+				return nil
+			}
+			identity := ""
+			if whoami {
+				user, err := reviewSelf(cmd.Context())
+				if err != nil {
+					return err
+				}
+				identity = user
+				fmt.Fprintln(cmd.OutOrStdout(), "authenticated as", user)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return serveFixture(ctx, cmd.OutOrStdout(), listen, grpcListen, files, identity)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "", "HTTP address: /healthz, /env/NAME, /file/NAME, /whoami")
+	f.StringVar(&grpcListen, "grpc-listen", "", "gRPC health address")
+	f.StringArrayVar(&files, "file", nil, "NAME=PATH served at /file/NAME")
+	f.StringArrayVar(&say, "say", nil, "line to print first")
+	f.IntVar(&exitCode, "exit", 0, "exit with this code after printing (without --listen)")
+	f.BoolVar(&whoami, "whoami", false, "ask the API server who this pod is (KUBECONFIG) before serving")
+	return cmd
+}
+
+func reviewSelf(ctx context.Context) (string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return "", fmt.Errorf("failed to load KUBECONFIG: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("failed to review self: %w", err)
+	}
+	return review.Status.UserInfo.Username, nil
+}
+
+func serveFixture(ctx context.Context, out io.Writer, listen, grpcListen string, files []string, identity string) error {
+	paths := map[string]string{}
+	for _, f := range files {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok {
+			return fmt.Errorf("--file %q: want NAME=PATH", f)
+		}
+		paths[name] = path
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /env/{name}", func(w http.ResponseWriter, r *http.Request) {
+		v, ok := os.LookupEnv(r.PathValue("name"))
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, v)
+	})
+	mux.HandleFunc("GET /file/{name}", func(w http.ResponseWriter, r *http.Request) {
+		data, err := os.ReadFile(paths[r.PathValue("name")])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		_, _ = w.Write(data)
+	})
+	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, identity) })
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errs := make(chan error, 2)
+	go func() { errs <- srv.Serve(lis) }()
+	if grpcListen != "" {
+		glis, err := net.Listen("tcp", grpcListen)
+		if err != nil {
+			return fmt.Errorf("failed to listen on %s: %w", grpcListen, err)
+		}
+		gs := grpc.NewServer()
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		go func() { errs <- gs.Serve(glis) }()
+		defer gs.Stop()
+	}
+	fmt.Fprintln(out, "serving on", lis.Addr().String())
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "terminating")
+	case err := <-errs:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}

@@ -1,0 +1,232 @@
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/terrace-dev/terrace/internal/devnode"
+)
+
+// Tool versions `make tools` builds (hack/tools/build.sh); the cache layout
+// below mirrors that script.
+const (
+	KubernetesVersion = "v1.37.2"
+	OpenTofuVersion   = "v1.12.6"
+)
+
+// ToolsCacheDir is where hack/tools/build.sh puts the binaries:
+// $TERRACE_TOOLS_DIR, else $XDG_CACHE_HOME/terrace/tools, else
+// ~/.cache/terrace/tools.
+func ToolsCacheDir() string {
+	if d := os.Getenv("TERRACE_TOOLS_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "terrace", "tools")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "terrace", "tools")
+}
+
+// FindBinDir returns the directory with etcd, kube-apiserver and
+// kube-controller-manager: $KUBEBUILDER_ASSETS, else the `make tools` cache.
+// It builds nothing.
+func FindBinDir() (string, error) {
+	dirs := []string{filepath.Join(ToolsCacheDir(), "kubebuilder-assets-"+KubernetesVersion)}
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		dirs = append([]string{d}, dirs...)
+	}
+	for _, d := range dirs {
+		if hasControlPlane(d) {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("no control-plane binaries (etcd, kube-apiserver, kube-controller-manager) in %s: run `make tools` (a cold build takes ~25 minutes) or set KUBEBUILDER_ASSETS", strings.Join(dirs, " or "))
+}
+
+func hasControlPlane(dir string) bool {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		if info, err := os.Stat(filepath.Join(dir, b)); err != nil || info.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+// FindTofu returns the tofu binary: $TERRACE_TOFU, tofu on PATH, else the
+// `make tools` cache; empty when there is none.
+func FindTofu() string {
+	if t := os.Getenv("TERRACE_TOFU"); t != "" {
+		return t
+	}
+	if t, err := exec.LookPath("tofu"); err == nil {
+		return t
+	}
+	t := filepath.Join(ToolsCacheDir(), "tofu-"+OpenTofuVersion, "tofu")
+	if _, err := os.Stat(t); err == nil {
+		return t
+	}
+	return ""
+}
+
+// DevOptions configure a dev environment: a control plane and a devnode.
+type DevOptions struct {
+	// Dir holds everything: kubeconfig, cluster/ (control plane) and node/
+	// (pods and logs). Both subdirectories are wiped on start. Required.
+	Dir string
+	// BinDir holds the control-plane binaries; FindBinDir when empty.
+	BinDir string
+	// CRDDirs are installed before the node starts.
+	CRDDirs []string
+	// TerraceBinary is what devnode runs for terrace-image containers.
+	TerraceBinary string
+	// NodeName and PodSubnet are passed to devnode.
+	NodeName, PodSubnet string
+	// PodEnv is added to every pod container's environment.
+	PodEnv []corev1.EnvVar
+	// Log receives progress; discarded when unset.
+	Log logr.Logger
+}
+
+// Dev is a running control plane with a devnode.
+type Dev struct {
+	Cluster *Cluster
+	Node    *devnode.Node
+	// KubeconfigPath is Dir/kubeconfig, an admin kubeconfig.
+	KubeconfigPath string
+	// NodeDir is the devnode's directory (pods/ and logs/).
+	NodeDir string
+
+	lock     *os.File
+	stopNode context.CancelFunc
+	nodeDone chan error
+}
+
+// StartDev locks opts.Dir (one dev environment per directory), starts the
+// control plane, installs the CRDs and runs a devnode until Stop.
+func StartDev(ctx context.Context, opts DevOptions) (*Dev, error) {
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	if opts.BinDir == "" {
+		dir, err := FindBinDir()
+		if err != nil {
+			return nil, err
+		}
+		opts.BinDir = dir
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create %s: %w", opts.Dir, err)
+	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dev{lock: lock, KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig"), NodeDir: filepath.Join(opts.Dir, "node")}
+	if err := os.RemoveAll(d.NodeDir); err != nil {
+		d.unlock()
+		return nil, fmt.Errorf("failed to clear %s: %w", d.NodeDir, err)
+	}
+	cluster, err := Start(ctx, Options{BinDir: opts.BinDir, Dir: filepath.Join(opts.Dir, "cluster"), CRDDirs: opts.CRDDirs, Log: opts.Log})
+	if err != nil {
+		d.unlock()
+		return nil, err
+	}
+	d.Cluster = cluster
+	kubeconfig, err := os.ReadFile(cluster.KubeconfigPath)
+	if err == nil {
+		err = os.WriteFile(d.KubeconfigPath, kubeconfig, 0o600)
+	}
+	if err != nil {
+		_ = d.Stop()
+		return nil, fmt.Errorf("failed to write %s: %w", d.KubeconfigPath, err)
+	}
+	certPEM, keyPEM, err := cluster.IssueServingCertificate("127.0.0.1", "localhost")
+	if err != nil {
+		_ = d.Stop()
+		return nil, err
+	}
+	node, err := devnode.New(cluster.Config, devnode.Options{
+		NodeName:       opts.NodeName,
+		Binary:         opts.TerraceBinary,
+		Dir:            d.NodeDir,
+		PodSubnet:      opts.PodSubnet,
+		Env:            opts.PodEnv,
+		ServingCertPEM: certPEM,
+		ServingKeyPEM:  keyPEM,
+		ClientCAPEM:    cluster.CACertPEM,
+		Log:            opts.Log.WithName("devnode"),
+	})
+	if err != nil {
+		_ = d.Stop()
+		return nil, err
+	}
+	d.Node = node
+	nodeCtx, stopNode := context.WithCancel(context.Background())
+	d.stopNode, d.nodeDone = stopNode, make(chan error, 1)
+	go func() { d.nodeDone <- node.Run(nodeCtx) }()
+	select {
+	case <-node.Ready():
+	case err := <-d.nodeDone:
+		d.nodeDone <- err
+		_ = d.Stop()
+		return nil, fmt.Errorf("devnode failed to start: %w", err)
+	case <-ctx.Done():
+		_ = d.Stop()
+		return nil, fmt.Errorf("timed out starting devnode: %w", ctx.Err())
+	}
+	return d, nil
+}
+
+// Stop stops the devnode (and with it every pod process), then the control
+// plane, and releases the directory.
+func (d *Dev) Stop() error {
+	var errs []error
+	if d.stopNode != nil {
+		d.stopNode()
+		if err := <-d.nodeDone; err != nil {
+			errs = append(errs, fmt.Errorf("devnode: %w", err))
+		}
+		d.stopNode = nil
+	}
+	if d.Cluster != nil {
+		if err := d.Cluster.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.unlock()
+	return errors.Join(errs...)
+}
+
+func (d *Dev) unlock() {
+	if d.lock != nil {
+		_ = d.lock.Close()
+		d.lock = nil
+	}
+}
+
+// lockDir takes an exclusive lock on dir/lock, held while the file is open.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("another terrace dev is using %s (stop it, or pass another --dir)", dir)
+	}
+	return f, nil
+}
+
+// StartupTimeout is a generous bound for StartDev on a loaded machine.
+const StartupTimeout = 2 * time.Minute

@@ -1,0 +1,485 @@
+// Package devnode is a small kubelet and scheduler for Terrace's own pods.
+// It registers a Ready Node, binds pending pods to it and runs each pod's
+// containers as processes of the local terrace binary, each pod on its own
+// loopback address, so that the controller's production code path (pods,
+// Secrets, probes, pod IPs, exit codes) runs unchanged without Docker.
+// docs/dev-cluster.md describes the contract a pod's process sees.
+package devnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// Options configure a devnode.
+type Options struct {
+	// NodeName is the Node's name; "devnode" when empty.
+	NodeName string
+	// Binary is the terrace binary every supported container runs. Required.
+	Binary string
+	// Images are the image repositories mapped to Binary: a repository, or
+	// "*/name" for any repository ending in "/name". DefaultImages when empty.
+	Images []string
+	// Dir holds pod directories (pods/<uid>) and logs
+	// (logs/<namespace>_<pod>_<uid>/<container>/<restart>.log). Required.
+	Dir string
+	// PodSubnet is the loopback range pod addresses come from, such as
+	// "127.0.0.0/24"; a random 127.x.y.0/24 when empty.
+	PodSubnet string
+	// Env is added to every container's environment before the pod's own
+	// variables (for example TERRACE_TOFU, or PATH with tofu on it).
+	Env []corev1.EnvVar
+	// ServingCertPEM and ServingKeyPEM, with ClientCAPEM, start the log
+	// server the API server calls for `kubectl logs`; it accepts only client
+	// certificates signed by ClientCAPEM. No log server when unset.
+	ServingCertPEM, ServingKeyPEM, ClientCAPEM []byte
+	// ShutdownGrace caps each pod's grace period when devnode stops; 10 s
+	// when zero.
+	ShutdownGrace time.Duration
+	// Log receives devnode's own messages; discarded when unset.
+	Log logr.Logger
+}
+
+// Node is a running devnode.
+type Node struct {
+	opts   Options
+	client kubernetes.Interface
+	log    logr.Logger
+	ips    *ipPool
+
+	apiURL, apiHost, apiPort string
+	path                     string // PATH for pods: the binary's directory first
+
+	mu      sync.Mutex
+	workers map[types.UID]*podWorker
+	wg      sync.WaitGroup
+
+	logPort int
+	ready   chan struct{}
+}
+
+// New checks the options and prepares a Node for cfg's cluster.
+func New(cfg *rest.Config, opts Options) (*Node, error) {
+	if opts.NodeName == "" {
+		opts.NodeName = "devnode"
+	}
+	if len(opts.Images) == 0 {
+		opts.Images = DefaultImages
+	}
+	if opts.ShutdownGrace == 0 {
+		opts.ShutdownGrace = 10 * time.Second
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("devnode needs a directory for pods and logs")
+	}
+	bin, err := filepath.Abs(opts.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("failed to resolve terrace binary: %w", err)
+	}
+	if info, err := os.Stat(bin); err != nil || info.IsDir() {
+		return nil, fmt.Errorf("terrace binary %q is missing: build it with `make build`", opts.Binary)
+	}
+	opts.Binary = bin
+	ips, err := newIPPool(opts.PodSubnet)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("failed to parse API server address %q", cfg.Host)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		host, port = u.Host, "443"
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create clientset: %w", err)
+	}
+	return &Node{
+		opts:    opts,
+		client:  client,
+		log:     opts.Log.WithValues("node", opts.NodeName),
+		ips:     ips,
+		apiURL:  "https://" + u.Host,
+		apiHost: host,
+		apiPort: port,
+		path:    filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		workers: map[types.UID]*podWorker{},
+		ready:   make(chan struct{}),
+	}, nil
+}
+
+// Name is the Node's name.
+func (n *Node) Name() string { return n.opts.NodeName }
+
+// PodSubnet is the loopback range pods get their addresses from.
+func (n *Node) PodSubnet() string { return n.ips.prefix.String() }
+
+// Ready is closed once the Node is registered and pods are being watched.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// Pids lists the process ids of the containers running now.
+func (n *Node) Pids() []int {
+	n.mu.Lock()
+	workers := make([]*podWorker, 0, len(n.workers))
+	for _, w := range n.workers {
+		workers = append(workers, w)
+	}
+	n.mu.Unlock()
+	var pids []int
+	for _, w := range workers {
+		w.mu.Lock()
+		for _, c := range append(append([]*containerState(nil), w.state.initContainers...), w.state.containers...) {
+			if c.runningSince != nil {
+				pids = append(pids, c.pid)
+			}
+		}
+		w.mu.Unlock()
+	}
+	return pids
+}
+
+// Run registers the Node, schedules and runs pods until ctx ends, then
+// stops every pod's processes (SIGTERM, SIGKILL after the grace period,
+// capped by ShutdownGrace) before returning.
+func (n *Node) Run(ctx context.Context) error {
+	if err := os.MkdirAll(n.opts.Dir, 0o755); err != nil {
+		return fmt.Errorf("failed to create %s: %w", n.opts.Dir, err)
+	}
+	var stopLogs func()
+	if len(n.opts.ServingCertPEM) > 0 {
+		var err error
+		if stopLogs, err = n.serveLogs(); err != nil {
+			return err
+		}
+		defer stopLogs()
+	}
+	if err := n.register(ctx); err != nil {
+		return err
+	}
+
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]())
+	defer queue.ShutDown()
+	own := informers.NewSharedInformerFactoryWithOptions(n.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", n.opts.NodeName).String()
+	}))
+	pending := informers.NewSharedInformerFactoryWithOptions(n.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=,status.phase!=Succeeded,status.phase!=Failed"
+	}))
+	if _, err := own.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { n.podChanged(ctx, obj) },
+		UpdateFunc: func(_, obj any) { n.podChanged(ctx, obj) },
+		DeleteFunc: n.podDeleted,
+	}); err != nil {
+		return fmt.Errorf("failed to watch pods: %w", err)
+	}
+	enqueue := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			queue.Add(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
+		}
+	}
+	if _, err := pending.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	}); err != nil {
+		return fmt.Errorf("failed to watch pending pods: %w", err)
+	}
+	own.Start(ctx.Done())
+	pending.Start(ctx.Done())
+	for _, synced := range []map[reflect.Type]bool{own.WaitForCacheSync(ctx.Done()), pending.WaitForCacheSync(ctx.Done())} {
+		for _, ok := range synced {
+			if !ok && ctx.Err() == nil {
+				return errors.New("failed to sync the pod caches")
+			}
+		}
+	}
+
+	var background sync.WaitGroup
+	background.Add(2)
+	go func() { defer background.Done(); n.heartbeat(ctx) }()
+	go func() { defer background.Done(); n.schedule(ctx, queue, pending.Core().V1().Pods().Lister()) }()
+	close(n.ready)
+	n.log.Info("node ready", "podSubnet", n.PodSubnet())
+
+	<-ctx.Done()
+	queue.ShutDown()
+	n.shutdown()
+	own.Shutdown()
+	pending.Shutdown()
+	background.Wait()
+	return nil
+}
+
+// shutdown stops every pod's processes and waits for the workers.
+func (n *Node) shutdown() {
+	deadline := time.Now().Add(n.opts.ShutdownGrace)
+	n.mu.Lock()
+	for _, w := range n.workers {
+		pod := w.latest()
+		d := time.Now().Add(terminationGrace(pod))
+		if d.After(deadline) {
+			d = deadline
+		}
+		w.stop(d, false)
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+func (n *Node) podChanged(ctx context.Context, obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || ctx.Err() != nil {
+		return
+	}
+	n.mu.Lock()
+	w, ok := n.workers[pod.UID]
+	if !ok {
+		w = newPodWorker(n, pod)
+		n.workers[pod.UID] = w
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			w.run(ctx)
+			n.mu.Lock()
+			delete(n.workers, w.uid)
+			n.mu.Unlock()
+		}()
+	}
+	n.mu.Unlock()
+	w.observe(pod)
+}
+
+func (n *Node) podDeleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	n.mu.Lock()
+	w := n.workers[pod.UID]
+	n.mu.Unlock()
+	if w != nil {
+		// Gone from the API (force-deleted): stop at once.
+		w.stop(time.Now(), false)
+	}
+}
+
+// worker finds the running worker of a pod by name.
+func (n *Node) worker(namespace, name string) *podWorker {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, w := range n.workers {
+		if w.key == namespace+"/"+name {
+			return w
+		}
+	}
+	return nil
+}
+
+// schedule binds pending pods that devnode can take to this Node.
+func (n *Node) schedule(ctx context.Context, queue workqueue.TypedRateLimitingInterface[types.NamespacedName], lister corelisters.PodLister) {
+	for {
+		key, shutdown := queue.Get()
+		if shutdown {
+			return
+		}
+		err := n.bind(ctx, key, lister)
+		if err != nil && ctx.Err() == nil {
+			n.log.Info("failed to bind pod, retrying", "pod", key.String(), "error", err.Error())
+			queue.AddRateLimited(key)
+		} else {
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+}
+
+func (n *Node) bind(ctx context.Context, key types.NamespacedName, lister corelisters.PodLister) error {
+	pod, err := lister.Pods(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil ||
+		(pod.Spec.SchedulerName != "" && pod.Spec.SchedulerName != corev1.DefaultSchedulerName) {
+		return nil
+	}
+	for k, v := range pod.Spec.NodeSelector {
+		if n.labels()[k] != v {
+			return nil // meant for another node
+		}
+	}
+	err = n.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: n.opts.NodeName},
+	}, metav1.CreateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // bound by someone else, or gone
+	}
+	if err != nil {
+		return fmt.Errorf("failed to bind: %w", err)
+	}
+	n.log.V(1).Info("bound pod", "pod", key.String())
+	return nil
+}
+
+func (n *Node) labels() map[string]string {
+	return map[string]string{
+		corev1.LabelHostname:   n.opts.NodeName,
+		corev1.LabelOSStable:   runtime.GOOS,
+		corev1.LabelArchStable: runtime.GOARCH,
+		"terrace.dev/devnode":  "true",
+	}
+}
+
+// register creates or refreshes the Node, clears the taints the API
+// server's admission adds to new nodes, and reports it Ready.
+func (n *Node) register(ctx context.Context) error {
+	nodes := n.client.CoreV1().Nodes()
+	node, err := nodes.Get(ctx, n.opts.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.opts.NodeName, Labels: n.labels()}}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("failed to register node %s: %w", n.opts.NodeName, err)
+	}
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	for k, v := range n.labels() {
+		node.Labels[k] = v
+	}
+	var taints []corev1.Taint
+	for _, t := range node.Spec.Taints {
+		if !strings.HasPrefix(t.Key, "node.kubernetes.io/") {
+			taints = append(taints, t)
+		}
+	}
+	node.Spec.Taints = taints
+	if node, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to update node %s: %w", n.opts.NodeName, err)
+	}
+	return n.updateNodeStatus(ctx, node)
+}
+
+func (n *Node) updateNodeStatus(ctx context.Context, node *corev1.Node) error {
+	now := metav1.Now()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    nodeCPU,
+		corev1.ResourceMemory: nodeMemory,
+		corev1.ResourcePods:   resource.MustParse("250"),
+	}
+	node.Status.Capacity, node.Status.Allocatable = capacity, capacity
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: hostIP}, {Type: corev1.NodeHostName, Address: n.opts.NodeName}}
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(n.logPort)
+	node.Status.NodeInfo = corev1.NodeSystemInfo{
+		OperatingSystem:         runtime.GOOS,
+		Architecture:            runtime.GOARCH,
+		KubeletVersion:          "devnode",
+		ContainerRuntimeVersion: "devnode://terrace",
+	}
+	conds := []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "devnode is posting ready status"},
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
+		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
+	}
+	for i := range conds {
+		conds[i].LastHeartbeatTime, conds[i].LastTransitionTime = now, now
+		for _, old := range node.Status.Conditions {
+			if old.Type == conds[i].Type && old.Status == conds[i].Status {
+				conds[i].LastTransitionTime = old.LastTransitionTime
+			}
+		}
+	}
+	node.Status.Conditions = conds
+	if _, err := n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to report node status: %w", err)
+	}
+	return nil
+}
+
+// heartbeat renews the node Lease every 10 s and the Ready condition every
+// minute, as the kubelet does.
+func (n *Node) heartbeat(ctx context.Context) {
+	ticker := time.NewTicker(10 * time.Second)
+	defer ticker.Stop()
+	lastStatus := time.Now()
+	for {
+		if err := n.renewLease(ctx); err != nil && ctx.Err() == nil {
+			n.log.Info("failed to renew node lease", "error", err.Error())
+		}
+		if time.Since(lastStatus) >= time.Minute {
+			node, err := n.client.CoreV1().Nodes().Get(ctx, n.opts.NodeName, metav1.GetOptions{})
+			if err == nil {
+				err = n.updateNodeStatus(ctx, node)
+			}
+			if err != nil && ctx.Err() == nil {
+				n.log.Info("failed to report node status", "error", err.Error())
+			}
+			lastStatus = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func (n *Node) renewLease(ctx context.Context) error {
+	leases := n.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	lease, err := leases.Get(ctx, n.opts.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: n.opts.NodeName},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(n.opts.NodeName),
+				LeaseDurationSeconds: ptr.To(int32(40)),
+				RenewTime:            &now,
+			},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}

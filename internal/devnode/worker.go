@@ -1,0 +1,442 @@
+package devnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// volumeRefresh is how often Secret, ConfigMap and token volumes are
+// re-written while a pod runs, as the kubelet's periodic sync does.
+const volumeRefresh = 30 * time.Second
+
+// podWorker runs one pod: it lays out its files, runs its containers and
+// writes its status until the pod is deleted or devnode stops.
+type podWorker struct {
+	node   *Node
+	uid    types.UID
+	key    string // namespace/name
+	podDir string
+	logDir string
+
+	mu        sync.Mutex
+	pod       *corev1.Pod
+	state     *podState
+	deadline  time.Time // when halted processes get SIGKILL
+	deleteObj bool      // remove the pod object once stopped
+	written   *corev1.PodStatus
+
+	dirty    chan struct{} // state or pod changed: write status
+	haltCh   chan struct{} // containers must stop
+	finishCh chan struct{} // the worker must end after stopping
+	done     chan struct{} // run returned
+	halt1    sync.Once
+	finish1  sync.Once
+}
+
+func newPodWorker(n *Node, pod *corev1.Pod) *podWorker {
+	return &podWorker{
+		node:     n,
+		uid:      pod.UID,
+		key:      pod.Namespace + "/" + pod.Name,
+		podDir:   filepath.Join(n.opts.Dir, "pods", string(pod.UID)),
+		logDir:   filepath.Join(n.opts.Dir, "logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)),
+		pod:      pod,
+		state:    newPodState(pod),
+		dirty:    make(chan struct{}, 1),
+		haltCh:   make(chan struct{}),
+		finishCh: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+}
+
+func (w *podWorker) latest() *corev1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod
+}
+
+func (w *podWorker) podIP() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state.podIP
+}
+
+func (w *podWorker) volumesDir() string { return filepath.Join(w.podDir, "volumes") }
+
+func (w *podWorker) logPath(container string, restart int32) string {
+	return filepath.Join(w.logDir, container, fmt.Sprintf("%d.log", restart))
+}
+
+// observe records a newer pod object; a deletion timestamp starts the
+// graceful stop.
+func (w *podWorker) observe(pod *corev1.Pod) {
+	w.mu.Lock()
+	w.pod = pod
+	w.mu.Unlock()
+	w.markDirty()
+	if pod.DeletionTimestamp != nil {
+		grace := terminationGrace(pod)
+		if pod.DeletionGracePeriodSeconds != nil {
+			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+		}
+		w.stop(time.Now().Add(grace), true)
+	}
+}
+
+// stop halts the containers (SIGKILL at deadline) and ends the worker;
+// deleteObj removes the pod object afterwards.
+func (w *podWorker) stop(deadline time.Time, deleteObj bool) {
+	w.mu.Lock()
+	w.deleteObj = w.deleteObj || deleteObj
+	w.mu.Unlock()
+	w.halt(deadline)
+	w.finish1.Do(func() { close(w.finishCh) })
+}
+
+// halt stops the containers without ending the worker.
+func (w *podWorker) halt(deadline time.Time) {
+	w.mu.Lock()
+	if w.deadline.IsZero() || deadline.Before(w.deadline) {
+		w.deadline = deadline
+	}
+	w.mu.Unlock()
+	w.halt1.Do(func() { close(w.haltCh) })
+}
+
+func (w *podWorker) halted() bool {
+	select {
+	case <-w.haltCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *podWorker) haltDeadline() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deadline
+}
+
+// wait sleeps for d unless the worker halts first; it reports a halt.
+func (w *podWorker) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.haltCh:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// update changes the state under the lock and schedules a status write.
+func (w *podWorker) update(fn func(*podState)) {
+	w.mu.Lock()
+	fn(w.state)
+	w.mu.Unlock()
+	w.markDirty()
+}
+
+func (w *podWorker) markDirty() {
+	select {
+	case w.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// fail makes the pod Failed for good and halts it.
+func (w *podWorker) fail(reason, message string) {
+	w.update(func(s *podState) {
+		if s.failReason != "" {
+			return
+		}
+		s.failReason, s.failMessage = reason, message
+		for _, c := range append(append([]*containerState(nil), s.initContainers...), s.containers...) {
+			if !c.everStarted() {
+				c.final, c.waitingReason, c.waitingMessage = true, reason, message
+			}
+		}
+	})
+	w.halt(time.Now().Add(terminationGrace(w.latest())))
+}
+
+// setFinal marks a container as not running again and returns its last
+// termination.
+func (w *podWorker) setFinal(st *containerState) *corev1.ContainerStateTerminated {
+	var last *corev1.ContainerStateTerminated
+	w.update(func(*podState) {
+		st.final = true
+		if st.last == nil && st.waitingReason == "" {
+			st.waitingReason = "ContainerCreating"
+		}
+		last = st.last
+	})
+	return last
+}
+
+// run is the pod's lifetime on the node.
+func (w *podWorker) run(ctx context.Context) {
+	defer close(w.done)
+	statusDone := make(chan struct{})
+	statusCtx, stopStatus := context.WithCancel(ctx)
+	go func() {
+		defer close(statusDone)
+		w.statusLoop(statusCtx)
+	}()
+
+	pod := w.latest()
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// Finished before devnode (re)started: nothing to run.
+		stopStatus()
+		<-statusDone
+		<-w.finishCh
+		w.cleanup(ctx)
+		return
+	}
+	w.runContainers(ctx, pod)
+	<-w.finishCh
+	stopStatus()
+	<-statusDone
+	w.cleanup(ctx)
+}
+
+func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
+	if err := w.validate(pod); err != nil {
+		var unsupported *unsupportedError
+		if errors.As(err, &unsupported) {
+			w.fail(unsupported.reason, unsupported.message)
+		} else {
+			w.fail("DevnodeError", err.Error())
+		}
+		return
+	}
+	ip := hostIP
+	if !pod.Spec.HostNetwork {
+		var err error
+		if ip, err = w.node.ips.allocate(); err != nil {
+			w.fail("DevnodeError", err.Error())
+			return
+		}
+	}
+	now := metav1.Now()
+	w.update(func(s *podState) { s.podIP, s.startTime = ip, &now })
+	if err := os.MkdirAll(w.volumesDir(), 0o700); err != nil {
+		w.fail("DevnodeError", fmt.Sprintf("failed to create pod directory: %v", err))
+		return
+	}
+	if err := os.Chmod(w.podDir, 0o700); err != nil {
+		w.fail("DevnodeError", fmt.Sprintf("failed to protect pod directory: %v", err))
+		return
+	}
+
+	volumes := newVolumeWriter(w.node.client, pod, ip, w.volumesDir())
+	for {
+		err := volumes.writeAll(ctx)
+		if err == nil {
+			break
+		}
+		var unsupported *unsupportedError
+		if errors.As(err, &unsupported) {
+			w.fail(unsupported.reason, unsupported.message)
+			return
+		}
+		w.update(func(s *podState) {
+			for _, c := range append(append([]*containerState(nil), s.initContainers...), s.containers...) {
+				c.waitingReason, c.waitingMessage = "ContainerCreating", "MountVolume.SetUp failed: "+err.Error()
+			}
+		})
+		if w.wait(2 * time.Second) {
+			return
+		}
+	}
+	w.update(func(s *podState) {
+		s.sandboxReady = true
+		for _, c := range s.containers {
+			c.waitingMessage = ""
+		}
+	})
+	refreshCtx, stopRefresh := context.WithCancel(ctx)
+	defer stopRefresh()
+	go w.refreshVolumes(refreshCtx, volumes)
+
+	if pod.Spec.ActiveDeadlineSeconds != nil {
+		deadline := time.AfterFunc(time.Duration(*pod.Spec.ActiveDeadlineSeconds)*time.Second, func() {
+			w.fail("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+		})
+		defer deadline.Stop()
+	}
+
+	initPolicy := corev1.RestartPolicyOnFailure
+	if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+		initPolicy = corev1.RestartPolicyNever
+	}
+	for i := range pod.Spec.InitContainers {
+		st := w.state.initContainers[i]
+		w.update(func(*podState) { st.waitingReason = "" })
+		term := w.superviseContainer(ctx, &pod.Spec.InitContainers[i], st, initPolicy, false)
+		if term == nil || term.ExitCode != 0 {
+			if !w.halted() {
+				w.fail("InitContainerFailed", fmt.Sprintf("init container %q failed", st.name))
+			}
+			return
+		}
+	}
+	w.update(func(s *podState) { s.initialized = true })
+
+	policy := pod.Spec.RestartPolicy
+	if policy == "" {
+		policy = corev1.RestartPolicyAlways
+	}
+	var wg sync.WaitGroup
+	for i := range pod.Spec.Containers {
+		st := w.state.containers[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.superviseContainer(ctx, &pod.Spec.Containers[i], st, policy, true)
+		}()
+	}
+	wg.Wait()
+}
+
+// validate refuses pods devnode can never run.
+func (w *podWorker) validate(pod *corev1.Pod) error {
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return &unsupportedError{reason: "UnsupportedSidecar", message: fmt.Sprintf("init container %q: devnode does not run sidecar containers", c.Name)}
+		}
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if _, err := binaryArgs(&cs[i], w.node.opts.Images); err != nil {
+				return err
+			}
+		}
+	}
+	return validateVolumes(pod)
+}
+
+func (w *podWorker) refreshVolumes(ctx context.Context, volumes *volumeWriter) {
+	ticker := time.NewTicker(volumeRefresh)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		volumes.pod = w.latest()
+		if err := volumes.writeAll(ctx); err != nil && ctx.Err() == nil {
+			w.node.log.Info("failed to refresh volumes", "pod", w.key, "error", err.Error())
+		}
+	}
+}
+
+// statusLoop writes the pod status whenever it changes, until ctx ends.
+func (w *podWorker) statusLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.dirty:
+		}
+		if err := w.writeStatus(ctx); err != nil && ctx.Err() == nil {
+			w.node.log.Info("failed to write pod status", "pod", w.key, "error", err.Error())
+			// Try again on the next change or shortly.
+			time.AfterFunc(time.Second, w.markDirty)
+		}
+	}
+}
+
+func (w *podWorker) writeStatus(ctx context.Context) error {
+	w.mu.Lock()
+	pod := w.pod
+	status := computeStatus(pod, w.state, metav1.Now())
+	unchanged := w.written != nil && equality.Semantic.DeepEqual(*w.written, status)
+	w.mu.Unlock()
+	if unchanged {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		next := pod.DeepCopy()
+		next.Status = status
+		updated, err := w.node.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		if err == nil {
+			w.mu.Lock()
+			w.written = &status
+			if w.pod.ResourceVersion == pod.ResourceVersion {
+				w.pod = updated
+			}
+			w.mu.Unlock()
+			return nil
+		}
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 3 {
+			return fmt.Errorf("failed to update status: %w", err)
+		}
+		fresh, getErr := w.node.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return ignoreNotFound(getErr)
+		}
+		if fresh.UID != w.uid {
+			return nil
+		}
+		w.mu.Lock()
+		w.pod = fresh
+		status = computeStatus(fresh, w.state, metav1.Now())
+		w.mu.Unlock()
+		pod = fresh
+	}
+}
+
+// cleanup releases the pod's address and files and, after a deletion,
+// writes the final status and removes the pod object.
+func (w *podWorker) cleanup(ctx context.Context) {
+	w.mu.Lock()
+	ip, deleteObj := w.state.podIP, w.deleteObj
+	w.mu.Unlock()
+	if ip != "" && ip != hostIP {
+		w.node.ips.release(ip)
+	}
+	// Volumes hold Secret data: they go with the pod. Logs stay for
+	// `terrace dev logs` until the dev directory is wiped.
+	if err := os.RemoveAll(w.podDir); err != nil {
+		w.node.log.Info("failed to remove pod directory", "pod", w.key, "error", err.Error())
+	}
+	if !deleteObj || ctx.Err() != nil {
+		return
+	}
+	if err := w.writeStatus(ctx); err != nil {
+		w.node.log.V(1).Info("failed to write final status", "pod", w.key, "error", err.Error())
+	}
+	pod := w.latest()
+	zero := int64(0)
+	err := w.node.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero,
+		Preconditions:      &metav1.Preconditions{UID: &w.uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		w.node.log.Info("failed to remove pod", "pod", w.key, "error", err.Error())
+	}
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
