@@ -286,3 +286,42 @@ func (u *updateInterceptor) Update(ctx context.Context, obj client.Object, opts 
 	u.before()
 	return u.Client.Update(ctx, obj, opts...)
 }
+
+// TestCARotationRunnable: the leader-only runnable rotates a due CA at once.
+func TestCARotationRunnable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := newTestClock(time.Now())
+	s := newFakeCASecret()
+	a, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	original, _ := a.CAs()
+	clock.Advance(300 * day)
+
+	r := &CARotation{Secret: s, Authority: a, Interval: 10 * time.Millisecond}
+	if !r.NeedLeaderElection() || (&CASync{}).NeedLeaderElection() {
+		t.Fatal("rotation must run on the leader only and sync on every replica")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Start(runCtx) }()
+	for {
+		if cur, prev := a.CAs(); !cur.Equal(original) && prev.Equal(original) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the rotation runnable did not rotate a due CA")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := (&CARotation{Secret: s, Authority: a, RotateWhenRemaining: 0.9}).Start(ctx); err == nil {
+		t.Fatal("the rotation runnable accepted a threshold that drops a valid CA")
+	}
+}

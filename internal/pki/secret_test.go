@@ -1,0 +1,175 @@
+package pki
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func TestLoadOrCreateRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := newFakeCASecret()
+	created, err := s.LoadOrCreate(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{}
+	if err := s.Client.Get(ctx, caSecretKey, secret); err != nil {
+		t.Fatal(err)
+	}
+	if secret.Type != corev1.SecretTypeOpaque || len(secret.Data[SecretKeyCACert]) == 0 || len(secret.Data[SecretKeyCAKey]) == 0 {
+		t.Fatalf("stored Secret has type %q and keys %v", secret.Type, keys(secret.Data))
+	}
+	if _, ok := secret.Data[SecretKeyPreviousCACert]; ok {
+		t.Fatal("a new CA Secret has a previous CA")
+	}
+
+	loaded, err := s.LoadOrCreate(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, _ := created.CAs()
+	c2, p2 := loaded.CAs()
+	if !c1.Equal(c2) || p2 != nil {
+		t.Fatal("loading the Secret did not return the stored CA")
+	}
+	// A leaf from one authority is trusted by the other: they are the same CA.
+	leaf := issue(t, created, testRunner, time.Hour)
+	cert, _ := leaf.Certificate()
+	if _, err := verifyPeerCert(cert, loaded); err != nil {
+		t.Fatalf("leaf from the creating replica refused by the loading one: %v", err)
+	}
+}
+
+// TestLoadOrCreateFillsEmptySecret: an installer may create the Secret empty
+// so RBAC can name it; the first controller fills it.
+func TestLoadOrCreateFillsEmptySecret(t *testing.T) {
+	ctx := context.Background()
+	empty := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: caSecretKey.Name, Namespace: caSecretKey.Namespace}, Type: corev1.SecretTypeOpaque}
+	s := newFakeCASecret(func(b *fake.ClientBuilder) { b.WithObjects(empty) })
+	a, err := s.LoadOrCreate(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := &corev1.Secret{}
+	if err := s.Client.Get(ctx, caSecretKey, stored); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := a.CAs()
+	if string(stored.Data[SecretKeyCACert]) != string(cur.CertPEM()) {
+		t.Fatal("the empty Secret was not filled with the CA in use")
+	}
+}
+
+func TestLoadOrCreateRefusesCorruptSecret(t *testing.T) {
+	ctx := context.Background()
+	keyMaterial := "-----BEGIN EC PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n-----END EC PRIVATE KEY-----\n"
+	corrupt := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: caSecretKey.Name, Namespace: caSecretKey.Namespace},
+		Data:       map[string][]byte{SecretKeyCACert: []byte("not a certificate"), SecretKeyCAKey: []byte(keyMaterial)},
+	}
+	s := newFakeCASecret(func(b *fake.ClientBuilder) { b.WithObjects(corrupt) })
+	_, err := s.LoadOrCreate(ctx, Options{})
+	if err == nil {
+		t.Fatal("loaded a corrupt CA Secret")
+	}
+	if strings.Contains(err.Error(), "c2VjcmV0") {
+		t.Fatalf("error leaks key material: %v", err)
+	}
+	if !strings.Contains(err.Error(), "delete it") {
+		t.Fatalf("error does not say what to do: %v", err)
+	}
+	stored := &corev1.Secret{}
+	if err := s.Client.Get(ctx, caSecretKey, stored); err != nil {
+		t.Fatal(err)
+	}
+	if string(stored.Data[SecretKeyCACert]) != "not a certificate" {
+		t.Fatal("a corrupt CA Secret was overwritten")
+	}
+}
+
+// TestLoadOrCreateAdoptsRivalCreate: a replica that loses the create race
+// adopts the winner's CA.
+func TestLoadOrCreateAdoptsRivalCreate(t *testing.T) {
+	ctx := context.Background()
+	base := fake.NewClientBuilder().Build()
+	var rival *Authority
+	racing := &createInterceptor{Client: base, before: func() {
+		if rival != nil {
+			return
+		}
+		var err error
+		rival, err = (&CASecret{Client: base, Key: caSecretKey}).LoadOrCreate(ctx, Options{})
+		if err != nil {
+			t.Errorf("rival: %v", err)
+		}
+	}}
+	a, err := (&CASecret{Client: racing, Key: caSecretKey}).LoadOrCreate(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, _ := a.CAs()
+	theirs, _ := rival.CAs()
+	if !ours.Equal(theirs) {
+		t.Fatal("the losing replica kept its own CA")
+	}
+}
+
+type createInterceptor struct {
+	client.Client
+	before func()
+}
+
+func (c *createInterceptor) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.before()
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func TestReloadPicksUpRotation(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock(time.Now())
+	s := newFakeCASecret()
+	leader, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := s.Reload(ctx, follower); err != nil || changed {
+		t.Fatalf("changed=%v err=%v without a rotation", changed, err)
+	}
+	clock.Advance(300 * day)
+	if rotated, err := s.RotateIfDue(ctx, leader, DefaultRotateWhenRemaining); err != nil || !rotated {
+		t.Fatalf("rotated=%v err=%v", rotated, err)
+	}
+	if changed, err := s.Reload(ctx, follower); err != nil || !changed {
+		t.Fatalf("changed=%v err=%v after the leader rotated", changed, err)
+	}
+	lc, lp := leader.CAs()
+	fc, fp := follower.CAs()
+	if !lc.Equal(fc) || !lp.Equal(fp) {
+		t.Fatal("follower does not hold the leader's CAs")
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+func verifyPeerCert(c *x509.Certificate, trust TrustSource) (Identity, error) {
+	return verifyPeer(tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}, trust.TrustPool(), x509.ExtKeyUsageClientAuth, time.Now())
+}
