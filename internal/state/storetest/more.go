@@ -174,9 +174,9 @@ func testReleases(t *testing.T, b Backend) {
 	start := time.Now().UTC().Truncate(time.Second)
 	base := release.Release{
 		Namespace: b.Namespace, Stack: "app", SourceRevision: "sha256:abc", PlanID: "p-1",
-		Plan:        release.PlanSummary{Add: 2, Change: 1},
-		Outputs:     []release.Output{{Name: "url", Value: json.RawMessage(`"https://x"`)}, {Name: "password", Sensitive: true, Value: json.RawMessage(`"hunter2"`)}},
-		StartedAt:   start, FinishedAt: start.Add(time.Minute), ToolVersion: "tofu 1.12.6",
+		Plan:      release.PlanSummary{Add: 2, Change: 1},
+		Outputs:   []release.Output{{Name: "url", Value: json.RawMessage(`"https://x"`)}, {Name: "password", Sensitive: true, Value: json.RawMessage(`"hunter2"`)}},
+		StartedAt: start, FinishedAt: start.Add(time.Minute), ToolVersion: "tofu 1.12.6",
 	}
 	r1 := base
 	r1.Status = release.StatusDeployed

@@ -1,0 +1,60 @@
+// Package pgtest gives tests a real PostgreSQL: the one named by
+// TERRACE_TEST_POSTGRES_URL, or a throwaway server that hack/postgres.sh
+// starts (installing PostgreSQL from Debian's packages when missing), so
+// `go test` works on a clean machine.
+package pgtest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/terrace-dev/terrace/internal/testenv"
+)
+
+// EnvURL names the variable that points tests at an existing server.
+const EnvURL = "TERRACE_TEST_POSTGRES_URL"
+
+// Start returns a connection URL and a func that stops what Start started.
+// Call it from TestMain.
+func Start() (url string, stop func(), err error) {
+	if url := os.Getenv(EnvURL); url != "" {
+		return url, func() {}, nil
+	}
+	script := filepath.Join(testenv.RepoRoot(), "hack", "postgres.sh")
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", script, "start")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("failed to start PostgreSQL with hack/postgres.sh: %w: %s", err, stderr.String())
+	}
+	vars := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			vars[k] = strings.Trim(v, "'")
+		}
+	}
+	url, dir := vars["TERRACE_TEST_POSTGRES_URL"], vars["TERRACE_TEST_POSTGRES_DIR"]
+	if url == "" || dir == "" {
+		return "", nil, fmt.Errorf("hack/postgres.sh printed no URL: %s", out)
+	}
+	return url, func() { _ = exec.Command("bash", script, "stop", dir).Run() }, nil
+}
+
+// Main is a TestMain body for packages that need only PostgreSQL.
+func Main(run func(url string) int) {
+	url, stop, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		os.Exit(1)
+	}
+	code := run(url)
+	stop()
+	os.Exit(code)
+}
