@@ -150,8 +150,12 @@ type IssuedCertificate struct {
 	issuerID []byte
 }
 
-// NewIssuedCertificate returns a source of leaves for req issued by a.
+// NewIssuedCertificate returns a source of leaves for req issued by a. A
+// zero req.Validity means the authority's MaxLeafValidity.
 func NewIssuedCertificate(a *Authority, req LeafRequest) *IssuedCertificate {
+	if req.Validity == 0 {
+		req.Validity = a.opts.MaxLeafValidity
+	}
 	return &IssuedCertificate{authority: a, req: req}
 }
 

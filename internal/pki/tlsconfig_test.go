@@ -201,18 +201,27 @@ func TestHandshakeRefusals(t *testing.T) {
 		},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			res := handshake(t, tc.server, tc.client)
-			if res.serverErr == nil || res.clientErr == nil {
-				t.Fatalf("want both sides to fail, got server %v, client %v", res.serverErr, res.clientErr)
+		for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+			if tc.client.MaxVersion != 0 && version == tls.VersionTLS13 {
+				continue // the case pins its own version
 			}
-			if tc.serverErr != "" && !strings.Contains(res.serverErr.Error(), tc.serverErr) {
-				t.Fatalf("server error %q does not mention %q", res.serverErr, tc.serverErr)
+			client := tc.client.Clone()
+			if client.MaxVersion == 0 {
+				client.MaxVersion = version
 			}
-			if tc.clientErr != "" && !strings.Contains(res.clientErr.Error(), tc.clientErr) {
-				t.Fatalf("client error %q does not mention %q", res.clientErr, tc.clientErr)
-			}
-		})
+			t.Run(tc.name+"/"+tls.VersionName(client.MaxVersion), func(t *testing.T) {
+				res := handshake(t, tc.server, client)
+				if res.serverErr == nil || res.clientErr == nil {
+					t.Fatalf("want both sides to fail, got server %v, client %v", res.serverErr, res.clientErr)
+				}
+				if tc.serverErr != "" && !strings.Contains(res.serverErr.Error(), tc.serverErr) {
+					t.Fatalf("server error %q does not mention %q", res.serverErr, tc.serverErr)
+				}
+				if tc.clientErr != "" && !strings.Contains(res.clientErr.Error(), tc.clientErr) {
+					t.Fatalf("client error %q does not mention %q", res.clientErr, tc.clientErr)
+				}
+			})
+		}
 	}
 }
 
