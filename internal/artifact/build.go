@@ -28,7 +28,9 @@ const DigestPrefix = "sha256:"
 var fixedModTime = time.Unix(0, 0).UTC()
 
 // compressionLevel is pinned: a different level gives different bytes.
-const compressionLevel = gzip.BestCompression
+// Level 6 builds a typical Program about three times faster than level 9
+// for ~5% more bytes.
+const compressionLevel = 6
 
 const (
 	fileMode = 0o644

@@ -53,7 +53,7 @@ func TestBuildDigestIsStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = "sha256:c1283cfd858c2ae6416fcd47fd7fe7ccff6c2b8f851d0eac4f4719f150c215ad"
+	const want = "sha256:c5c805cba71fcca6c92d3ca627ddd2267aa779d8731596647a463a56597f164f"
 	if digest != want {
 		t.Fatalf("digest of the pinned file set changed: got %s, want %s", digest, want)
 	}

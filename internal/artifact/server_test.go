@@ -1,0 +1,321 @@
+package artifact
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/pki"
+)
+
+func testScheme(tb testing.TB) *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := terracev1.AddToScheme(s); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func testProgram(namespace, name string, generation int64, files map[string]string) *terracev1.Program {
+	p := &terracev1.Program{ObjectMeta: metav1.ObjectMeta{
+		Namespace: namespace, Name: name, Generation: generation,
+		UID: types.UID(fmt.Sprintf("uid-%s-%s", namespace, name)),
+	}}
+	p.Spec.Files = map[string]terracev1.ProgramFile{}
+	for k, v := range files {
+		p.Spec.Files[k] = terracev1.ProgramFile(v)
+	}
+	return p
+}
+
+func readerWith(tb testing.TB, objs ...client.Object) client.Reader {
+	return fake.NewClientBuilder().WithScheme(testScheme(tb)).WithObjects(objs...).Build()
+}
+
+// peers issues leaf certificates for identities, as the handshake would
+// have verified them.
+type peers struct {
+	authority *pki.Authority
+}
+
+func newPeers(tb testing.TB) peers {
+	a, err := pki.NewAuthority(time.Hour * 24 * 30)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return peers{authority: a}
+}
+
+func (p peers) leaf(tb testing.TB, id pki.Identity) *pki.Leaf {
+	l, err := p.authority.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+func (p peers) connectionState(tb testing.TB, id pki.Identity) *tls.ConnectionState {
+	cert, err := p.leaf(tb, id).Certificate()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &tls.ConnectionState{HandshakeComplete: true, PeerCertificates: []*x509.Certificate{cert}}
+}
+
+func (p peers) server(tb testing.TB, opts ServerOptions, cached, live client.Reader) *Server {
+	cert, err := p.leaf(tb, pki.ControllerIdentity).TLSCertificate()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return NewServer(opts, cached, live, pki.StaticCertificate(cert), p.authority)
+}
+
+func counterValue(tb testing.TB, code string) float64 {
+	m := &dto.Metric{}
+	if err := requestsTotal.WithLabelValues(code).Write(m); err != nil {
+		tb.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func TestServerAnswers(t *testing.T) {
+	p := newPeers(t)
+	current := testProgram("team-a", "net", 3, map[string]string{"main.tf": "locals {}\n", "modules/x/main.tf": "output \"a\" { value = 1 }\n"})
+	invalid := testProgram("team-a", "broken", 2, map[string]string{"main.tf": "locals {\n"})
+	invalid.Status.Conditions = []metav1.Condition{{Type: terracev1.ReadyCondition, Status: metav1.ConditionFalse, Reason: terracev1.InvalidProgramReason, Message: "main.tf:1:9: Unclosed configuration block", ObservedGeneration: 2}}
+	srv := p.server(t, ServerOptions{}, readerWith(t, current, invalid), nil)
+	handler := srv.Handler()
+	data, digest, err := BuildProgram(current)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	runnerA := pki.RunnerIdentity("team-a", "stack", "run-1")
+	runnerB := pki.RunnerIdentity("team-b", "stack", "run-1")
+	for _, tc := range []struct {
+		name, method, path, ifNoneMatch string
+		identity                        pki.Identity
+		wantCode                        int
+		wantBody                        string
+	}{
+		{name: "runner of the namespace", path: "/programs/team-a/net/3.tar.gz", identity: runnerA, wantCode: 200, wantBody: string(data)},
+		{name: "controller", path: "/programs/team-a/net/3.tar.gz", identity: pki.ControllerIdentity, wantCode: 200, wantBody: string(data)},
+		{name: "head", method: http.MethodHead, path: "/programs/team-a/net/3.tar.gz", identity: runnerA, wantCode: 200},
+		{name: "etag matches", path: "/programs/team-a/net/3.tar.gz", identity: runnerA, ifNoneMatch: `"` + digest + `"`, wantCode: 304},
+		{name: "weak etag in a list matches", path: "/programs/team-a/net/3.tar.gz", identity: runnerA, ifNoneMatch: `"sha256:00", W/"` + digest + `"`, wantCode: 304},
+		{name: "other etag", path: "/programs/team-a/net/3.tar.gz", identity: runnerA, ifNoneMatch: `"sha256:00"`, wantCode: 200, wantBody: string(data)},
+		{name: "runner of another namespace", path: "/programs/team-a/net/3.tar.gz", identity: runnerB, wantCode: 403, wantBody: "may not read programs of namespace team-a"},
+		{name: "superseded generation", path: "/programs/team-a/net/2.tar.gz", identity: runnerA, wantCode: 410, wantBody: "superseded by 3"},
+		{name: "future generation", path: "/programs/team-a/net/4.tar.gz", identity: runnerA, wantCode: 404, wantBody: "no generation 4"},
+		{name: "missing program", path: "/programs/team-a/nope/1.tar.gz", identity: runnerA, wantCode: 404, wantBody: "not found"},
+		{name: "invalid generation", path: "/programs/team-a/broken/2.tar.gz", identity: runnerA, wantCode: 409, wantBody: "main.tf:1:9: Unclosed configuration block"},
+		{name: "not a number", path: "/programs/team-a/net/x.tar.gz", identity: runnerA, wantCode: 404},
+		{name: "leading zero", path: "/programs/team-a/net/03.tar.gz", identity: runnerA, wantCode: 404},
+		{name: "generation zero", path: "/programs/team-a/net/0.tar.gz", identity: runnerA, wantCode: 404},
+		{name: "other extension", path: "/programs/team-a/net/3.tgz", identity: runnerA, wantCode: 404},
+		{name: "directory", path: "/programs/team-a/", identity: runnerA, wantCode: 404},
+		{name: "other path", path: "/state/team-a/x", identity: runnerA, wantCode: 404},
+		{name: "post", method: http.MethodPost, path: "/programs/team-a/net/3.tar.gz", identity: runnerA, wantCode: 405},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := tc.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			req := httptest.NewRequest(method, tc.path, nil)
+			req.TLS = p.connectionState(t, tc.identity)
+			if tc.ifNoneMatch != "" {
+				req.Header.Set("If-None-Match", tc.ifNoneMatch)
+			}
+			before := counterValue(t, fmt.Sprint(tc.wantCode))
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, req)
+			if rec.Code != tc.wantCode {
+				t.Fatalf("code %d, want %d; body %q", rec.Code, tc.wantCode, rec.Body.String())
+			}
+			if !strings.Contains(rec.Body.String(), tc.wantBody) {
+				t.Fatalf("body %q does not contain %q", rec.Body.String(), tc.wantBody)
+			}
+			if counterValue(t, fmt.Sprint(tc.wantCode))-before != 1 {
+				t.Fatalf("terrace_artifact_requests_total{code=%d} did not count the request", tc.wantCode)
+			}
+			if tc.wantCode == 200 || tc.wantCode == 304 {
+				if got := rec.Header().Get("ETag"); got != `"`+digest+`"` {
+					t.Fatalf("ETag %q", got)
+				}
+			}
+			if tc.wantCode == 200 {
+				if rec.Header().Get("Content-Length") != fmt.Sprint(len(data)) || rec.Header().Get("Content-Type") != "application/gzip" {
+					t.Fatalf("headers %v", rec.Header())
+				}
+				if tc.wantBody != "" && Digest(rec.Body.Bytes()) != digest {
+					t.Fatal("served bytes do not have the advertised digest")
+				}
+			}
+		})
+	}
+	if n := srv.cache.len(); n != 1 {
+		t.Fatalf("cache holds %d artifacts, want 1", n)
+	}
+}
+
+func TestServerReadsLiveWhenTheCacheLags(t *testing.T) {
+	p := newPeers(t)
+	old := testProgram("ns", "p", 1, map[string]string{"main.tf": "locals { v = 1 }\n"})
+	newer := testProgram("ns", "p", 2, map[string]string{"main.tf": "locals { v = 2 }\n"})
+	created := testProgram("ns", "fresh", 1, map[string]string{"main.tf": "locals {}\n"})
+	srv := p.server(t, ServerOptions{}, readerWith(t, old), readerWith(t, newer, created))
+	for path, want := range map[string]*terracev1.Program{"/programs/ns/p/2.tar.gz": newer, "/programs/ns/fresh/1.tar.gz": created} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.TLS = p.connectionState(t, pki.RunnerIdentity("ns", "s", "r"))
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		_, digest, _ := BuildProgram(want)
+		if rec.Code != 200 || Digest(rec.Body.Bytes()) != digest {
+			t.Fatalf("%s: code %d, body %q", path, rec.Code, rec.Body.String())
+		}
+	}
+}
+
+func TestLRUCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
+	c := newLRUCache(10)
+	c.add("a", builtArtifact{data: make([]byte, 4)})
+	c.add("b", builtArtifact{data: make([]byte, 4)})
+	c.get("a")
+	c.add("c", builtArtifact{data: make([]byte, 4)}) // evicts b
+	if _, ok := c.get("b"); ok {
+		t.Fatal("b survived")
+	}
+	if _, ok := c.get("a"); !ok {
+		t.Fatal("a was evicted though recently used")
+	}
+	c.add("huge", builtArtifact{data: make([]byte, 11)})
+	if _, ok := c.get("huge"); ok || c.len() != 2 {
+		t.Fatalf("an entry larger than the cache was kept; len %d", c.len())
+	}
+	disabled := newLRUCache(-1)
+	disabled.add("a", builtArtifact{data: make([]byte, 1)})
+	if disabled.len() != 0 {
+		t.Fatal("a disabled cache kept an entry")
+	}
+}
+
+func TestAdvertisedBaseURL(t *testing.T) {
+	if got, _ := (ServerOptions{ListenAddress: ":9443"}).AdvertisedBaseURL("terrace-system"); got != "https://terrace-controller.terrace-system.svc:9443" {
+		t.Fatal(got)
+	}
+	if got, _ := (ServerOptions{BaseURL: "https://127.0.0.1:8443/"}).AdvertisedBaseURL(""); got != "https://127.0.0.1:8443" {
+		t.Fatal(got)
+	}
+	if _, err := (ServerOptions{}).AdvertisedBaseURL(""); err == nil {
+		t.Fatal("no namespace and no base URL accepted")
+	}
+	if got := ProgramURL("https://h:1/", "ns", "p", 7); got != "https://h:1/programs/ns/p/7.tar.gz" {
+		t.Fatal(got)
+	}
+}
+
+// startServer runs srv on a free loopback port until the test ends and
+// returns its base URL.
+func startServer(tb testing.TB, p peers, cached client.Reader, opts ServerOptions) (*Server, string) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	opts.ListenAddress = addr
+	srv := p.server(tb, opts, cached, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("server stopped with %v", err)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("server did not listen on %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return srv, "https://" + addr
+}
+
+func (p peers) httpClient(tb testing.TB, id pki.Identity) *http.Client {
+	var source pki.CertificateSource
+	if id != "" {
+		cert, err := p.leaf(tb, id).TLSCertificate()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		source = pki.StaticCertificate(cert)
+	}
+	return &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: pki.ClientTLSConfig(source, p.authority, pki.ControllerIdentity)},
+	}
+}
+
+func TestServerOverTLS(t *testing.T) {
+	p := newPeers(t)
+	prog := testProgram("ns", "p", 1, map[string]string{"main.tf": "locals {}\n"})
+	_, base := startServer(t, p, readerWith(t, prog), ServerOptions{})
+	url := ProgramURL(base, "ns", "p", 1)
+	_, digest, _ := BuildProgram(prog)
+
+	data, err := Fetch(context.Background(), p.httpClient(t, pki.RunnerIdentity("ns", "s", "r")), url, digest, 1<<20)
+	if err != nil || Digest(data) != digest {
+		t.Fatalf("fetch: %v", err)
+	}
+	resp, err := p.httpClient(t, pki.RunnerIdentity("ns", "s", "r")).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.ProtoMajor != 1 || resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
+		t.Fatalf("protocol %s, TLS %v", resp.Proto, resp.TLS)
+	}
+
+	var status *FetchStatusError
+	if _, err := Fetch(context.Background(), p.httpClient(t, pki.RunnerIdentity("other", "s", "r")), url, digest, 1<<20); !errors.As(err, &status) || status.StatusCode != http.StatusForbidden {
+		t.Fatalf("want 403, got %v", err)
+	}
+	if _, err := p.httpClient(t, "").Get(url); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a client without a certificate was not refused at the handshake: %v", err)
+	}
+	// A digest that does not match is refused by Fetch.
+	if _, err := Fetch(context.Background(), p.httpClient(t, pki.ControllerIdentity), url, Digest([]byte("x")), 1<<20); err == nil || !strings.Contains(err.Error(), "digest mismatch") {
+		t.Fatalf("want a digest mismatch, got %v", err)
+	}
+	if _, err := Fetch(context.Background(), p.httpClient(t, pki.ControllerIdentity), url, digest, 10); err == nil || !strings.Contains(err.Error(), "more than 10") {
+		t.Fatalf("want a size error, got %v", err)
+	}
+}
