@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,21 +64,12 @@ func (b *memoryBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestHTTPBackendUsesTheRunnerCertificateWithoutStoringIt(t *testing.T) {
 	tr := startRunner(t, nil)
 	backend := &memoryBackend{callers: map[pki.Identity]bool{}}
-	srv := httptest.NewUnstartedServer(backend)
-	srv.Listener.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Listener = lis
-	srv.TLS = pki.ServerTLSConfig(certSource(t, issue(t, tr.authority, pki.ControllerIdentity)), pki.TrustFunc(tr.authority.TrustPool), nil)
-	srv.StartTLS()
-	defer srv.Close()
+	url := serveTLS(t, backend, pki.ServerTLSConfig(certSource(t, issue(t, tr.authority, pki.ControllerIdentity)), pki.TrustFunc(tr.authority.TrustPool), nil))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tr.upload(t, map[string]string{"main.tf": "resource \"terraform_data\" \"a\" {\n  input = \"kept-in-the-backend\"\n}\n"})
-	address := srv.URL + "/state/team-a/web/default"
+	address := url + "/state/team-a/web/default"
 	if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{Workspace: "default", HttpBackend: &runnerv1.HTTPBackend{
 		Address: address, LockAddress: address, UnlockAddress: address,
 	}}, nil); err != nil {

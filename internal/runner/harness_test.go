@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,7 @@ func (b *syncBuffer) String() string {
 
 func newAuthority(t *testing.T) *pki.Authority {
 	t.Helper()
-	a, err := pki.NewAuthority(24 * time.Hour)
+	a, err := pki.NewAuthority(pki.DefaultCAValidity)
 	if err != nil {
 		t.Fatalf("failed to create authority: %v", err)
 	}
@@ -160,6 +161,20 @@ func buildArchive(t *testing.T, files map[string]string) ([]byte, string) {
 		t.Fatalf("failed to build archive: %v", err)
 	}
 	return data, digest
+}
+
+// serveTLS serves handler over TLS with cfg on a loopback port and returns
+// its https URL. (httptest.Server would put its own certificate first.)
+func serveTLS(t *testing.T, handler http.Handler, cfg *tls.Config) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(tls.NewListener(lis, cfg)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "https://" + lis.Addr().String()
 }
 
 // logCollector gathers log lines from every call.

@@ -8,9 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -154,23 +152,14 @@ func TestFetchFromTheControllerOnly(t *testing.T) {
 	tr := startRunner(t, nil)
 	data, digest := buildArchive(t, map[string]string{"main.tf": `resource "terraform_data" "a" {}`})
 	serve := func(t *testing.T, id pki.Identity) string {
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/programs/team-a/web/1.tar.gz" {
 				http.NotFound(w, r)
 				return
 			}
 			_, _ = w.Write(data)
-		}))
-		srv.Listener.Close()
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Listener = lis
-		srv.TLS = pki.ServerTLSConfig(certSource(t, issue(t, tr.authority, id)), pki.TrustFunc(tr.authority.TrustPool), nil)
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
-		return srv.URL
+		})
+		return serveTLS(t, handler, pki.ServerTLSConfig(certSource(t, issue(t, tr.authority, id)), pki.TrustFunc(tr.authority.TrustPool), nil))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
