@@ -1,0 +1,270 @@
+// Package backend opens the state, plan and release stores of a namespace
+// as its effective TerraceConfig says (Secrets or PostgreSQL, with or without
+// encryption) and caches them. Router serves every namespace from its own
+// stores, which is what the Terraform http state server needs.
+package backend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/postgres"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
+)
+
+// ErrMisconfigured is matched (errors.Is) by For's errors that only a change
+// of the TerraceConfig or its Secrets can fix: a missing Secret or key, an
+// invalid encryption key or connection string. Callers treat it as terminal.
+var ErrMisconfigured = errors.New("state backend misconfigured")
+
+// DefaultSecretRecheck is how long an opened Set is trusted before the
+// Secrets it was opened with are read again to notice a changed value.
+const DefaultSecretRecheck = 30 * time.Second
+
+// Set is the stores of one namespace.
+type Set struct {
+	States   state.Store
+	Plans    state.PlanStore
+	Releases release.Store
+	// History records releases with the namespace's history limit.
+	History release.History
+	// Effective is the namespace's resolved settings the stores follow.
+	Effective config.Effective
+}
+
+// ResolveFunc returns the effective settings of a namespace; usually
+// (*config.Resolver).ResolveNamespace.
+type ResolveFunc func(ctx context.Context, namespace string) (config.Effective, error)
+
+// Backends opens and caches a Set per namespace. It is safe for concurrent
+// use. Close it (or add it to the manager, which closes it on shutdown) to
+// release PostgreSQL connections.
+type Backends struct {
+	client  client.Client
+	resolve ResolveFunc
+	// SecretRecheck overrides DefaultSecretRecheck; set before first use.
+	SecretRecheck time.Duration
+
+	mu     sync.Mutex
+	sets   map[string]*cachedSet
+	pools  map[string]*pgxpool.Pool // by hash of the connection string
+	closed bool
+}
+
+// cachedSet is a Set with what it was opened from.
+type cachedSet struct {
+	set *Set
+	// storageHash is Effective.StorageHash at opening.
+	storageHash string
+	// secretVersions are the resourceVersions of the Secrets read.
+	secretVersions map[types.NamespacedName]string
+	checkedAt      time.Time
+}
+
+// New returns Backends reading Secrets (state, plans, releases, keys and
+// connection strings) through c, which should not cache Secrets (the
+// manager's client, configured so, or an uncached client).
+func New(c client.Client, resolve ResolveFunc) *Backends {
+	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, pools: map[string]*pgxpool.Pool{}}
+}
+
+// For returns the stores of namespace. The result is cached and reused
+// until the namespace's storage settings change or, checked every
+// SecretRecheck, a Secret it was opened with changes.
+func (b *Backends) For(ctx context.Context, namespace string) (*Set, error) {
+	eff, err := b.resolve(ctx, namespace)
+	if err != nil {
+		return nil, fmt.Errorf("failed to resolve the settings of namespace %s: %w", namespace, err)
+	}
+	hash := eff.StorageHash()
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, errors.New("state backends are closed")
+	}
+	cached := b.sets[namespace]
+	b.mu.Unlock()
+
+	if cached != nil && cached.storageHash == hash {
+		if time.Since(cached.checkedAt) < b.recheckInterval() {
+			return withEffective(cached.set, eff), nil
+		}
+		same, err := b.secretsUnchanged(ctx, cached.secretVersions)
+		if err != nil {
+			return nil, err
+		}
+		if same {
+			b.mu.Lock()
+			cached.checkedAt = time.Now()
+			b.mu.Unlock()
+			return withEffective(cached.set, eff), nil
+		}
+	}
+
+	opened, err := b.open(ctx, namespace, eff)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.sets[namespace] = opened
+	b.mu.Unlock()
+	return opened.set, nil
+}
+
+// withEffective returns set carrying the latest settings (runner fields may
+// have changed without touching storage).
+func withEffective(set *Set, eff config.Effective) *Set {
+	c := *set
+	c.Effective = eff
+	return &c
+}
+
+func (b *Backends) recheckInterval() time.Duration {
+	if b.SecretRecheck > 0 {
+		return b.SecretRecheck
+	}
+	return DefaultSecretRecheck
+}
+
+// open builds the stores of namespace for eff.
+func (b *Backends) open(ctx context.Context, namespace string, eff config.Effective) (*cachedSet, error) {
+	versions := map[types.NamespacedName]string{}
+	var key *state.EncryptionKey
+	if ref := eff.EncryptionKey; ref != nil {
+		value, err := b.readSecretValue(ctx, *ref, versions)
+		if err != nil {
+			return nil, err
+		}
+		key, err = state.ParseEncryptionKey(value)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the encryption key in Secret %s/%s key %q must be 32 bytes, raw or base64-encoded", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key)
+		}
+	}
+	history := int(eff.History)
+	set := &Set{Effective: eff}
+	switch eff.StateBackend {
+	case terracev1.StateBackendSecrets, "":
+		st := secrets.New(b.client, secrets.Options{History: history, Keys: state.StaticKey(key)})
+		set.States, set.Plans, set.Releases = st, st, release.NewSecretStore(b.client)
+	case terracev1.StateBackendPostgres:
+		ref := eff.PostgresConnection
+		if ref == nil {
+			return nil, fmt.Errorf("%w: namespace %s uses the postgres state backend but no TerraceConfig names postgres.connectionSecretRef", ErrMisconfigured, namespace)
+		}
+		url, err := b.readSecretValue(ctx, *ref, versions)
+		if err != nil {
+			return nil, err
+		}
+		pool, err := b.pool(ctx, string(url), *ref)
+		if err != nil {
+			return nil, err
+		}
+		st, err := postgres.New(ctx, pool, postgres.Options{History: history, Keys: state.StaticKey(key)})
+		if err != nil {
+			return nil, fmt.Errorf("failed to open the PostgreSQL state store for namespace %s: %w", namespace, err)
+		}
+		set.States, set.Plans, set.Releases = st, st, st
+	default:
+		return nil, fmt.Errorf("%w: unknown state backend %q", ErrMisconfigured, eff.StateBackend)
+	}
+	set.History = release.History{Store: set.Releases, Limit: history}
+	return &cachedSet{set: set, storageHash: eff.StorageHash(), secretVersions: versions, checkedAt: time.Now()}, nil
+}
+
+// readSecretValue reads one Secret key and records the Secret's resourceVersion.
+func (b *Backends) readSecretValue(ctx context.Context, ref config.SecretKeyRef, versions map[types.NamespacedName]string) ([]byte, error) {
+	secret := &corev1.Secret{}
+	err := b.client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%w: Secret %s/%s does not exist", ErrMisconfigured, ref.Namespace, ref.Name)
+	case err != nil:
+		return nil, fmt.Errorf("failed to read Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	value := secret.Data[ref.Key]
+	if len(value) == 0 {
+		return nil, fmt.Errorf("%w: Secret %s/%s has no key %q", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key)
+	}
+	versions[types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}] = secret.ResourceVersion
+	return value, nil
+}
+
+// secretsUnchanged reports whether every Secret still has the recorded resourceVersion.
+func (b *Backends) secretsUnchanged(ctx context.Context, versions map[types.NamespacedName]string) (bool, error) {
+	for name, version := range versions {
+		secret := &corev1.Secret{}
+		err := b.client.Get(ctx, name, secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("failed to read Secret %s: %w", name, err)
+		}
+		if secret.ResourceVersion != version {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// pool returns the shared pool for a connection string, creating it once.
+func (b *Backends) pool(ctx context.Context, url string, ref config.SecretKeyRef) (*pgxpool.Pool, error) {
+	sum := sha256.Sum256([]byte(url))
+	id := hex.EncodeToString(sum[:])
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.pools[id]; ok {
+		return p, nil
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors may quote the string, password included: say less.
+		return nil, fmt.Errorf("%w: Secret %s/%s key %q is not a valid PostgreSQL connection string", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key)
+	}
+	// The pool connects lazily, so holding the lock here costs no round trip.
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the PostgreSQL pool for Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	b.pools[id] = p
+	return p, nil
+}
+
+// Close closes every PostgreSQL pool; For fails afterwards.
+func (b *Backends) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for id, p := range b.pools {
+		p.Close()
+		delete(b.pools, id)
+	}
+	clear(b.sets)
+}
+
+// Start waits for ctx to end and closes the pools: add Backends to the
+// manager (mgr.Add) so they close on shutdown.
+func (b *Backends) Start(ctx context.Context) error {
+	<-ctx.Done()
+	b.Close()
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves state.
+func (b *Backends) NeedLeaderElection() bool { return false }

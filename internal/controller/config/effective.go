@@ -1,0 +1,114 @@
+// Package config resolves the settings that govern a Stack (Stack fields →
+// the TerraceConfig of its namespace → the one in the operator's namespace →
+// built-in defaults, field by field) and reconciles TerraceConfigs: it checks
+// the Secrets they reference and reports the state backend in use.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+// Built-in defaults, used when neither the Stack nor any TerraceConfig sets a field.
+const (
+	DefaultBinary             = terracev1.BinaryTofu
+	DefaultServiceAccountName = "default"
+	DefaultStateBackend       = terracev1.StateBackendSecrets
+	DefaultHistory            = int32(10)
+	DefaultInterval           = 10 * time.Minute
+	DefaultDriftMode          = terracev1.DriftDetectionEnabled
+
+	// DefaultPostgresURLKey is the Secret key of postgres.connectionSecretRef when it names none.
+	DefaultPostgresURLKey = "url"
+	// DefaultEncryptionKeyKey is the Secret key of encryption.keySecretRef when it names none.
+	DefaultEncryptionKeyKey = "key"
+
+	// BuiltinSource names the built-in defaults in Effective.Sources.
+	BuiltinSource = "built-in"
+)
+
+// SecretKeyRef names one key of a Secret. The Secret lives in the namespace
+// of the TerraceConfig that named it, which need not be the Stack's.
+type SecretKeyRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+}
+
+// String renders the reference as namespace/name[key], for messages.
+func (r SecretKeyRef) String() string { return r.Namespace + "/" + r.Name + "[" + r.Key + "]" }
+
+// Effective is the settings of one Stack (or, from ResolveNamespace, of a
+// namespace) after resolution.
+type Effective struct {
+	RunnerImage        string                       `json:"runnerImage"`
+	Binary             terracev1.RunnerBinary       `json:"binary"`
+	ServiceAccountName string                       `json:"serviceAccountName"`
+	Resources          *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Env is the config's variables followed by the Stack's; a Stack
+	// variable replaces a config variable of the same name.
+	Env    []corev1.EnvVar `json:"env,omitempty"`
+	Retain bool            `json:"retain"`
+
+	StateBackend terracev1.StateBackend `json:"stateBackend"`
+	// PostgresConnection is set only when StateBackend is postgres.
+	PostgresConnection *SecretKeyRef `json:"postgresConnection,omitempty"`
+	// EncryptionKey is nil when state is not encrypted.
+	EncryptionKey *SecretKeyRef `json:"encryptionKey,omitempty"`
+	History       int32         `json:"history"`
+
+	Interval  time.Duration                `json:"interval"`
+	DriftMode terracev1.DriftDetectionMode `json:"driftMode"`
+
+	// Sources lists, nearest first, what contributed at least one field:
+	// "namespace/default" for a TerraceConfig, "built-in" for the defaults.
+	// It is not part of Hash.
+	Sources []string `json:"-"`
+}
+
+// BuiltinDefaults returns the built-in settings, with the controller's own
+// image as the runner image.
+func BuiltinDefaults(runnerImage string) Effective {
+	return Effective{
+		RunnerImage:        runnerImage,
+		Binary:             DefaultBinary,
+		ServiceAccountName: DefaultServiceAccountName,
+		StateBackend:       DefaultStateBackend,
+		History:            DefaultHistory,
+		Interval:           DefaultInterval,
+		DriftMode:          DefaultDriftMode,
+	}
+}
+
+// Hash identifies the effective values (not Sources): equal settings give
+// equal hashes, across processes and restarts.
+func (e Effective) Hash() string {
+	return hashJSON(e)
+}
+
+// StorageHash identifies only the settings that decide where and how state
+// is stored (backend, PostgreSQL connection, encryption key, history).
+func (e Effective) StorageHash() string {
+	return hashJSON(struct {
+		Backend    terracev1.StateBackend
+		Postgres   *SecretKeyRef
+		Encryption *SecretKeyRef
+		History    int32
+	}{e.StateBackend, e.PostgresConnection, e.EncryptionKey, e.History})
+}
+
+func hashJSON(v any) string {
+	// json.Marshal of structs, slices and resource.Quantity is deterministic.
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic("config: effective settings must marshal: " + err.Error())
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:12])
+}

@@ -1,0 +1,81 @@
+package config
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+// StacksForConfig maps a TerraceConfig event to the Stacks it governs: a
+// namespace's config to that namespace's Stacks, the operator namespace's
+// config to every Stack. c should be the manager's cached client. Use it as
+//
+//	Watches(&terracev1.TerraceConfig{}, handler.EnqueueRequestsFromMapFunc(config.StacksForConfig(mgr.GetClient(), ns)))
+func StacksForConfig(c client.Reader, operatorNamespace string) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		if obj.GetName() != terracev1.TerraceConfigName {
+			return nil // the API refuses other names; ignore any that slipped in
+		}
+		var opts []client.ListOption
+		if obj.GetNamespace() != operatorNamespace {
+			opts = append(opts, client.InNamespace(obj.GetNamespace()))
+		}
+		stacks := &terracev1.StackList{}
+		if err := c.List(ctx, stacks, opts...); err != nil {
+			log.FromContext(ctx).Error(err, "failed to list stacks governed by a terrace config", "config", client.ObjectKeyFromObject(obj))
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(stacks.Items))
+		for _, s := range stacks.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+		}
+		return reqs
+	}
+}
+
+// configsForOperatorConfig maps a change of the operator namespace's config
+// to every other TerraceConfig, whose effective backend may depend on it.
+func configsForOperatorConfig(c client.Reader, operatorNamespace string) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		if obj.GetNamespace() != operatorNamespace {
+			return nil
+		}
+		configs := &terracev1.TerraceConfigList{}
+		if err := c.List(ctx, configs); err != nil {
+			log.FromContext(ctx).Error(err, "failed to list terrace configs")
+			return nil
+		}
+		var reqs []reconcile.Request
+		for _, cfg := range configs.Items {
+			if cfg.Namespace != operatorNamespace {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}})
+			}
+		}
+		return reqs
+	}
+}
+
+// configForSecret maps a Secret event to the TerraceConfig of the Secret's
+// namespace when that config references the Secret, so fixing a missing
+// Secret clears Stalled without waiting for a resync.
+func configForSecret(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		cfg := &terracev1.TerraceConfig{}
+		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: terracev1.TerraceConfigName}
+		if err := c.Get(ctx, key, cfg); err != nil {
+			return nil // no config here (or a cache error the next event retries)
+		}
+		for _, ref := range secretRefs(cfg) {
+			if ref.name == obj.GetName() {
+				return []reconcile.Request{{NamespacedName: key}}
+			}
+		}
+		return nil
+	}
+}
