@@ -1,0 +1,129 @@
+package httpbackend_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+	"github.com/terrace-dev/terrace/internal/state/postgres"
+	"github.com/terrace-dev/terrace/internal/state/postgres/pgtest"
+)
+
+var dbURL string
+
+func TestMain(m *testing.M) {
+	pgtest.Main(func(url string) int { dbURL = url; return m.Run() })
+}
+
+// fixture is a running state server with mutual TLS over a real store.
+type fixture struct {
+	store     state.Store
+	authority *pki.Authority
+	baseURL   string
+}
+
+func uniqueName(prefix string) string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func newFixture(t *testing.T, opts httpbackend.Options) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := postgres.Open(ctx, dbURL, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authority, err := pki.NewAuthority(pki.DefaultCAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverLeaf, err := authority.Issue(pki.LeafRequest{Identity: pki.ControllerIdentity, Validity: time.Hour, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCert, err := serverLeaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.ListenAddress = "127.0.0.1:0"
+	srv := httpbackend.NewServer(opts, store, pki.ServerTLSConfig(pki.StaticCertificate(serverCert), authority, nil))
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("state server: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("state server did not shut down")
+		}
+		store.Close()
+	})
+	return &fixture{store: store, authority: authority, baseURL: "https://" + srv.Addr().String()}
+}
+
+// leaf issues a client certificate for id.
+func (f *fixture) leaf(t *testing.T, id pki.Identity) *pki.Leaf {
+	t.Helper()
+	leaf, err := f.authority.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+// client is an HTTP client presenting id's certificate and trusting the
+// CA the way tofu does (RootCAs, hostname check).
+func (f *fixture) client(t *testing.T, id pki.Identity) *http.Client {
+	t.Helper()
+	leaf := f.leaf(t, id)
+	cert, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(leaf.CABundlePEM)
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}}
+}
+
+type response struct {
+	code  int
+	body  []byte
+	proto string
+}
+
+func do(t *testing.T, c *http.Client, method, url string, body []byte) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{code: resp.StatusCode, body: data, proto: resp.Proto}
+}

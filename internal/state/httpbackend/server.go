@@ -1,0 +1,163 @@
+package httpbackend
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/terrace-dev/terrace/internal/state"
+)
+
+// Options configure the state server.
+type Options struct {
+	// ListenAddress is host:port to listen on.
+	ListenAddress string
+	// AdvertisedURL is the https URL runners reach the server at (e.g. the
+	// controller Service); state addresses are built from it with Address.
+	AdvertisedURL string
+	// MaxStateBytes bounds a state upload.
+	MaxStateBytes int64
+	// ShutdownTimeout bounds the wait for requests in flight on shutdown.
+	ShutdownTimeout time.Duration
+}
+
+// DefaultOptions are the flag defaults.
+func DefaultOptions() Options {
+	return Options{ListenAddress: ":9444", MaxStateBytes: DefaultMaxStateBytes, ShutdownTimeout: 30 * time.Second}
+}
+
+// BindFlags registers the options as --state-server-* flags.
+func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	d := DefaultOptions()
+	fs.StringVar(&o.ListenAddress, "state-server-bind-address", d.ListenAddress, "Address the Terraform http-backend state server listens on (mutual TLS).")
+	fs.StringVar(&o.AdvertisedURL, "state-server-advertised-url", o.AdvertisedURL, "https URL runners reach the state server at, e.g. https://terrace-controller.terrace-system.svc:9444.")
+	fs.Int64Var(&o.MaxStateBytes, "state-server-max-state-bytes", d.MaxStateBytes, "Largest state upload the state server accepts, in bytes.")
+	fs.DurationVar(&o.ShutdownTimeout, "state-server-shutdown-timeout", d.ShutdownTimeout, "How long the state server waits for requests in flight on shutdown.")
+}
+
+// Server is the state server as a manager Runnable: every replica serves
+// (NeedLeaderElection is false); the store does the concurrency control.
+type Server struct {
+	opts      Options
+	handler   *Handler
+	tlsConfig *tls.Config
+
+	mu       sync.Mutex
+	listener net.Listener
+}
+
+var (
+	_ manager.Runnable               = (*Server)(nil)
+	_ manager.LeaderElectionRunnable = (*Server)(nil)
+)
+
+// NewServer returns a state server for store. tlsConfig must require and
+// verify client certificates (pki.ServerTLSConfig with a nil authorize:
+// the handler authorizes per state).
+func NewServer(opts Options, store state.Store, tlsConfig *tls.Config) *Server {
+	d := DefaultOptions()
+	if opts.ListenAddress == "" {
+		opts.ListenAddress = d.ListenAddress
+	}
+	if opts.MaxStateBytes <= 0 {
+		opts.MaxStateBytes = d.MaxStateBytes
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = d.ShutdownTimeout
+	}
+	cfg := tlsConfig.Clone()
+	if cfg.MinVersion < tls.VersionTLS12 {
+		cfg.MinVersion = tls.VersionTLS12
+	}
+	cfg.NextProtos = []string{"http/1.1"}
+	return &Server{opts: opts, tlsConfig: cfg, handler: &Handler{Store: store, MaxStateBytes: opts.MaxStateBytes}}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Listen binds the listen address; Start calls it when it was not called.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.opts.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s for the state server: %w", s.opts.ListenAddress, err)
+	}
+	s.listener = ln
+	return nil
+}
+
+// Addr is the bound address, nil before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener == nil {
+		return nil
+	}
+	return s.listener.Addr()
+}
+
+// Start serves until ctx ends, then shuts down gracefully.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	logger := logf.FromContext(ctx).WithName("state-server")
+	s.handler.Log = logger
+	srv := &http.Server{
+		Handler:           s.handler,
+		TLSConfig:         s.tlsConfig,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Large states over slow links: generous, but bounded.
+		ReadTimeout:  5 * time.Minute,
+		WriteTimeout: 5 * time.Minute,
+		IdleTimeout:  2 * time.Minute,
+		// A non-nil empty map turns HTTP/2 off.
+		TLSNextProto:   map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       log.New(logWriter{logger}, "", 0),
+		// Requests in flight finish during a graceful shutdown: their context
+		// keeps the logger but not the cancellation.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(s.listener, "", "") }()
+	logger.Info("serving terraform state", "address", s.listener.Addr().String(), "advertisedURL", s.opts.AdvertisedURL)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("state server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("failed to shut the state server down: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// logWriter sends net/http's own messages (TLS handshake errors) to the logger.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.V(1).Info("http server", "message", string(p))
+	return len(p), nil
+}
