@@ -349,6 +349,11 @@ type PlanStatus struct {
 	// CreatedAt is when the plan was made.
 	// +optional
 	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
+
+	// InputsDigest identifies the source, path, workspace and variables the
+	// plan was made from; a pending plan is applied only while they are unchanged.
+	// +optional
+	InputsDigest string `json:"inputsDigest,omitempty"`
 }
 
 // ReleaseStatus is the latest release record's summary.
@@ -381,6 +386,12 @@ type StackStatus struct {
 	// LastAppliedRevision is the source revision last applied.
 	// +optional
 	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+
+	// LastAppliedInputsDigest identifies the source, path, workspace and
+	// variables last applied (or planned without changes); a change means a
+	// new plan is due.
+	// +optional
+	LastAppliedInputsDigest string `json:"lastAppliedInputsDigest,omitempty"`
 
 	// LastAttemptedRevision is the source revision of the last run.
 	// +optional

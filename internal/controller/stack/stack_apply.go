@@ -1,0 +1,152 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/runner"
+	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
+)
+
+// apply applies a saved plan, then records outputs and the release. A
+// failed apply is recorded as a failed release and retried with backoff.
+func (r *Reconciler) apply(ctx context.Context, s *scope, cl *runner.Client, stores *storeSet, logf runner.LogFunc, planID string, summary *runnerv1.PlanSummary, started time.Time) error {
+	rel := release.Release{
+		Namespace: s.stack.Namespace, Stack: s.stack.Name,
+		SourceRevision: s.source.revision, PlanID: planID, StartedAt: started,
+		Plan: release.PlanSummary{Add: int(summary.GetAdd()), Change: int(summary.GetChange()), Destroy: int(summary.GetDestroy())},
+	}
+	if err := cl.Apply(ctx, planID, logf); err != nil {
+		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
+		rel.Message = "apply failed; see the Stack's Ready condition"
+		if _, recErr := stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
+			s.observed.release = &rel
+		}
+		return fmt.Errorf("apply of %s failed: %w", planID, err)
+	}
+	outputs, err := cl.Outputs(ctx)
+	if err != nil {
+		return fmt.Errorf("failed to read outputs after applying %s: %w", planID, err)
+	}
+	if err := r.writeOutputs(ctx, s, outputs); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(outputs))
+	for name, o := range outputs {
+		names = append(names, name)
+		rel.Outputs = append(rel.Outputs, release.Output{Name: name, Sensitive: o.Sensitive, Value: o.Value})
+	}
+	slices.Sort(names)
+	slices.SortFunc(rel.Outputs, func(a, b release.Output) int { return cmpString(a.Name, b.Name) })
+	rel.Status, rel.FinishedAt = release.StatusDeployed, r.now()
+	recorded, err := stores.History.Record(ctx, rel)
+	if err != nil {
+		return fmt.Errorf("failed to record the release: %w", err)
+	}
+	st := &s.stack.Status
+	st.Outputs = names
+	st.LastAppliedRevision = s.source.revision
+	st.LastAppliedInputsDigest = s.inputs.digest
+	if st.Plan != nil {
+		st.Plan.Pending = ""
+	}
+	s.observed.applied = true
+	s.observed.release = recorded
+	r.event(s.stack, "Normal", AppliedReason, "applied %s (%s): release %d", planID, summaryText(summary), recorded.Revision)
+	return nil
+}
+
+// writeOutputs writes spec.writeOutputsToSecret, owned by the Stack.
+func (r *Reconciler) writeOutputs(ctx context.Context, s *scope, outputs map[string]runner.Output) error {
+	spec := s.stack.Spec.WriteOutputsToSecret
+	if spec == nil {
+		return nil
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: s.stack.Namespace}}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, secret, func() error {
+		if err := controllerutil.SetControllerReference(s.stack, secret, r.Client.Scheme()); err != nil {
+			return err
+		}
+		secret.Labels = mergeMaps(secret.Labels, spec.Labels, map[string]string{"terrace.dev/stack": s.stack.Name})
+		secret.Annotations = mergeMaps(secret.Annotations, spec.Annotations, nil)
+		secret.Type = corev1.SecretTypeOpaque
+		secret.Data = map[string][]byte{}
+		for name, o := range outputs {
+			if len(spec.Outputs) > 0 && !slices.Contains(spec.Outputs, name) {
+				continue
+			}
+			secret.Data[name] = outputBytes(o)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("failed to write outputs to Secret %s: %w", spec.Name, err)
+	}
+	return nil
+}
+
+// outputBytes stores a string output as its text and anything else as JSON,
+// as tofu-controller does, so consumers can mount strings directly.
+func outputBytes(o runner.Output) []byte {
+	var str string
+	if err := json.Unmarshal(o.Value, &str); err == nil {
+		return []byte(str)
+	}
+	return o.Value
+}
+
+func mergeMaps(base, extra, forced map[string]string) map[string]string {
+	if base == nil {
+		base = map[string]string{}
+	}
+	for k, v := range extra {
+		base[k] = v
+	}
+	for k, v := range forced {
+		base[k] = v
+	}
+	return base
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func summaryText(sum *runnerv1.PlanSummary) string {
+	return fmt.Sprintf("+%d ~%d -%d", sum.GetAdd(), sum.GetChange(), sum.GetDestroy())
+}
+
+// recordPlan copies a plan's summary into status.plan.
+func (s *scope) recordPlan(planID string, p *runner.Plan, at time.Time) {
+	sum := p.GetSummary()
+	created := metav1.NewTime(at)
+	pending := ""
+	if s.stack.Status.Plan != nil {
+		pending = s.stack.Status.Plan.Pending
+	}
+	s.stack.Status.Plan = &terracev1.PlanStatus{
+		ID: planID, Pending: pending, Add: sum.GetAdd(), Change: sum.GetChange(), Destroy: sum.GetDestroy(),
+		Drift: sum.GetDrift(), CreatedAt: &created, InputsDigest: s.inputs.digest,
+	}
+	if pending != "" {
+		// A new plan replaces any plan that was waiting.
+		s.stack.Status.Plan.Pending = ""
+	}
+	s.observed.planned = true
+	s.observed.hasChanges = p.GetHasChanges()
+}

@@ -1,0 +1,155 @@
+// Package stack is the Stack reconciler: it resolves a Stack's source,
+// configuration and inputs, and drives plan, approval, apply, drift and
+// destroy runs in runner pods of the Stack's namespace.
+package stack
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+)
+
+// ControllerName names the controller in events and logs.
+const ControllerName = "terrace-stack-controller"
+
+// Finalizer lets the controller destroy (or deliberately leave) a Stack's
+// resources and clean up its runner pods before the Stack goes away.
+const Finalizer = "terrace.dev/finalizer"
+
+// Options configure the Stack controller.
+type Options struct {
+	// OperatorNamespace holds the default TerraceConfig.
+	OperatorNamespace string
+	// StateServerURL is the state server's base URL as runners reach it.
+	StateServerURL string
+	// AllowCrossNamespaceRefs permits sources and dependencies in other namespaces.
+	AllowCrossNamespaceRefs bool
+	// MaxConcurrentReconciles bounds parallel runs.
+	MaxConcurrentReconciles int
+	// DependencyRequeue is how often a Stack waiting on dependencies looks again.
+	DependencyRequeue time.Duration
+}
+
+// Reconciler reconciles Stacks.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads Secrets and Flux sources uncached.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Configs   *config.Resolver
+	Runs      runStarter
+	Stores    storeProvider
+	Options   Options
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// scope is what the steps of one reconcile share and observe.
+type scope struct {
+	stack    *terracev1.Stack
+	config   config.Effective
+	source   *source
+	inputs   *inputs
+	observed observations
+}
+
+// step is one stage of a reconcile; an error ends the reconcile.
+type step func(ctx context.Context, s *scope) error
+
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks/finalizers,verbs=update
+// +kubebuilder:rbac:groups=terrace.dev,resources=programs;terraceconfigs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile moves one Stack towards its desired state.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	stack := &terracev1.Stack{}
+	if err := r.Client.Get(ctx, req.NamespacedName, stack); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("stack", klog.KObj(stack)))
+	patcher := reconcile.NewStatusPatcher(r.Client, stack)
+	s := &scope{stack: stack}
+	started := time.Now()
+
+	defer func() {
+		if stack.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(stack, Finalizer) {
+			return // gone, or about to be: nothing to patch
+		}
+		stepErr := retErr
+		outcome := r.summarize(ctx, s, stepErr)
+		if err := patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
+			outcome.Err = kerrorsJoin(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
+		}
+		recordMetrics(stack, s, stepErr, time.Since(started).Seconds())
+		result, retErr = outcome.Result, outcome.Err
+	}()
+
+	if !stack.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
+	if !controllerutil.ContainsFinalizer(stack, Finalizer) {
+		controllerutil.AddFinalizer(stack, Finalizer)
+		if err := r.Client.Update(ctx, stack); err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to add finalizer: %w", err)
+		}
+	}
+	if stack.Spec.Suspend {
+		s.observed.suspended = true
+		return ctrl.Result{}, nil
+	}
+	for _, st := range []step{
+		r.checkDependencies,
+		r.resolveSource,
+		r.resolveConfig,
+		r.gatherInputs,
+		r.run,
+	} {
+		if err := st(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Reconciler) resolveConfig(ctx context.Context, s *scope) error {
+	eff, err := r.Configs.Resolve(ctx, s.stack)
+	if err != nil {
+		return fmt.Errorf("failed to resolve the TerraceConfig for %s: %w", s.stack.Namespace, err)
+	}
+	s.config = eff
+	return nil
+}
+
+// requestedReconcile reports a terrace.dev/requestedAt value not yet handled.
+func requestedReconcile(stack *terracev1.Stack) (string, bool) {
+	v, ok := stack.GetAnnotations()[terracev1.ReconcileRequestAnnotation]
+	return v, ok && v != stack.Status.LastHandledReconcileAt
+}
+
+func conditionTrue(stack *terracev1.Stack, t string) bool {
+	return meta.IsStatusConditionTrue(stack.Status.Conditions, t)
+}

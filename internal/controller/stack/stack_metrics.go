@@ -1,0 +1,57 @@
+package stack
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+var (
+	runsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "terrace_runs_total",
+		Help: "Runs by kind (plan, apply, drift, destroy) and result (success, failure).",
+	}, []string{"kind", "result"})
+	runDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "terrace_run_duration_seconds",
+		Help:    "Duration of runs, from runner start to result, by kind.",
+		Buckets: prometheus.ExponentialBuckets(0.5, 2, 12),
+	}, []string{"kind"})
+	runnerStartDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "terrace_runner_start_duration_seconds",
+		Help:    "Time from creating a runner pod to a connected, healthy runner.",
+		Buckets: prometheus.ExponentialBuckets(0.1, 2, 12),
+	})
+	driftDetectedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "terrace_drift_detected_total",
+		Help: "Drift checks that found changes made outside Terrace, by namespace.",
+	}, []string{"namespace"})
+	stackReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "terrace_stack_ready",
+		Help: "1 when the Stack is Ready, 0 otherwise.",
+	}, []string{"namespace", "name"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(runsTotal, runDuration, runnerStartDuration, driftDetectedTotal, stackReady)
+}
+
+// recordMetrics records the outcome of a reconcile.
+func recordMetrics(stack *terracev1.Stack, s *scope, runErr error, seconds float64) {
+	if stack.DeletionTimestamp != nil {
+		stackReady.DeleteLabelValues(stack.Namespace, stack.Name)
+	} else if conditionTrue(stack, terracev1.ReadyCondition) {
+		stackReady.WithLabelValues(stack.Namespace, stack.Name).Set(1)
+	} else {
+		stackReady.WithLabelValues(stack.Namespace, stack.Name).Set(0)
+	}
+	switch s.observed.kind {
+	case runPlan, runApplyPending, runDrift, runDestroy:
+		result := "success"
+		if runErr != nil {
+			result = "failure"
+		}
+		runsTotal.WithLabelValues(string(s.observed.kind), result).Inc()
+		runDuration.WithLabelValues(string(s.observed.kind)).Observe(seconds)
+	}
+}

@@ -1,0 +1,93 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/runner"
+)
+
+// storeSet is the stores of a Stack's namespace.
+type storeSet = backend.Set
+
+// storeProvider opens the stores of a namespace per its TerraceConfig.
+type storeProvider interface {
+	For(ctx context.Context, namespace string) (*backend.Set, error)
+}
+
+// runRequest describes the runner pod of one run.
+type runRequest struct {
+	Stack  *terracev1.Stack
+	Config config.Effective
+}
+
+func runRequestFor(s *scope) runRequest {
+	return runRequest{Stack: s.stack, Config: s.config}
+}
+
+// runSession is a started runner pod and a connection to it.
+type runSession interface {
+	// ID is the run's identifier (in its pod name and certificate).
+	ID() string
+	// Client is connected over mutual TLS to the runner.
+	Client() *runner.Client
+	// Context is cancelled when the runner pod dies, so calls fail fast.
+	Context() context.Context
+	// Died reports why the runner pod died, or nil while it lives.
+	Died() error
+	// Close removes the pod unless the config retains it.
+	Close(ctx context.Context) error
+}
+
+// runStarter starts runner pods.
+type runStarter interface {
+	Start(ctx context.Context, req runRequest) (runSession, error)
+	// Cleanup removes runner pods an earlier run of the Stack left behind.
+	Cleanup(ctx context.Context, namespace, stack string) error
+}
+
+// runLogger passes runner log lines (already redacted by the runner) to the
+// controller's log at debug level.
+func runLogger(ctx context.Context, runID string) runner.LogFunc {
+	logger := ctrl.LoggerFrom(ctx).WithValues("run", runID).V(1)
+	return func(line string) { logger.Info(line) }
+}
+
+// classify turns a runner call's error into terminal (the module or its
+// inputs are wrong: the user must change something) or transient (the
+// runner died, the network failed: retry with backoff).
+func classify(sess runSession, err error, reason, what string) error {
+	if died := sess.Died(); died != nil {
+		return fmt.Errorf("%s: the runner died: %w", what, died)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	switch st.Code() {
+	case codes.Unknown, codes.InvalidArgument:
+		msg := st.Message()
+		if isLockContention(msg) {
+			return fmt.Errorf("%s: the state is locked: %s", what, msg)
+		}
+		return reconcile.Terminalf(reason, "%s: %s", what, msg)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// isLockContention spots tofu's state-lock errors, which pass.
+func isLockContention(msg string) bool {
+	return strings.Contains(msg, "Error acquiring the state lock") || strings.Contains(msg, "state lock")
+}
+
+var errRunnerGone = errors.New("runner pod is gone")

@@ -1,0 +1,145 @@
+package stack
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+)
+
+// Condition reasons about inputs.
+const (
+	VarsNotFoundReason = "VarsNotFound"
+	InvalidVarsReason  = "InvalidVars"
+)
+
+// inputs are the variables of a run and a digest of everything that decides
+// what a plan does.
+type inputs struct {
+	vars map[string]json.RawMessage
+	// sensitive names the variables that came from Secrets: their values
+	// are redacted by the runner and never written to status or events.
+	sensitive []string
+	// digest covers the source digest, path, workspace and every variable
+	// value; a change means a new plan is due.
+	digest string
+}
+
+// gatherInputs merges spec.vars and spec.varsFrom (later entries win).
+func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
+	vars := map[string]json.RawMessage{}
+	fromSecret := map[string]bool{}
+	// Secret values are not hashed into the digest (status is readable by
+	// more people than Secrets): a Secret's resourceVersion stands for them.
+	secretVersions := map[string]string{}
+	for name, v := range s.stack.Spec.Vars {
+		vars[name] = json.RawMessage(v.Raw)
+	}
+	for i, ref := range s.stack.Spec.VarsFrom {
+		data, version, err := r.readVarsObject(ctx, s.stack.Namespace, ref.Kind, ref.Name)
+		if apierrors.IsNotFound(err) {
+			if ref.Optional {
+				continue
+			}
+			return reconcile.Terminalf(VarsNotFoundReason, "spec.varsFrom[%d]: %s %s/%s not found: create it or mark the entry optional", i, ref.Kind, s.stack.Namespace, ref.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("failed to read spec.varsFrom[%d] %s %s: %w", i, ref.Kind, ref.Name, err)
+		}
+		keys := ref.Keys
+		if len(keys) == 0 {
+			for k := range data {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+		}
+		for _, k := range keys {
+			raw, ok := data[k]
+			if !ok {
+				if ref.Optional {
+					continue
+				}
+				return reconcile.Terminalf(VarsNotFoundReason, "spec.varsFrom[%d]: %s %s/%s has no key %q: add it or remove it from keys", i, ref.Kind, s.stack.Namespace, ref.Name, k)
+			}
+			vars[k] = asJSONValue(raw)
+			fromSecret[k] = ref.Kind == "Secret"
+			if fromSecret[k] {
+				secretVersions[k] = ref.Name + "@" + version
+			} else {
+				delete(secretVersions, k)
+			}
+		}
+	}
+	in := &inputs{vars: vars}
+	for k, secret := range fromSecret {
+		if secret {
+			in.sensitive = append(in.sensitive, k)
+		}
+	}
+	slices.Sort(in.sensitive)
+	in.digest = inputsDigest(s.source.digest, s.stack.Spec.Path, s.stack.Spec.Workspace, vars, secretVersions)
+	s.inputs = in
+	return nil
+}
+
+// readVarsObject returns the data and resourceVersion of a Secret (read
+// directly, never cached) or a ConfigMap.
+func (r *Reconciler) readVarsObject(ctx context.Context, namespace, kind, name string) (map[string][]byte, string, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if kind == "Secret" {
+		var sec corev1.Secret
+		if err := r.APIReader.Get(ctx, key, &sec); err != nil {
+			return nil, "", err
+		}
+		return sec.Data, sec.ResourceVersion, nil
+	}
+	var cm corev1.ConfigMap
+	if err := r.Client.Get(ctx, key, &cm); err != nil {
+		return nil, "", err
+	}
+	data := map[string][]byte{}
+	for k, v := range cm.Data {
+		data[k] = []byte(v)
+	}
+	for k, v := range cm.BinaryData {
+		data[k] = v
+	}
+	return data, cm.ResourceVersion, nil
+}
+
+// asJSONValue keeps a value that is valid JSON (numbers, lists, objects) and
+// makes anything else a JSON string.
+func asJSONValue(raw []byte) json.RawMessage {
+	if json.Valid(raw) {
+		return json.RawMessage(raw)
+	}
+	quoted, _ := json.Marshal(string(raw))
+	return quoted
+}
+
+func inputsDigest(sourceDigest, path, workspace string, vars map[string]json.RawMessage, secretVersions map[string]string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "source=%s\npath=%s\nworkspace=%s\n", sourceDigest, path, workspace)
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if v, ok := secretVersions[k]; ok {
+			fmt.Fprintf(h, "secret var %q=%s\n", k, v)
+			continue
+		}
+		fmt.Fprintf(h, "var %q=%d:%s\n", k, len(vars[k]), vars[k])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
