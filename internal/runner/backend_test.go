@@ -89,6 +89,26 @@ func TestHTTPBackendUsesTheRunnerCertificateWithoutStoringIt(t *testing.T) {
 		t.Fatalf("backend after apply: state has value=%v, lock=%s, callers=%v", strings.Contains(state, "kept-in-the-backend"), lock, callers)
 	}
 
+	// A lock left by a dead run blocks the next plan until it is force-unlocked.
+	backend.mu.Lock()
+	backend.lock = []byte(`{"ID":"dead-run-lock","Operation":"OperationTypeApply","Who":"run-0"}`)
+	backend.mu.Unlock()
+	if _, err := tr.client.Plan(ctx, &runnerv1.PlanRequest{}, nil); Reason(err) != ReasonCommandFailed || !strings.Contains(err.Error(), "dead-run-lock") {
+		t.Fatalf("plan against a held lock answered %v, want a failure naming the lock", err)
+	}
+	if err := tr.client.ForceUnlock(ctx, "dead-run-lock"); err != nil {
+		t.Fatalf("force-unlock failed: %v", err)
+	}
+	backend.mu.Lock()
+	lock = backend.lock
+	backend.mu.Unlock()
+	if lock != nil {
+		t.Fatalf("lock still held after force-unlock: %s", lock)
+	}
+	if _, err := tr.client.Plan(ctx, &runnerv1.PlanRequest{PlanId: "after-unlock"}, nil); err != nil {
+		t.Fatalf("plan after force-unlock failed: %v", err)
+	}
+
 	var planFile bytes.Buffer
 	if _, err := tr.client.DownloadPlan(ctx, plan.GetPlanId(), &planFile); err != nil {
 		t.Fatal(err)

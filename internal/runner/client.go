@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/terrace-dev/terrace/internal/pki"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -33,7 +35,10 @@ func ClientTLSConfig(controller pki.CertificateSource, trust pki.TrustSource, ru
 // Dial connects to the runner at addr (host:port) with tlsConfig (see
 // ClientTLSConfig). The connection is made lazily; WaitReady waits for it.
 func Dial(_ context.Context, addr string, tlsConfig *tls.Config, opts ...grpc.DialOption) (*Client, error) {
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig))}, opts...)
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second, PermitWithoutStream: true}),
+	}, opts...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create a runner client for %s: %w", addr, err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/terrace-dev/terrace/internal/pki"
@@ -118,6 +119,10 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
 		grpc.WaitForHandlers(true),
+		// A controller that vanished mid-run is noticed within a minute, so
+		// its operation is cancelled and tofu releases the state lock.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
 	g := grpc.NewServer(opts...)
 	runnerv1.RegisterRunnerServiceServer(g, s)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"regexp"
 
 	"google.golang.org/grpc/codes"
 
@@ -51,6 +52,15 @@ func chunkPipe(recv func() ([]byte, bool, error)) *io.PipeReader {
 	return pr
 }
 
+var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+func checkDigest(d string) error {
+	if !digestPattern.MatchString(d) {
+		return statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("digest %q must be sha256:<64 lowercase hex digits>", d))
+	}
+	return nil
+}
+
 func (s *Server) archiveLimits() artifact.Limits {
 	return artifact.Limits{MaxCompressedSize: s.cfg.MaxArchiveBytes, TempDir: s.exec.TempDir()}
 }
@@ -69,6 +79,9 @@ func (s *Server) Upload(stream runnerv1.RunnerService_UploadServer) error {
 	header := first.GetHeader()
 	if header == nil {
 		return statusError(codes.InvalidArgument, ReasonInvalidArgument, "the first upload message must be the header with the digest")
+	}
+	if err := checkDigest(header.GetDigest()); err != nil {
+		return err
 	}
 	if err := s.exec.ResetSource(); err != nil {
 		return s.toStatus(err)
@@ -99,6 +112,9 @@ func (s *Server) Fetch(ctx context.Context, req *runnerv1.FetchRequest) (*runner
 	u, err := url.Parse(req.GetUrl())
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("fetch needs an https URL of the controller, not %q", req.GetUrl()))
+	}
+	if err := checkDigest(req.GetDigest()); err != nil {
+		return nil, err
 	}
 	data, err := artifact.Fetch(ctx, s.fetch, req.GetUrl(), req.GetDigest(), s.cfg.MaxArchiveBytes)
 	if err != nil {

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestRunnerCommandServesAndRemovesItsWorkDirOnShutdown(t *testing.T) {
+	authority, err := pki.NewAuthority(pki.DefaultCAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runnerID := pki.RunnerIdentity("team-a", "web", "run-1")
+	tlsDir := t.TempDir()
+	leaf, err := authority.Issue(pki.LeafRequest{Identity: runnerID, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaf.WriteFiles(tlsDir); err != nil {
+		t.Fatal(err)
+	}
+	workBase := t.TempDir()
+	o := runnerOptions{
+		listen: freeAddr(t), healthListen: freeAddr(t), tlsDir: tlsDir, workDir: workBase,
+		binary: "tofu", binaryPath: "/bin/true", maxArchiveBytes: 1 << 20, maxPlanFileBytes: 1 << 20, interruptGrace: time.Second,
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- runRunner(ctx, o) }()
+
+	controllerLeaf, err := authority.Issue(pki.LeafRequest{Identity: pki.ControllerIdentity, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := controllerLeaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := runner.Dial(ctx, o.listen, runner.ClientTLSConfig(pki.StaticCertificate(cert), pki.TrustFunc(authority.TrustPool), runnerID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	readyCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := client.WaitReady(readyCtx); err != nil {
+		t.Fatalf("runner not ready: %v", err)
+	}
+	resp, err := http.Get("http://" + o.healthListen + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz answered %v %v", resp, err)
+	}
+	_ = resp.Body.Close()
+
+	data, digest, err := artifact.Build(map[string][]byte{"main.tf": []byte(`resource "terraform_data" "a" {}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Upload(readyCtx, digest, bytes.NewReader(data)); err != nil {
+		t.Fatalf("upload failed: %v", err)
+	}
+	matches, _ := filepath.Glob(filepath.Join(workBase, "terrace-runner-*", "source", "main.tf"))
+	if len(matches) != 1 {
+		t.Fatalf("uploaded source not in a private work dir under %s: %v", workBase, matches)
+	}
+
+	stop() // what SIGTERM does through signal.NotifyContext
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("runner ended with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("runner did not stop")
+	}
+	left, err := os.ReadDir(workBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("work dir not removed on shutdown: %v", left)
+	}
+}
