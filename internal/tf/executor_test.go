@@ -108,7 +108,8 @@ func TestEnvironmentIsTheRunnersOwn(t *testing.T) {
 func TestTofuSeesNeitherEnvVariablesNorRegistries(t *testing.T) {
 	tofu := testenv.RequireTofu(t)
 	mirror := t.TempDir()
-	env := append(os.Environ(), "TF_VAR_name=from-the-environment")
+	home := t.TempDir()
+	env := append(os.Environ(), "TF_VAR_name=from-the-environment", "HOME="+home)
 	e := newTestExecutor(t, tofu, env, mirror)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -130,6 +131,10 @@ func TestTofuSeesNeitherEnvVariablesNorRegistries(t *testing.T) {
 	}
 	if string(outs["name"].Value) != `"the-default"` {
 		t.Errorf("output name = %s: a TF_VAR_ of the runner's environment reached tofu", outs["name"].Value)
+	}
+
+	if left, _ := os.ReadDir(home); len(left) != 0 {
+		t.Errorf("tofu wrote into HOME, outside the work dir: %v", left)
 	}
 
 	if err := e.ResetSource(); err != nil {
