@@ -1,0 +1,222 @@
+package config
+
+import (
+	"context"
+	"encoding/base64"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+)
+
+const waitTimeout = 30 * time.Second
+
+func configKey(ns string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: terracev1.TerraceConfigName}
+}
+
+func createConfig(t *testing.T, ns string, spec terracev1.TerraceConfigSpec) {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), tcfg(ns, spec)); err != nil {
+		t.Fatalf("failed to create terrace config: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), tcfg(ns, spec)) })
+}
+
+func putSecret(t *testing.T, ns, name string, data map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
+	err := env.Client.Create(ctx, s)
+	if apierrors.IsAlreadyExists(err) {
+		err = env.Client.Update(ctx, s)
+	}
+	if err != nil {
+		t.Fatalf("failed to write Secret %s/%s: %v", ns, name, err)
+	}
+}
+
+// waitForConfig polls until cond holds for the config's latest state and returns it.
+func waitForConfig(t *testing.T, ns, what string, cond func(c *terracev1.TerraceConfig) bool) *terracev1.TerraceConfig {
+	t.Helper()
+	var last *terracev1.TerraceConfig
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		c := &terracev1.TerraceConfig{}
+		if err := env.Client.Get(ctx, configKey(ns), c); err != nil {
+			return false, err
+		}
+		last = c
+		return cond(c), nil
+	})
+	if err != nil {
+		t.Fatalf("terrace config %s never became %s: %v; last status: %+v", ns, what, err, last.Status)
+	}
+	return last
+}
+
+func stalledWith(reason string) func(c *terracev1.TerraceConfig) bool {
+	return func(c *terracev1.TerraceConfig) bool {
+		ready := reconcile.Get(c, terracev1.ReadyCondition)
+		return c.Status.ObservedGeneration == c.Generation && reconcile.IsTrue(c, terracev1.StalledCondition) &&
+			ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == reason
+	}
+}
+
+func readyWithBackend(backend terracev1.StateBackend) func(c *terracev1.TerraceConfig) bool {
+	return func(c *terracev1.TerraceConfig) bool {
+		return c.Status.ObservedGeneration == c.Generation && reconcile.IsTrue(c, terracev1.ReadyCondition) &&
+			c.Status.StateBackend != nil && c.Status.StateBackend.Current == backend
+	}
+}
+
+func readyMessage(c *terracev1.TerraceConfig) string {
+	return reconcile.Get(c, terracev1.ReadyCondition).Message
+}
+
+func TestEncryptionKeySecretMissingThenFixed(t *testing.T) {
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{
+		Encryption: &terracev1.EncryptionConfig{KeySecretRef: terracev1.SecretKeyReference{Name: "state-key"}},
+	}})
+
+	c := waitForConfig(t, ns, "stalled on the missing Secret", stalledWith(SecretNotFoundReason))
+	if msg := readyMessage(c); !strings.Contains(msg, ns+"/state-key") || !strings.Contains(msg, `"key"`) {
+		t.Errorf("message %q does not name the Secret and the key to create", msg)
+	}
+	if reconcile.Get(c, terracev1.ReconcilingCondition) != nil {
+		t.Error("a stalled config is also Reconciling")
+	}
+
+	putSecret(t, ns, "state-key", map[string][]byte{"other": []byte("x")})
+	c = waitForConfig(t, ns, "stalled on the missing key", stalledWith(SecretKeyMissingReason))
+	if msg := readyMessage(c); !strings.Contains(msg, `"key"`) {
+		t.Errorf("message %q does not name the missing key", msg)
+	}
+
+	badKey := []byte("sixteen-byte-key")
+	putSecret(t, ns, "state-key", map[string][]byte{"key": badKey})
+	c = waitForConfig(t, ns, "stalled on the invalid key", stalledWith(InvalidEncryptionKeyReason))
+	if msg := readyMessage(c); strings.Contains(msg, string(badKey)) || !strings.Contains(msg, "32 bytes") {
+		t.Errorf("message %q quotes the key or does not say what is wrong", msg)
+	}
+
+	goodKey := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	putSecret(t, ns, "state-key", map[string][]byte{"key": []byte(goodKey)})
+	c = waitForConfig(t, ns, "ready", readyWithBackend(terracev1.StateBackendSecrets))
+	if err := reconcile.KstatusConformant(c); err != nil {
+		t.Error(err)
+	}
+	if reconcile.Get(c, terracev1.StalledCondition) != nil {
+		t.Error("Stalled is still set on a Ready config")
+	}
+	if msg := readyMessage(c); strings.Contains(msg, goodKey) {
+		t.Errorf("Ready message %q quotes the key", msg)
+	}
+}
+
+func TestPostgresConnectionIsChecked(t *testing.T) {
+	ns := env.Namespace(t)
+	secretURL := "postgres://terrace:hunter2@db:5432/x?sslmode=%zz"
+	putSecret(t, ns, "pg", map[string][]byte{"dsn": []byte(secretURL)})
+	createConfig(t, ns, terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{
+		Backend:  terracev1.StateBackendPostgres,
+		Postgres: &terracev1.PostgresConfig{ConnectionSecretRef: terracev1.SecretKeyReference{Name: "pg", Key: "dsn"}},
+	}})
+	c := waitForConfig(t, ns, "stalled on the invalid URL", stalledWith(InvalidPostgresConnectionReason))
+	if msg := readyMessage(c); strings.Contains(msg, "hunter2") {
+		t.Errorf("message %q quotes the connection string", msg)
+	}
+
+	putSecret(t, ns, "pg", map[string][]byte{"dsn": []byte("postgres://terrace:hunter2@db:5432/terrace")})
+	c = waitForConfig(t, ns, "ready on postgres", readyWithBackend(terracev1.StateBackendPostgres))
+	if msg := readyMessage(c); strings.Contains(msg, "hunter2") {
+		t.Errorf("message %q quotes the connection string", msg)
+	}
+}
+
+// A namespace config that sets no backend reports the operator config's,
+// and follows it when it changes.
+func TestNamespaceConfigFollowsTheOperatorDefault(t *testing.T) {
+	ctx := context.Background()
+	putSecret(t, opNS, "pg", map[string][]byte{"url": []byte("postgres://db/terrace")})
+	createConfig(t, opNS, terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{
+		Backend:  terracev1.StateBackendPostgres,
+		Postgres: &terracev1.PostgresConfig{ConnectionSecretRef: terracev1.SecretKeyReference{Name: "pg"}},
+	}})
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{Runner: &terracev1.RunnerConfig{Image: "team:1"}})
+	waitForConfig(t, opNS, "ready on postgres", readyWithBackend(terracev1.StateBackendPostgres))
+	c := waitForConfig(t, ns, "ready on the inherited postgres backend", readyWithBackend(terracev1.StateBackendPostgres))
+	if msg := readyMessage(c); !strings.Contains(msg, opNS+"/default") || !strings.Contains(msg, ns+"/default") {
+		t.Errorf("Ready message %q does not name both configs", msg)
+	}
+
+	op := &terracev1.TerraceConfig{}
+	if err := env.Client.Get(ctx, configKey(opNS), op); err != nil {
+		t.Fatal(err)
+	}
+	op.Spec.State.Backend = terracev1.StateBackendSecrets
+	if err := env.Client.Update(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	waitForConfig(t, ns, "ready on the secrets backend", readyWithBackend(terracev1.StateBackendSecrets))
+}
+
+func createStack(t *testing.T, ns, name string) {
+	t.Helper()
+	s := &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       terracev1.StackSpec{Source: terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "p"}}},
+	}
+	if err := env.Client.Create(context.Background(), s); err != nil {
+		t.Fatalf("failed to create stack: %v", err)
+	}
+}
+
+func TestStacksForConfig(t *testing.T) {
+	nsA, nsB := env.Namespace(t), env.Namespace(t)
+	createStack(t, nsA, "a1")
+	createStack(t, nsA, "a2")
+	createStack(t, nsB, "b1")
+	mapFn := StacksForConfig(cached, opNS)
+
+	requested := func(cfgNS string) []string {
+		var out []string
+		for _, r := range mapFn(context.Background(), tcfg(cfgNS, terracev1.TerraceConfigSpec{})) {
+			out = append(out, r.Namespace+"/"+r.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	// The cache sees the Stacks shortly after they are created.
+	var got []string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		got = requested(nsA)
+		return slices.Equal(got, []string{nsA + "/a1", nsA + "/a2"}), nil
+	})
+	if err != nil {
+		t.Fatalf("a namespace config enqueued %v, want that namespace's two stacks", got)
+	}
+	if got := requested(nsB); !slices.Equal(got, []string{nsB + "/b1"}) {
+		t.Errorf("config in %s enqueued %v", nsB, got)
+	}
+	all := requested(opNS)
+	for _, want := range []string{nsA + "/a1", nsA + "/a2", nsB + "/b1"} {
+		if !slices.Contains(all, want) {
+			t.Errorf("the operator config did not enqueue %s (got %v)", want, all)
+		}
+	}
+	other := &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "not-default"}}
+	if reqs := mapFn(context.Background(), other); len(reqs) != 0 {
+		t.Errorf("a config not named default enqueued %v", reqs)
+	}
+}
