@@ -184,7 +184,9 @@ func TestResolveFieldByField(t *testing.T) {
 			op: &terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{
 				Encryption: &terracev1.EncryptionConfig{KeySecretRef: terracev1.SecretKeyReference{Name: "op-enc", Key: "k"}},
 			}},
-			want:    func(e *Effective) { e.EncryptionKey = &SecretKeyRef{Namespace: teamNS, Name: "enc", Key: DefaultEncryptionKeyKey} },
+			want: func(e *Effective) {
+				e.EncryptionKey = &SecretKeyRef{Namespace: teamNS, Name: "enc", Key: DefaultEncryptionKeyKey}
+			},
 			sources: []string{"team-a/default", BuiltinSource},
 		},
 		{
