@@ -1,0 +1,410 @@
+// Package launcher runs one runner pod per run: it issues the run's
+// certificate, creates the pod and its TLS Secret in the Stack's namespace,
+// waits (watching, not polling) until the runner is ready, dials it over
+// mutual TLS and notices within seconds when it dies.
+//
+// The pod spec is the same on a real cluster and on devnode: the runner
+// binds $(POD_IP), paths are flags under its volume mounts, and readiness is
+// an HTTP probe of the runner's /readyz.
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;create;delete;patch
+
+// Defaults of Options.
+const (
+	DefaultGRPCPort     = int32(9090)
+	DefaultHealthPort   = int32(9091)
+	DefaultStartTimeout = 5 * time.Minute
+
+	// cleanupTimeout bounds removing what a failed Start created.
+	cleanupTimeout = 30 * time.Second
+)
+
+// ErrInvalidSpec wraps errors of a RunSpec that can never make a pod: the
+// user must change the Stack or its config (a terminal error).
+var ErrInvalidSpec = errors.New("invalid runner spec")
+
+// ErrClosed is a Run's cause once Close was called.
+var ErrClosed = errors.New("run closed")
+
+// Options configure a Launcher.
+type Options struct {
+	// Client talks to the API server: create, watch and delete pods and
+	// Secrets (uncached). Required.
+	Client kubernetes.Interface
+	// Authority issues each run's leaf and is the trust for runners. Required.
+	Authority *pki.Authority
+	// ControllerCertificate is presented to runners; by default a
+	// controller leaf issued (and renewed) by Authority.
+	ControllerCertificate pki.CertificateSource
+	// DefaultImage is the runner image when RunSpec.Image is empty.
+	DefaultImage string
+	// GRPCPort and HealthPort are the runner's ports; 9090 and 9091 by default.
+	GRPCPort, HealthPort int32
+	// StartTimeout bounds creating the pod until the runner answers over
+	// mutual TLS (image pulls included); 5 minutes by default.
+	StartTimeout time.Duration
+}
+
+// RunSpec describes one run's runner pod. Settings that a TerraceConfig can
+// set arrive resolved (Stack → namespace config → default config); the pod
+// template bits that only a Stack sets are read from Stack.Spec.Runner.
+type RunSpec struct {
+	// Stack owns the pod. Its namespace, name and UID are required; from
+	// spec.runner the pod takes envFrom, nodeSelector, tolerations,
+	// affinity, volumes, volumeMounts, labels and annotations.
+	Stack *terracev1.Stack
+	// RunID names the run (pod name, label, certificate identity): 1-40
+	// lowercase letters, digits and '-'. NewRunID makes one.
+	RunID string
+
+	// Image of the runner; Options.DefaultImage when empty. Its entrypoint
+	// must be the terrace binary.
+	Image string
+	// Binary is tofu (default) or terraform.
+	Binary terracev1.RunnerBinary
+	// ServiceAccountName the pod runs as; "default" when empty.
+	ServiceAccountName string
+	// Resources of the runner container; DefaultResources when nil.
+	Resources *corev1.ResourceRequirements
+	// Env is added to the runner container; a variable replaces an earlier
+	// one of the same name (HOME, TMPDIR), except POD_IP, POD_NAME and POD_NAMESPACE.
+	Env []corev1.EnvVar
+	// ProviderMirror, when set, is a directory in the pod (image or volume)
+	// that providers are installed from, exclusively.
+	ProviderMirror string
+	// Retain keeps the pod (and its Secret) after Close, for debugging. Only
+	// the latest retained pod of a Stack is kept; it stops at its deadline.
+	Retain bool
+	// Timeout bounds the run: the pod's activeDeadlineSeconds is the
+	// timeout plus the start timeout, and the certificate outlives both.
+	// When zero: the time left until ctx's deadline, else the Stack's
+	// spec.timeout, else DefaultRunTimeout.
+	Timeout time.Duration
+}
+
+// Launcher starts runner pods. It is safe for concurrent use.
+type Launcher struct {
+	opts       Options
+	controller pki.CertificateSource
+
+	mu     sync.Mutex
+	active map[string]bool // namespace/stack-label/runID of runs started and not closed
+}
+
+// New checks opts and returns a Launcher.
+func New(opts Options) (*Launcher, error) {
+	if opts.Client == nil || opts.Authority == nil {
+		return nil, errors.New("a launcher needs a Kubernetes client and the controller's Authority")
+	}
+	if opts.GRPCPort == 0 {
+		opts.GRPCPort = DefaultGRPCPort
+	}
+	if opts.HealthPort == 0 {
+		opts.HealthPort = DefaultHealthPort
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	cert := opts.ControllerCertificate
+	if cert == nil {
+		cert = pki.NewIssuedCertificate(opts.Authority, pki.LeafRequest{
+			Identity: pki.ControllerIdentity,
+			Validity: opts.Authority.Options().MaxLeafValidity,
+		})
+	}
+	return &Launcher{opts: opts, controller: cert, active: map[string]bool{}}, nil
+}
+
+// NewRunID returns a random run ID of 8 lowercase letters and digits.
+func NewRunID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 8)
+	for i := range b {
+		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+		if err != nil {
+			panic("launcher: no randomness: " + err.Error())
+		}
+		b[i] = alphabet[n.Int64()]
+	}
+	return string(b)
+}
+
+func activeKey(namespace, stack, runID string) string {
+	return namespace + "/" + StackLabelValue(stack) + "/" + runID
+}
+
+func (l *Launcher) setActive(key string, on bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on && l.active[key] {
+		return false
+	}
+	if on {
+		l.active[key] = true
+	} else {
+		delete(l.active, key)
+	}
+	return true
+}
+
+func (l *Launcher) isActive(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.active[key]
+}
+
+// runTimeout resolves RunSpec.Timeout.
+func runTimeout(ctx context.Context, spec *RunSpec) time.Duration {
+	if spec.Timeout > 0 {
+		return spec.Timeout
+	}
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d); left > 0 {
+			return left
+		}
+	}
+	if t := spec.Stack.Spec.Timeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return DefaultRunTimeout
+}
+
+// Start creates the run's TLS Secret and runner pod, waits until the runner
+// is ready and answers over mutual TLS with the run's identity, and returns
+// the connected Run. ctx bounds the start and is the parent of
+// Run.Context(). On failure nothing is left behind (unless Retain).
+//
+// The Secret is created first, owned by the Stack, so the pod never waits
+// on a missing volume (the kubelet backs off for up to two minutes between
+// mount attempts); once the pod exists the pod becomes the Secret's only
+// owner. A crash in between leaves a Secret that the Stack's deletion or
+// Cleanup removes.
+func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
+	p, err := l.plan(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	stack := spec.Stack
+	key := activeKey(stack.Namespace, stack.Name, spec.RunID)
+	if !l.setActive(key, true) {
+		return nil, fmt.Errorf("run %s of Stack %s/%s is already started", spec.RunID, stack.Namespace, stack.Name)
+	}
+	started := time.Now()
+	podName := p.podName
+	identity := pki.RunnerIdentity(stack.Namespace, stack.Name, spec.RunID)
+	log := ctrl.LoggerFrom(ctx).WithValues("runID", spec.RunID, "pod", types.NamespacedName{Namespace: stack.Namespace, Name: podName}.String())
+
+	validity := min(p.deadline+10*time.Minute, l.opts.Authority.Options().MaxLeafValidity)
+	leaf, err := l.opts.Authority.Issue(pki.LeafRequest{Identity: identity, Validity: validity})
+	if err != nil {
+		l.setActive(key, false)
+		return nil, fmt.Errorf("failed to issue the runner certificate: %w", err)
+	}
+	secret := buildSecret(p.secretName, p, leaf.SecretData(), runLabels(stack.Name, spec.RunID, ComponentRunnerTLS))
+	secrets := l.opts.Client.CoreV1().Secrets(stack.Namespace)
+	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		l.setActive(key, false)
+		return nil, fmt.Errorf("failed to create the runner's TLS Secret %s: %w", secret.Name, err)
+	}
+	pod, err := l.opts.Client.CoreV1().Pods(stack.Namespace).Create(ctx, buildPod(p), metav1.CreateOptions{})
+	if err != nil {
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = l.deleteObjects(cleanupCtx, stack.Namespace, "", "", secret.Name)
+		l.setActive(key, false)
+		return nil, fmt.Errorf("failed to create runner pod %s: %w", podName, explainCreateError(err, p))
+	}
+	log.V(1).Info("runner pod created")
+	if err := l.handOverSecret(ctx, secret.Name, pod); err != nil {
+		// Close and Cleanup delete the Secret anyway; only GC-on-pod-deletion is lost.
+		log.Error(err, "failed to make the runner pod own its TLS Secret")
+	}
+
+	run := newRun(l, spec, key, pod, secret.Name, identity, ctx)
+	if err := run.start(ctx, started); err != nil {
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = run.Close(cleanupCtx)
+		return nil, err
+	}
+	log.Info("runner ready", "podIP", run.PodIP(), "startDuration", run.StartDuration().Round(time.Millisecond).String())
+	return run, nil
+}
+
+// plan checks spec and resolves everything the pod is built from.
+func (l *Launcher) plan(ctx context.Context, spec RunSpec) (podParams, error) {
+	if err := validateRunSpec(&spec); err != nil {
+		return podParams{}, err
+	}
+	image := spec.Image
+	if image == "" {
+		image = l.opts.DefaultImage
+	}
+	if image == "" {
+		return podParams{}, fmt.Errorf("%w: no runner image configured", ErrInvalidSpec)
+	}
+	podName := PodName(spec.Stack.Name, spec.RunID)
+	return podParams{
+		spec:         spec,
+		image:        image,
+		grpcPort:     l.opts.GRPCPort,
+		healthPort:   l.opts.HealthPort,
+		deadline:     runTimeout(ctx, &spec) + l.opts.StartTimeout + terminationGrace,
+		secretName:   secretName(podName),
+		stackOwner:   stackOwnerRef(spec.Stack),
+		podName:      podName,
+		runnerLabels: runLabels(spec.Stack.Name, spec.RunID, ComponentRunner),
+	}, nil
+}
+
+// explainCreateError adds what to do to the API errors a user causes.
+func explainCreateError(err error, p podParams) error {
+	msg := err.Error()
+	if apierrors.IsForbidden(err) && strings.Contains(msg, "serviceaccount") {
+		return fmt.Errorf("create ServiceAccount %q in namespace %q or name an existing one (spec.serviceAccountName): %w", p.spec.ServiceAccountName, p.spec.Stack.Namespace, err)
+	}
+	if apierrors.IsInvalid(err) {
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	return err
+}
+
+// handOverSecret makes the pod the Secret's only owner, so it goes with the pod.
+func (l *Launcher) handOverSecret(ctx context.Context, name string, pod *corev1.Pod) error {
+	patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%s,"uid":%s,"controller":true,"blockOwnerDeletion":false}]}}`,
+		strconv.Quote(pod.Name), strconv.Quote(string(pod.UID)))
+	_, err := l.opts.Client.CoreV1().Secrets(pod.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// dial connects to the runner at ip with the run's expected identity.
+func (l *Launcher) dial(ctx context.Context, ip string, identity pki.Identity) (*runner.Client, error) {
+	addr := net.JoinHostPort(ip, strconv.Itoa(int(l.opts.GRPCPort)))
+	return runner.Dial(ctx, addr, runner.ClientTLSConfig(l.controller, l.opts.Authority, identity))
+}
+
+// deleteObjects removes a run's pod (when podName is set, only the one with
+// uid when set) and Secret; objects already gone are fine.
+func (l *Launcher) deleteObjects(ctx context.Context, namespace, podName string, uid types.UID, secretName string) error {
+	var errs []error
+	if podName != "" {
+		opts := metav1.DeleteOptions{}
+		if uid != "" {
+			opts.Preconditions = &metav1.Preconditions{UID: &uid}
+		}
+		err := l.opts.Client.CoreV1().Pods(namespace).Delete(ctx, podName, opts)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("failed to delete runner pod %s: %w", podName, err))
+		}
+	}
+	if secretName != "" {
+		err := l.opts.Client.CoreV1().Secrets(namespace).Delete(ctx, secretName, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("failed to delete runner Secret %s: %w", secretName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup deletes the runner pods and TLS Secrets of a Stack that no run
+// of this Launcher is using, such as those a restarted or former leader
+// left mid-run. Deleting a pod stops its runner gracefully (tofu releases
+// its lock if it can). Retained pods are kept.
+func (l *Launcher) Cleanup(ctx context.Context, namespace, stack string) error {
+	log := ctrl.LoggerFrom(ctx)
+	keep := map[string]bool{}
+	pods, err := l.opts.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(stack, ComponentRunner)})
+	if err != nil {
+		return fmt.Errorf("failed to list runner pods of Stack %s/%s: %w", namespace, stack, err)
+	}
+	var errs []error
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		runID := pod.Labels[LabelRun]
+		if l.isActive(activeKey(namespace, stack, runID)) || pod.Annotations[AnnotationRetained] == "true" {
+			keep[runID] = true
+			continue
+		}
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		log.Info("deleting runner pod of an earlier run", "pod", pod.Name, "runID", runID)
+		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, ""); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	secrets, err := l.opts.Client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(stack, ComponentRunnerTLS)})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("failed to list runner Secrets of Stack %s/%s: %w", namespace, stack, err))...)
+	}
+	for _, s := range secrets.Items {
+		runID := s.Labels[LabelRun]
+		if keep[runID] || l.isActive(activeKey(namespace, stack, runID)) {
+			continue
+		}
+		if err := l.deleteObjects(ctx, namespace, "", "", s.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// selector matches a Stack's runner pods (or their Secrets).
+func selector(stack, component string) string {
+	return labels.SelectorFromSet(labels.Set{
+		LabelManagedBy: ManagedByTerrace,
+		LabelComponent: component,
+		LabelStack:     StackLabelValue(stack),
+	}).String()
+}
+
+// retain marks a finished run's pod as kept and deletes the Stack's older
+// retained pods, so at most one per Stack accumulates.
+func (l *Launcher) retain(ctx context.Context, namespace, stack, podName string) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%s:"true"}}}`, strconv.Quote(AnnotationRetained))
+	_, err := l.opts.Client.CoreV1().Pods(namespace).Patch(ctx, podName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to mark runner pod %s retained: %w", podName, err)
+	}
+	pods, err := l.opts.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(stack, ComponentRunner)})
+	if err != nil {
+		return fmt.Errorf("failed to list retained runner pods: %w", err)
+	}
+	var errs []error
+	for _, pod := range pods.Items {
+		if pod.Name == podName || pod.Annotations[AnnotationRetained] != "true" {
+			continue
+		}
+		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, secretName(pod.Name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,405 @@
+package launcher
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+// Labels and annotations on runner pods and their TLS Secrets.
+const (
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedByTerrace = "terrace"
+	LabelComponent   = "app.kubernetes.io/component"
+	// ComponentRunner marks runner pods, ComponentRunnerTLS their Secrets,
+	// so selectors never reach the state Secrets that share terrace.dev/stack.
+	ComponentRunner    = "runner"
+	ComponentRunnerTLS = "runner-tls"
+	// LabelStack holds StackLabelValue(stack name); LabelRun the run ID.
+	LabelStack = "terrace.dev/stack"
+	LabelRun   = "terrace.dev/run"
+	// AnnotationRetained marks a pod kept after its run (retain); Cleanup
+	// leaves it alone.
+	AnnotationRetained = "terrace.dev/retained"
+)
+
+// The runner container's layout. Paths under the emptyDir and Secret
+// mounts are passed as flags so devnode can map them to its pod root.
+const (
+	containerName = "runner"
+	tlsVolume     = "terrace-tls"
+	workVolume    = "terrace-work"
+	tmpVolume     = "terrace-tmp"
+	tlsMountPath  = "/etc/terrace/tls"
+	workMountPath = "/var/lib/terrace/work"
+	tmpMountPath  = "/var/lib/terrace/tmp"
+	grpcPortName  = "grpc"
+	healthPortNm  = "health"
+
+	// runnerUID is distroless' "nonroot"; explicit so runAsNonRoot holds
+	// whatever USER the image declares.
+	runnerUID = int64(65532)
+
+	// interruptGrace is how long the runner lets tofu stop after SIGTERM
+	// (releasing its state lock); the pod's grace period leaves room after it.
+	interruptGrace   = 2 * time.Minute
+	terminationGrace = interruptGrace + 30*time.Second
+)
+
+// DefaultRunTimeout is a run's timeout when neither RunSpec, ctx nor the
+// Stack says otherwise (the Stack API's default).
+const DefaultRunTimeout = 20 * time.Minute
+
+// reservedEnv are variables the runner's flags depend on; user env cannot replace them.
+var reservedEnv = map[string]bool{"POD_IP": true, "POD_NAME": true, "POD_NAMESPACE": true}
+
+var runIDPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// maxRunIDLength keeps pod names readable and within a DNS label.
+const maxRunIDLength = 40
+
+// DefaultResources are the runner container's resources when RunSpec sets none.
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("2Gi"),
+		},
+	}
+}
+
+// StackLabelValue is the value of the terrace.dev/stack label for a Stack:
+// the name itself when it is a valid label value, otherwise a shortened form
+// with a hash suffix (the same rule as the state Secrets use).
+func StackLabelValue(name string) string {
+	if len(validation.IsValidLabelValue(name)) == 0 {
+		return name
+	}
+	return truncatedWithHash(name, validation.LabelValueMaxLength)
+}
+
+// PodName is the runner pod's name for a run: "<stack>-runner-<runID>",
+// the Stack part shortened with a hash when the whole would exceed 63 characters.
+func PodName(stack, runID string) string {
+	suffix := "-runner-" + runID
+	base := strings.ReplaceAll(stack, ".", "-")
+	if len(base)+len(suffix) > validation.DNS1123LabelMaxLength {
+		base = truncatedWithHash(stack, validation.DNS1123LabelMaxLength-len(suffix))
+	}
+	return base + suffix
+}
+
+// secretName is the run's TLS Secret, named after its pod.
+func secretName(podName string) string { return podName + "-tls" }
+
+func truncatedWithHash(s string, limit int) string {
+	sum := sha256.Sum256([]byte(s))
+	suffix := hex.EncodeToString(sum[:6])
+	keep := limit - len(suffix) - 1
+	if len(s) > keep {
+		s = s[:keep]
+	}
+	s = strings.TrimRight(strings.ReplaceAll(s, ".", "-"), "-")
+	return s + "-" + suffix
+}
+
+// runLabels are the labels terrace puts on a run's pod and Secret.
+func runLabels(stack, runID, component string) map[string]string {
+	return map[string]string{
+		LabelManagedBy: ManagedByTerrace,
+		LabelComponent: component,
+		LabelStack:     StackLabelValue(stack),
+		LabelRun:       runID,
+	}
+}
+
+// validateRunSpec refuses what can never make a valid pod; the error wraps ErrInvalidSpec.
+func validateRunSpec(spec *RunSpec) error {
+	if spec.Stack == nil || spec.Stack.Name == "" || spec.Stack.Namespace == "" || spec.Stack.UID == "" {
+		return fmt.Errorf("%w: the Stack's name, namespace and UID are required", ErrInvalidSpec)
+	}
+	if len(spec.RunID) > maxRunIDLength || !runIDPattern.MatchString(spec.RunID) {
+		return fmt.Errorf("%w: run ID %q must be 1-%d lowercase letters, digits and '-', starting and ending with a letter or digit", ErrInvalidSpec, spec.RunID, maxRunIDLength)
+	}
+	switch spec.Binary {
+	case "", terracev1.BinaryTofu, terracev1.BinaryTerraform:
+	default:
+		return fmt.Errorf("%w: binary %q is neither tofu nor terraform", ErrInvalidSpec, spec.Binary)
+	}
+	if t := spec.Stack.Spec.Runner; t != nil {
+		for _, v := range t.Volumes {
+			if v.Name == tlsVolume || v.Name == workVolume || v.Name == tmpVolume {
+				return fmt.Errorf("%w: spec.runner.volumes: the name %q is reserved for the runner", ErrInvalidSpec, v.Name)
+			}
+		}
+		for _, m := range t.VolumeMounts {
+			for _, own := range []string{tlsMountPath, workMountPath, tmpMountPath} {
+				if pathWithin(m.MountPath, own) || pathWithin(own, m.MountPath) {
+					return fmt.Errorf("%w: spec.runner.volumeMounts: %q overlaps %s, which the runner uses", ErrInvalidSpec, m.MountPath, own)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// pathWithin reports whether p is dir or below it.
+func pathWithin(p, dir string) bool {
+	p, dir = strings.TrimRight(p, "/"), strings.TrimRight(dir, "/")
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// podParams is everything a runner pod is built from, resolved.
+type podParams struct {
+	spec         RunSpec
+	image        string
+	grpcPort     int32
+	healthPort   int32
+	deadline     time.Duration // activeDeadlineSeconds
+	secretName   string
+	stackOwner   metav1.OwnerReference
+	podName      string
+	runnerLabels map[string]string
+}
+
+// buildPod makes the runner pod: restricted security context, read-only
+// root with emptyDirs for the work and temp directories, the run's TLS
+// Secret at /etc/terrace/tls, and readiness from the runner's /readyz.
+func buildPod(p podParams) *corev1.Pod {
+	spec := p.spec
+	tmpl := spec.Stack.Spec.Runner
+	if tmpl == nil {
+		tmpl = &terracev1.RunnerPodTemplate{}
+	}
+	binary := string(spec.Binary)
+	if binary == "" {
+		binary = string(terracev1.BinaryTofu)
+	}
+	sa := spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	resources := DefaultResources()
+	if spec.Resources != nil {
+		resources = *spec.Resources.DeepCopy()
+	}
+
+	// The runner binds the pod's own address: on devnode every pod shares
+	// the host's network namespace on its own 127.0.0.N. The brackets make
+	// the address valid for IPv4 and IPv6 alike.
+	args := []string{
+		"runner",
+		fmt.Sprintf("--listen=[$(POD_IP)]:%d", p.grpcPort),
+		fmt.Sprintf("--health-listen=[$(POD_IP)]:%d", p.healthPort),
+		"--tls-dir=" + tlsMountPath,
+		"--work-dir=" + workMountPath,
+		"--binary=" + binary,
+		"--interrupt-grace=" + interruptGrace.String(),
+	}
+	if spec.ProviderMirror != "" {
+		args = append(args, "--provider-mirror="+spec.ProviderMirror)
+	}
+
+	env := []corev1.EnvVar{
+		fieldEnv("POD_IP", "status.podIP"),
+		fieldEnv("POD_NAME", "metadata.name"),
+		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+		// The root filesystem is read-only: home and temporary files live
+		// in emptyDirs (tofu itself uses <work-dir>/tmp).
+		{Name: "HOME", Value: workMountPath},
+		{Name: "TMPDIR", Value: tmpMountPath},
+	}
+	env = mergeEnv(env, spec.Env)
+
+	labels := map[string]string{}
+	maps.Copy(labels, tmpl.Labels)
+	maps.Copy(labels, p.runnerLabels)
+	var annotations map[string]string
+	if len(tmpl.Annotations) > 0 {
+		annotations = maps.Clone(tmpl.Annotations)
+	}
+
+	volumes := []corev1.Volume{
+		{Name: tlsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: p.secretName, DefaultMode: ptr.To(int32(0o440)),
+		}}},
+		{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	volumes = append(volumes, deepCopyVolumes(tmpl.Volumes)...)
+	mounts := []corev1.VolumeMount{
+		{Name: tlsVolume, MountPath: tlsMountPath, ReadOnly: true},
+		{Name: workVolume, MountPath: workMountPath},
+		{Name: tmpVolume, MountPath: tmpMountPath},
+	}
+	for _, m := range tmpl.VolumeMounts {
+		mounts = append(mounts, *m.DeepCopy())
+	}
+	var envFrom []corev1.EnvFromSource
+	for _, e := range tmpl.EnvFrom {
+		envFrom = append(envFrom, *e.DeepCopy())
+	}
+	var tolerations []corev1.Toleration
+	for _, t := range tmpl.Tolerations {
+		tolerations = append(tolerations, *t.DeepCopy())
+	}
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            p.podName,
+			Namespace:       spec.Stack.Namespace,
+			Labels:          labels,
+			Annotations:     annotations,
+			OwnerReferences: []metav1.OwnerReference{p.stackOwner},
+		},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: sa,
+			// The module may talk to the cluster as the Stack's ServiceAccount.
+			AutomountServiceAccountToken:  ptr.To(true),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(terminationGrace / time.Second)),
+			ActiveDeadlineSeconds:         ptr.To(int64((p.deadline + time.Second - 1) / time.Second)),
+			NodeSelector:                  maps.Clone(tmpl.NodeSelector),
+			Tolerations:                   tolerations,
+			Affinity:                      tmpl.Affinity.DeepCopy(),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To(runnerUID),
+				RunAsGroup:     ptr.To(runnerUID),
+				FSGroup:        ptr.To(runnerUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Volumes: volumes,
+			Containers: []corev1.Container{{
+				Name:  containerName,
+				Image: p.image,
+				Args:  args,
+				Ports: []corev1.ContainerPort{
+					{Name: grpcPortName, ContainerPort: p.grpcPort, Protocol: corev1.ProtocolTCP},
+					{Name: healthPortNm, ContainerPort: p.healthPort, Protocol: corev1.ProtocolTCP},
+				},
+				Env:          env,
+				EnvFrom:      envFrom,
+				Resources:    resources,
+				VolumeMounts: mounts,
+				// The gRPC port speaks only mutual TLS, which kubelet gRPC
+				// probes cannot; /readyz answers from the same health service.
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+						Path: "/readyz", Port: intstr.FromString(healthPortNm), Scheme: corev1.URISchemeHTTP,
+					}},
+					PeriodSeconds:    1,
+					TimeoutSeconds:   2,
+					SuccessThreshold: 1,
+					FailureThreshold: 3,
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot:             ptr.To(true),
+					Privileged:               ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+		},
+	}
+	return pod
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+// mergeEnv appends extra to base; a later variable replaces an earlier one
+// of the same name (moving to its later position, so $(VAR) references
+// keep working), except the reserved variables the runner's flags use.
+func mergeEnv(base, extra []corev1.EnvVar) []corev1.EnvVar {
+	out := append([]corev1.EnvVar(nil), base...)
+	for _, e := range extra {
+		if reservedEnv[e.Name] {
+			continue
+		}
+		for i := range out {
+			if out[i].Name == e.Name {
+				out = append(out[:i], out[i+1:]...)
+				break
+			}
+		}
+		out = append(out, *e.DeepCopy())
+	}
+	return out
+}
+
+func deepCopyVolumes(in []corev1.Volume) []corev1.Volume {
+	var out []corev1.Volume
+	for _, v := range in {
+		out = append(out, *v.DeepCopy())
+	}
+	return out
+}
+
+// buildSecret holds the run's leaf, owned by the Stack until the pod exists.
+func buildSecret(name string, p podParams, data map[string][]byte, labels map[string]string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       p.spec.Stack.Namespace,
+			Labels:          labels,
+			OwnerReferences: []metav1.OwnerReference{nonControllingCopy(p.stackOwner)},
+		},
+		Type:      corev1.SecretTypeTLS,
+		Immutable: ptr.To(true),
+		Data:      data,
+	}
+}
+
+// nonControllingCopy keeps the Stack controller from treating the Secret as
+// one of its own controlled objects while it briefly owns it.
+func nonControllingCopy(ref metav1.OwnerReference) metav1.OwnerReference {
+	ref.Controller = ptr.To(false)
+	return ref
+}
+
+// stackOwnerRef makes the Stack the pod's controller; blockOwnerDeletion is
+// off so deleting a Stack never waits on its runner pods.
+func stackOwnerRef(stack *terracev1.Stack) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         terracev1.GroupVersion.String(),
+		Kind:               "Stack",
+		Name:               stack.Name,
+		UID:                stack.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(false),
+	}
+}
+
+// podOwnerRef makes the pod own its TLS Secret, so the Secret goes with it.
+func podOwnerRef(pod *corev1.Pod) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         "v1",
+		Kind:               "Pod",
+		Name:               pod.Name,
+		UID:                pod.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(false),
+	}
+}

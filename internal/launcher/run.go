@@ -1,0 +1,381 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
+)
+
+// TerminatedError says how a runner pod ended before its run was closed.
+type TerminatedError struct {
+	// Pod is namespace/name of the runner pod.
+	Pod string
+	// Reason is the container's or the pod's reason: OOMKilled, Error,
+	// Completed, Evicted, DeadlineExceeded, Deleted, ...
+	Reason string
+	// ExitCode of the runner container; nil when it never ran or is unknown.
+	ExitCode *int32
+	// Message is the pod's or container's own message, if any.
+	Message string
+}
+
+func (e *TerminatedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "runner pod %s stopped: %s", e.Pod, e.Reason)
+	if e.ExitCode != nil {
+		fmt.Fprintf(&b, " (exit code %d)", *e.ExitCode)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+// Run is one started runner. Close it when the run ends.
+type Run struct {
+	launcher  *Launcher
+	spec      RunSpec
+	key       string
+	pod       types.NamespacedName
+	uid       types.UID
+	secret    string
+	identity  pki.Identity
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	readyCh   chan struct{}
+	readyOnce sync.Once
+
+	mu            sync.Mutex
+	podIP         string
+	last          *corev1.Pod // latest observed pod, for messages
+	client        *runner.Client
+	startDuration time.Duration
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newRun(l *Launcher, spec RunSpec, key string, pod *corev1.Pod, secret string, identity pki.Identity, parent context.Context) *Run {
+	ctx, cancel := context.WithCancelCause(parent)
+	return &Run{
+		launcher: l, spec: spec, key: key,
+		pod:      types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name},
+		uid:      pod.UID,
+		secret:   secret,
+		identity: identity,
+		ctx:      ctx, cancel: cancel,
+		readyCh: make(chan struct{}),
+		last:    pod,
+	}
+}
+
+// ID is the run ID.
+func (r *Run) ID() string { return r.spec.RunID }
+
+// Identity is the runner's certificate identity (terrace://runner/ns/stack/runID).
+func (r *Run) Identity() pki.Identity { return r.identity }
+
+// Pod names the runner pod.
+func (r *Run) Pod() types.NamespacedName { return r.pod }
+
+// PodIP is the address the runner was dialled at.
+func (r *Run) PodIP() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.podIP
+}
+
+// Client is the connected runner client; it stays valid until Close.
+func (r *Run) Client() *runner.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.client
+}
+
+// StartDuration is how long Start took, from issuing the certificate to a
+// runner answering over mutual TLS.
+func (r *Run) StartDuration() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.startDuration
+}
+
+// Context is a child of the ctx given to Start that is cancelled as soon as
+// the runner dies, with a *TerminatedError as its context.Cause (or
+// ErrClosed after Close). Use it for every call to the runner so that a
+// dead runner aborts the calls at once.
+func (r *Run) Context() context.Context { return r.ctx }
+
+// Done is closed when Context() is: the runner died, the run was closed,
+// or the ctx given to Start ended.
+func (r *Run) Done() <-chan struct{} { return r.ctx.Done() }
+
+// Err is nil while the run is live; afterwards why it ended: a
+// *TerminatedError (errors.As) when the runner died, ErrClosed, or the
+// error of the ctx given to Start.
+func (r *Run) Err() error {
+	if r.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(r.ctx)
+}
+
+// Close ends the run: it stops watching, closes the connection and deletes
+// the pod and its Secret, or, with Retain, marks the pod retained. Deleting
+// the pod sends the runner SIGTERM; tofu gets its grace period to release
+// the state lock. Close is idempotent.
+func (r *Run) Close(ctx context.Context) error {
+	r.closeOnce.Do(func() {
+		r.cancel(ErrClosed)
+		if c := r.Client(); c != nil {
+			_ = c.Close()
+		}
+		if r.spec.Retain {
+			r.closeErr = r.launcher.retain(ctx, r.pod.Namespace, r.spec.Stack.Name, r.pod.Name)
+		} else {
+			r.closeErr = r.launcher.deleteObjects(ctx, r.pod.Namespace, r.pod.Name, r.uid, r.secret)
+		}
+		r.launcher.setActive(r.key, false)
+	})
+	return r.closeErr
+}
+
+// start watches the pod until the runner is ready, then dials it.
+func (r *Run) start(ctx context.Context, started time.Time) error {
+	r.watch()
+	timer := time.NewTimer(r.launcher.opts.StartTimeout - time.Since(started))
+	defer timer.Stop()
+	select {
+	case <-r.readyCh:
+	case <-r.ctx.Done():
+		return r.startError(ctx)
+	case <-timer.C:
+		return fmt.Errorf("runner pod %s was not ready within %s: %s", r.pod, r.launcher.opts.StartTimeout, r.waitingFor())
+	}
+
+	ip := r.PodIP()
+	client, err := r.launcher.dial(r.ctx, ip, r.identity)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.client = client
+	r.mu.Unlock()
+	// A handshake refused for the wrong identity is retried until the
+	// deadline, so bound it by what is left of the start timeout.
+	waitCtx, cancel := context.WithTimeout(r.ctx, r.launcher.opts.StartTimeout-time.Since(started))
+	defer cancel()
+	if err := client.WaitReady(waitCtx); err != nil {
+		if r.ctx.Err() != nil {
+			return r.startError(ctx)
+		}
+		return fmt.Errorf("runner pod %s is ready but does not answer over mutual TLS as %s at %s: %w", r.pod, r.identity, ip, err)
+	}
+	r.mu.Lock()
+	r.startDuration = time.Since(started)
+	r.mu.Unlock()
+	return nil
+}
+
+// startError explains why the run ended while starting.
+func (r *Run) startError(ctx context.Context) error {
+	cause := context.Cause(r.ctx)
+	var term *TerminatedError
+	if errors.As(cause, &term) {
+		return fmt.Errorf("runner pod stopped before it was ready: %w", cause)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("gave up waiting for runner pod %s (%s): %w", r.pod, r.waitingFor(), context.Cause(ctx))
+	}
+	return cause
+}
+
+// waitingFor summarises what the pod is waiting for, from its status.
+func (r *Run) waitingFor() string {
+	r.mu.Lock()
+	pod := r.last
+	r.mu.Unlock()
+	if pod == nil {
+		return "no status yet"
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("not scheduled: %s: %s", c.Reason, c.Message)
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			if w.Message != "" {
+				return fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
+			}
+			return fmt.Sprintf("container %s waiting: %s", cs.Name, w.Reason)
+		}
+		if cs.State.Running != nil && !cs.Ready {
+			return fmt.Sprintf("container %s running but not ready", cs.Name)
+		}
+	}
+	if pod.Spec.NodeName == "" {
+		return "not scheduled yet"
+	}
+	return fmt.Sprintf("phase %s", pod.Status.Phase)
+}
+
+// watch runs an informer on the one pod until the run's context ends.
+func (r *Run) watch() {
+	pods := r.launcher.opts.Client.CoreV1().Pods(r.pod.Namespace)
+	byName := fields.OneTermEqualSelector("metadata.name", r.pod.Name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = byName
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = byName
+			return pods.Watch(ctx, o)
+		},
+	}
+	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &corev1.Pod{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { r.observe(asPod(obj), false) },
+			UpdateFunc: func(_, obj any) { r.observe(asPod(obj), false) },
+			DeleteFunc: func(obj any) { r.observe(asPod(obj), true) },
+		},
+	})
+	go informer.RunWithContext(r.ctx)
+	go func() {
+		if !cache.WaitForCacheSync(r.ctx.Done(), informer.HasSynced) {
+			return
+		}
+		// The first list may come from the watch cache and miss a pod
+		// created a moment ago: confirm its absence with a direct read.
+		if _, exists, _ := store.GetByKey(r.pod.String()); exists {
+			return
+		}
+		pod, err := pods.Get(r.ctx, r.pod.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			r.observe(nil, true)
+		case err == nil && pod.UID != r.uid:
+			r.observe(nil, true)
+		}
+	}()
+}
+
+func asPod(obj any) *corev1.Pod {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pod, _ := obj.(*corev1.Pod)
+	return pod
+}
+
+// observe reacts to one state of the pod: readiness releases Start, the
+// pod's end cancels the run with the reason.
+func (r *Run) observe(pod *corev1.Pod, deleted bool) {
+	if pod != nil && pod.UID != r.uid {
+		if !deleted {
+			return // another pod of the same name: ours is gone, its delete event says so
+		}
+		pod = nil
+	}
+	if pod != nil {
+		r.mu.Lock()
+		r.last = pod
+		r.mu.Unlock()
+	}
+	if term := terminated(r.pod.String(), pod, deleted); term != nil {
+		if r.ctx.Err() == nil {
+			ctrl.LoggerFrom(r.ctx).Info("runner pod stopped", "pod", r.pod.String(), "reason", term.Reason)
+		}
+		r.cancel(term)
+		return
+	}
+	if pod.Status.PodIP != "" && podReady(pod) {
+		r.readyOnce.Do(func() {
+			r.mu.Lock()
+			r.podIP = pod.Status.PodIP
+			r.mu.Unlock()
+			close(r.readyCh)
+		})
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// neverStarts are waiting reasons no retry can cure.
+var neverStarts = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
+
+// terminated says how the pod ended, or nil while the runner can still run.
+func terminated(name string, pod *corev1.Pod, deleted bool) *TerminatedError {
+	if pod == nil || deleted {
+		return &TerminatedError{Pod: name, Reason: "Deleted", Message: "the runner pod was deleted"}
+	}
+	var container *corev1.ContainerStatus
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == containerName {
+			container = &pod.Status.ContainerStatuses[i]
+		}
+	}
+	term := &TerminatedError{Pod: name, Reason: pod.Status.Reason, Message: pod.Status.Message}
+	if container != nil {
+		t := container.State.Terminated
+		if t == nil {
+			t = container.LastTerminationState.Terminated
+		}
+		if t != nil {
+			term.ExitCode = &t.ExitCode
+			// The pod's reason (Evicted, DeadlineExceeded) explains a
+			// container's SIGKILL better than "Error"; OOMKilled is clearest.
+			if term.Reason == "" || t.Reason == "OOMKilled" {
+				term.Reason = t.Reason
+			}
+			if term.Message == "" {
+				term.Message = strings.TrimSpace(t.Message)
+			}
+			if term.Reason == "" {
+				term.Reason = "Terminated"
+			}
+			return term
+		}
+		if w := container.State.Waiting; w != nil && neverStarts[w.Reason] {
+			term.Reason, term.Message = w.Reason, w.Message
+			return term
+		}
+	}
+	switch {
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		if term.Reason == "" {
+			term.Reason = string(pod.Status.Phase)
+		}
+		return term
+	case pod.DeletionTimestamp != nil:
+		return &TerminatedError{Pod: name, Reason: "Deleted", Message: "the runner pod is being deleted"}
+	}
+	return nil
+}
