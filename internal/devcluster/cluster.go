@@ -126,12 +126,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		_ = c.Stop()
 		return nil, err
 	}
-	if len(opts.CRDDirs) > 0 {
-		if err := c.InstallCRDs(ctx, opts.CRDDirs...); err != nil {
-			_ = c.Stop()
-			return nil, err
-		}
-	}
 	return c, nil
 }
 
@@ -232,6 +226,15 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		return err
 	}
 	c.log.Info("api server ready", "url", c.APIServerURL, "after", time.Since(begin).Round(time.Millisecond))
+	// CRDs install while the controller-manager starts.
+	crdsDone := make(chan error, 1)
+	go func() {
+		if len(opts.CRDDirs) == 0 {
+			crdsDone <- nil
+			return
+		}
+		crdsDone <- c.InstallCRDs(ctx, opts.CRDDirs...)
+	}()
 
 	kcm, err := c.launch("kube-controller-manager", filepath.Join(opts.BinDir, "kube-controller-manager"), []string{
 		"--kubeconfig=" + kcmKubeconfig,
@@ -258,6 +261,9 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	// Pods are refused until their namespace's ServiceAccount exists, and
 	// their token volume needs kube-root-ca.crt: wait for both controllers.
 	if err := c.waitControllers(ctx, kcm); err != nil {
+		return err
+	}
+	if err := <-crdsDone; err != nil {
 		return err
 	}
 	c.log.Info("control plane ready", "after", time.Since(begin).Round(time.Millisecond), "kubeconfig", c.KubeconfigPath)
