@@ -2,6 +2,13 @@
 // as its effective TerraceConfig says (Secrets or PostgreSQL, with or without
 // encryption) and caches them. Router serves every namespace from its own
 // stores, which is what the Terraform http state server needs.
+//
+//	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: ns, Builtin: config.BuiltinDefaults(image)}
+//	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
+//	_ = mgr.Add(backends)                 // closes PostgreSQL pools on shutdown
+//	set, err := backends.For(ctx, stack.Namespace)
+//	// errors.Is(err, backend.ErrMisconfigured): terminal, the user must fix the config or its Secrets
+//	store := &backend.Router{Backends: backends} // a state.Store + state.PlanStore for every namespace
 package backend
 
 import (
@@ -26,6 +33,10 @@ import (
 	"github.com/terrace-dev/terrace/internal/state/postgres"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
+
+// The stores keep state, plans and releases in Secrets and read the key and
+// connection Secrets TerraceConfigs name.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 
 // ErrMisconfigured is matched (errors.Is) by For's errors that only a change
 // of the TerraceConfig or its Secrets can fix: a missing Secret or key, an
