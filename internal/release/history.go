@@ -113,3 +113,17 @@ func (h History) DeleteAll(ctx context.Context, namespace, stack string) error {
 	}
 	return nil
 }
+
+// DeleteAllInNamespace removes every release of every Stack in a namespace.
+func (h History) DeleteAllInNamespace(ctx context.Context, namespace string) error {
+	all, err := h.Store.ListReleases(ctx, namespace, "")
+	if err != nil {
+		return err
+	}
+	for _, r := range all {
+		if err := h.Store.DeleteRelease(ctx, r.Namespace, r.Stack, r.Revision); err != nil {
+			return err
+		}
+	}
+	return nil
+}

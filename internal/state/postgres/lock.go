@@ -162,7 +162,7 @@ func (s *Store) ReplaceHistory(ctx context.Context, key state.Key, versions []st
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO terrace_state_versions (namespace, stack, workspace, version, serial, lineage, digest, size, created_at, encoding, data)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-				key.Namespace, key.Stack, key.Workspace, int64(v.Version), header.Serial, header.Lineage, state.Digest(v.Data), int64(len(v.Data)), v.CreatedAt.UTC(), encoding, sealed); err != nil {
+				key.Namespace, key.Stack, key.Workspace, int64(v.Version), header.Serial, header.Lineage, state.Digest(v.Data), int64(len(v.Data)), v.CreatedAt.UTC().Truncate(time.Microsecond), encoding, sealed); err != nil {
 				return fmt.Errorf("failed to write version %d of %s: %w", v.Version, key, err)
 			}
 			current = max(current, int64(v.Version))

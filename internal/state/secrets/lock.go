@@ -142,7 +142,7 @@ func (s *Store) ReplaceHistory(ctx context.Context, key state.Key, versions []st
 		}
 		written = append(written, blob.Chunks...)
 		// Newest first, as the index keeps them.
-		entries = append([]versionEntry{{Version: int64(v.Version), Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(v.Data), Size: int64(len(v.Data)), CreatedAt: v.CreatedAt.UTC(), Blob: blob}}, entries...)
+		entries = append([]versionEntry{{Version: int64(v.Version), Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(v.Data), Size: int64(len(v.Data)), CreatedAt: v.CreatedAt.UTC().Truncate(time.Microsecond), Blob: blob}}, entries...)
 	}
 	var replaced []versionEntry
 	err = s.updateIndex(ctx, key, nil, func(x *indexObject) error {
