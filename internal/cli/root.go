@@ -18,5 +18,6 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newVersionCommand())
 	root.AddCommand(newRunnerCommand())
 	root.AddCommand(newDevCommand())
+	root.AddCommand(newControllerCommand())
 	return root
 }

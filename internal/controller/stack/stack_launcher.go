@@ -1,0 +1,58 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/launcher"
+)
+
+// LauncherRuns starts runs in runner pods through internal/launcher.
+type LauncherRuns struct {
+	Launcher *launcher.Launcher
+	// ProviderMirror is passed to every runner (a directory in the pod).
+	ProviderMirror string
+}
+
+// Start creates the run's pod and connects to it.
+func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, error) {
+	spec := launcher.RunSpec{
+		Stack:              req.Stack,
+		RunID:              launcher.NewRunID(),
+		Image:              req.Config.RunnerImage,
+		Binary:             req.Config.Binary,
+		ServiceAccountName: req.Config.ServiceAccountName,
+		Resources:          req.Config.Resources,
+		Env:                req.Config.Env,
+		ProviderMirror:     l.ProviderMirror,
+		Retain:             req.Config.Retain,
+	}
+	run, err := l.Launcher.Start(ctx, spec)
+	if err != nil {
+		if errors.Is(err, launcher.ErrInvalidSpec) {
+			return nil, reconcile.Terminal(RunnerFailedReason, err)
+		}
+		return nil, err
+	}
+	runnerStartDuration.Observe(run.StartDuration().Seconds())
+	return launchedRun{run}, nil
+}
+
+// Cleanup removes runner pods of earlier runs of a Stack.
+func (l LauncherRuns) Cleanup(ctx context.Context, namespace, stack string) error {
+	return l.Launcher.Cleanup(ctx, namespace, stack)
+}
+
+type launchedRun struct{ *launcher.Run }
+
+// Died returns why the runner pod died, or nil while it lives or after a
+// normal close.
+func (r launchedRun) Died() error {
+	var term *launcher.TerminatedError
+	if err := r.Err(); errors.As(err, &term) {
+		return fmt.Errorf("%w", term)
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/controller/program"
+	"github.com/terrace-dev/terrace/internal/controller/stack"
+	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+	"github.com/terrace-dev/terrace/internal/scheme"
+)
+
+// Run starts the controller process against cfg and blocks until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	mgr, err := NewManager(cfg, opts)
+	if err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// NewManager builds the manager with everything the controller runs, ready
+// to Start. Tests use it to run the real controller against envtest.
+func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	syncPeriod := opts.SyncPeriod
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme.New(),
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:  opts.HealthAddr,
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        "terrace-controller-leader",
+		LeaderElectionNamespace: opts.Namespace,
+		Cache:                   cache.Options{SyncPeriod: &syncPeriod},
+		// Secrets hold state, plans and credentials: never cache them all in
+		// the controller's memory; read them directly when needed.
+		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Controller: ctrlconfig.Controller{RecoverPanic: ptr(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+
+	ctx := context.Background()
+	authority, serving, err := setupPKI(ctx, mgr, opts)
+	if err != nil {
+		return nil, err
+	}
+
+	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.RunnerImage)}
+	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
+	if err := mgr.Add(backends); err != nil {
+		return nil, err
+	}
+
+	// Side servers: every replica serves, the stores do the concurrency control.
+	artifactURL, err := opts.Artifact.AdvertisedBaseURL(opts.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(artifact.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)); err != nil {
+		return nil, err
+	}
+	stateURL, err := opts.stateServerURL()
+	if err != nil {
+		return nil, err
+	}
+	stateTLS := pki.ServerTLSConfig(serving, authority, nil)
+	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, stateTLS)); err != nil {
+		return nil, err
+	}
+
+	// Reconcilers: leader only.
+	if err := program.SetupWithManager(mgr, program.Options{ArtifactBaseURL: artifactURL}); err != nil {
+		return nil, fmt.Errorf("failed to set up the Program controller: %w", err)
+	}
+	if err := config.SetupWithManager(mgr, resolver); err != nil {
+		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
+	}
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("failed to create clientset: %w", err)
+	}
+	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.RunnerImage})
+	if err != nil {
+		return nil, err
+	}
+	stacks := &stack.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder(stack.ControllerName),
+		Configs:   resolver,
+		Runs:      stack.LauncherRuns{Launcher: runs, ProviderMirror: opts.RunnerProviderMirror},
+		Stores:    backends,
+		Options: stack.Options{
+			OperatorNamespace:       opts.Namespace,
+			StateServerURL:          stateURL,
+			AllowCrossNamespaceRefs: opts.AllowCrossNamespaceRefs,
+			MaxConcurrentReconciles: opts.MaxConcurrentRuns,
+		},
+	}
+	if err := stacks.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("failed to set up the Stack controller: %w", err)
+	}
+	return mgr, nil
+}
+
+// setupPKI loads (or creates) the controller CA, keeps it in sync and
+// rotating, and returns the serving certificate source for the side servers.
+func setupPKI(ctx context.Context, mgr ctrl.Manager, opts Options) (*pki.Authority, *pki.IssuedCertificate, error) {
+	// The manager's client is not usable before Start; the API reader is.
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to create client: %w", err)
+	}
+	caSecret := &pki.CASecret{Client: direct, Key: types.NamespacedName{Namespace: opts.Namespace, Name: opts.CASecretName}}
+	authority, err := caSecret.LoadOrCreate(ctx, pki.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to load the controller CA from Secret %s/%s: %w", opts.Namespace, opts.CASecretName, err)
+	}
+	if err := pki.AddToManager(mgr, caSecret, authority, 0, 0); err != nil {
+		return nil, nil, err
+	}
+	var ips []net.IP
+	for _, s := range opts.ServerIPs {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return nil, nil, fmt.Errorf("--server-ips: %q is not an IP address", s)
+		}
+		ips = append(ips, ip)
+	}
+	serving := pki.NewIssuedCertificate(authority, pki.LeafRequest{
+		Identity: pki.ControllerIdentity, DNSNames: opts.ServerDNSNames, IPAddresses: ips,
+	})
+	return authority, serving, nil
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,104 @@
+// Package operator assembles the Terrace controller process: one manager with
+// the reconcilers (leader only), the artifact and state servers (every
+// replica) and the PKI that secures them.
+package operator
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+)
+
+// Options configure the controller process. They bind their own flags.
+type Options struct {
+	// Namespace the operator runs in: its CA Secret, default TerraceConfig
+	// and leader lease live there.
+	Namespace string
+	// MetricsAddr serves Prometheus metrics; "0" disables.
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz.
+	HealthAddr string
+	// LeaderElection makes only one replica run the reconcilers.
+	LeaderElection bool
+	// AllowCrossNamespaceRefs lets Stacks reference sources and dependencies in other namespaces.
+	AllowCrossNamespaceRefs bool
+	// CASecretName is the Secret holding the controller CA.
+	CASecretName string
+	// ServerDNSNames and ServerIPs go into the serving certificate of the
+	// artifact and state servers, for clients that check hostnames (tofu).
+	ServerDNSNames []string
+	ServerIPs      []string
+	// RunnerImage is the runner image when no TerraceConfig names one.
+	RunnerImage string
+	// RunnerProviderMirror is a directory, inside runner pods, that
+	// providers are installed from exclusively (offline clusters, tests).
+	RunnerProviderMirror string
+	// MaxConcurrentRuns bounds Stack reconciles (each may hold a run).
+	MaxConcurrentRuns int
+	// SyncPeriod bounds how long the cache may go without a full resync.
+	SyncPeriod time.Duration
+
+	// Artifact configures the Program artifact server.
+	Artifact artifact.ServerOptions
+	// State configures the Terraform http state server.
+	State httpbackend.Options
+}
+
+// stateServerURL is where runners reach the state server.
+func (o Options) stateServerURL() (string, error) {
+	if o.State.AdvertisedURL != "" {
+		return strings.TrimSuffix(o.State.AdvertisedURL, "/"), nil
+	}
+	_, port, err := net.SplitHostPort(o.State.ListenAddress)
+	if err != nil {
+		return "", fmt.Errorf("failed to read the port of --state-server-bind-address %q: %w", o.State.ListenAddress, err)
+	}
+	return "https://" + artifact.DefaultServiceName + "." + o.Namespace + ".svc:" + port, nil
+}
+
+// DefaultOptions returns the options for an in-cluster controller.
+func DefaultOptions() Options {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "terrace-system"
+	}
+	return Options{
+		Namespace:      ns,
+		MetricsAddr:    ":8080",
+		HealthAddr:     ":8081",
+		LeaderElection: true,
+		CASecretName:   "terrace-ca",
+		ServerDNSNames: []string{"terrace-controller", "terrace-controller." + ns, "terrace-controller." + ns + ".svc", "localhost"},
+		ServerIPs:      []string{"127.0.0.1"},
+		RunnerImage:    "ghcr.io/terrace-dev/terrace:latest",
+		SyncPeriod:        10 * time.Hour,
+		MaxConcurrentRuns: 4,
+		Artifact:          artifact.ServerOptions{ListenAddress: artifact.DefaultListenAddress, CacheBytes: artifact.DefaultCacheBytes},
+		State:             httpbackend.DefaultOptions(),
+	}
+}
+
+// BindFlags binds the options to fs.
+func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace the operator runs in (its CA Secret, default TerraceConfig and leader lease)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 disables it")
+	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of the /healthz and /readyz endpoints")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "run reconcilers on the elected leader only (servers run on every replica)")
+	fs.BoolVar(&o.AllowCrossNamespaceRefs, "allow-cross-namespace-refs", o.AllowCrossNamespaceRefs, "allow Stacks to reference sources and Stacks in other namespaces")
+	fs.StringVar(&o.CASecretName, "ca-secret", o.CASecretName, "name of the Secret, in --namespace, holding the controller CA")
+	fs.StringSliceVar(&o.ServerDNSNames, "server-dns-names", o.ServerDNSNames, "DNS names in the artifact and state servers' certificate")
+	fs.StringSliceVar(&o.ServerIPs, "server-ips", o.ServerIPs, "IP addresses in the artifact and state servers' certificate")
+	fs.StringVar(&o.RunnerImage, "runner-image", o.RunnerImage, "runner image used when no TerraceConfig names one")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "longest time between full resyncs of the cache")
+	fs.StringVar(&o.RunnerProviderMirror, "runner-provider-mirror", o.RunnerProviderMirror, "directory in runner pods that providers are installed from, exclusively")
+	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", o.MaxConcurrentRuns, "how many Stacks may run at once")
+	o.Artifact.BindFlags(fs)
+	o.State.BindFlags(fs)
+}
