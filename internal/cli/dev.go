@@ -22,13 +22,16 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/devnode"
+	"github.com/terrace-dev/terrace/internal/operator"
 )
 
 type devOptions struct {
@@ -41,6 +44,8 @@ type devOptions struct {
 	nodeName      string
 	podSubnet     string
 	verbose       int
+	// providerMirror is a host directory runners install providers from.
+	providerMirror string
 }
 
 func defaultDevDir() string {
@@ -77,6 +82,7 @@ func newDevCommand() *cobra.Command {
 	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary devnode runs for terrace-image containers (default: this binary)")
 	f.StringVar(&o.nodeName, "node-name", "devnode", "name of the Node devnode registers")
 	f.StringVar(&o.podSubnet, "pod-subnet", "", "loopback range for pod addresses, such as 127.0.0.0/24 (default: a random 127.x.y.0/24)")
+	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "directory runner pods install providers from, exclusively [TERRACE_PROVIDER_MIRROR]")
 	f.IntVarP(&o.verbose, "verbose", "v", 0, "log verbosity")
 	cmd.AddCommand(newDevLogsCommand(), newDevPodFixtureCommand())
 	return cmd
@@ -172,7 +178,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 
 	controllerCtx, stopController := context.WithCancel(ctx)
 	controllerDone := make(chan error, 1)
-	go func() { controllerDone <- runDevController(controllerCtx, dev.Cluster.Config, log) }()
+	go func() { controllerDone <- runDevController(controllerCtx, dev.Cluster.Config, log, o.providerMirror) }()
 	defer func() {
 		stopController()
 		if err := <-controllerDone; err != nil {
@@ -201,17 +207,54 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	}
 }
 
-// runDevController runs the Terrace controller against the dev cluster
-// until ctx ends.
-//
-// CONTROLLER CALL SITE: internal/operator (operator.Run(ctx, cfg,
-// operator.Options{...})) is not in this build yet; once it is, call it here
-// and return its error. Until then the dev cluster runs without the
-// controller and says so.
-func runDevController(ctx context.Context, _ *rest.Config, log logr.Logger) error {
-	log.Info("the Terrace controller is not part of this build yet: Programs and Stacks will not be reconciled")
-	<-ctx.Done()
-	return nil
+// devControllerNamespace is where the dev controller keeps its CA Secret
+// and looks for the default TerraceConfig.
+const devControllerNamespace = "terrace-system"
+
+// runDevController runs the Terrace controller in this process against the
+// dev cluster until ctx ends. Its artifact and state servers listen on
+// free loopback ports that runner pods (on 127.x.y.z) reach directly.
+func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, providerMirror string) error {
+	ctrl.SetLogger(log.WithName("controller"))
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("failed to create clientset: %w", err)
+	}
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devControllerNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create namespace %s: %w", devControllerNamespace, err)
+	}
+	ports, err := freeLoopbackPorts(2)
+	if err != nil {
+		return err
+	}
+	opts := operator.DefaultOptions()
+	opts.Namespace = devControllerNamespace
+	opts.MetricsAddr, opts.HealthAddr = "0", "0"
+	opts.LeaderElection = false
+	opts.ServerIPs = []string{"127.0.0.1"}
+	opts.RunnerImage = "ghcr.io/terrace-dev/terrace:dev"
+	opts.RunnerProviderMirror = providerMirror
+	opts.Artifact.ListenAddress = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	opts.Artifact.BaseURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	opts.State.ListenAddress = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	opts.State.AdvertisedURL = fmt.Sprintf("https://127.0.0.1:%d", ports[1])
+	log.Info("starting the Terrace controller", "namespace", opts.Namespace, "artifactServer", opts.Artifact.BaseURL, "stateServer", opts.State.AdvertisedURL)
+	return operator.Run(ctx, cfg, opts)
+}
+
+// freeLoopbackPorts asks the kernel for n distinct free ports on 127.0.0.1.
+func freeLoopbackPorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("failed to find a free port: %w", err)
+		}
+		defer func() { _ = l.Close() }()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 func runDemo(ctx context.Context, out io.Writer, dev *devcluster.Dev, examples string, timeout time.Duration, controllerDone <-chan error) error {
