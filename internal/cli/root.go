@@ -19,5 +19,6 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newRunnerCommand())
 	root.AddCommand(newDevCommand())
 	root.AddCommand(newControllerCommand())
+	root.AddCommand(newStateCommand())
 	return root
 }
