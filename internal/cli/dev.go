@@ -357,7 +357,7 @@ func newDevPodFixtureCommand() *cobra.Command {
 		files              []string
 		say                []string
 		exitCode           int
-		whoami             bool
+		whoami, ignoreTerm bool
 	)
 	cmd := &cobra.Command{
 		Use:    "pod-fixture",
@@ -383,8 +383,16 @@ func newDevPodFixtureCommand() *cobra.Command {
 				identity = user
 				fmt.Fprintln(cmd.OutOrStdout(), "authenticated as", user)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := cmd.Context()
+			if ignoreTerm {
+				// Only SIGKILL ends it: for testing grace periods.
+				signal.Ignore(os.Interrupt, syscall.SIGTERM)
+				fmt.Fprintln(cmd.OutOrStdout(), "ignoring SIGTERM")
+			} else {
+				var stop context.CancelFunc
+				ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+				defer stop()
+			}
 			return serveFixture(ctx, cmd.OutOrStdout(), listen, grpcListen, files, identity)
 		},
 	}
@@ -395,6 +403,7 @@ func newDevPodFixtureCommand() *cobra.Command {
 	f.StringArrayVar(&say, "say", nil, "line to print first")
 	f.IntVar(&exitCode, "exit", 0, "exit with this code after printing (without --listen)")
 	f.BoolVar(&whoami, "whoami", false, "ask the API server who this pod is (KUBECONFIG) before serving")
+	f.BoolVar(&ignoreTerm, "ignore-sigterm", false, "keep serving after SIGTERM")
 	return cmd
 }
 

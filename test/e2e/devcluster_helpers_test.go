@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// terraceImage is any image devnode maps to the terrace binary.
+const terraceImage = "ghcr.io/terrace-dev/terrace:dev"
+
+// eventually polls cond every 100 ms until it returns nil or timeout
+// passes, then fails the test with cond's last error.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	ticker := time.NewTicker(100 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+		}
+		<-ticker.C
+	}
+}
+
+// testNamespace creates a namespace for one test, waits for its default
+// ServiceAccount (pods are refused without it) and deletes it afterwards.
+func testNamespace(t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("failed to create namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	eventually(t, 30*time.Second, "the default ServiceAccount", func() error {
+		_, err := cs.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	return ns.Name
+}
+
+// waitPod polls a pod until check accepts it.
+func waitPod(t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration, what string, check func(*corev1.Pod) error) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	eventually(t, timeout, fmt.Sprintf("pod %s/%s: %s", ns, name, what), func() error {
+		p, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod = p
+		return check(p)
+	})
+	return pod
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitGone(t *testing.T, timeout time.Duration, what string, get func() error) {
+	t.Helper()
+	eventually(t, timeout, what, func() error {
+		err := get()
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("still there")
+	})
+}
+
+// httpGet fetches http://addr/path with a short timeout.
+func httpGet(addr, path string) (string, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// podLogs reads a container's log through the API server (as kubectl logs does).
+func podLogs(ctx context.Context, cs kubernetes.Interface, ns, pod string, opts *corev1.PodLogOptions) (string, error) {
+	data, err := cs.CoreV1().Pods(ns).GetLogs(pod, opts).DoRaw(ctx)
+	return string(data), err
+}
+
+func hostPort(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
+
+// parseStat returns the parent pid and state from /proc/<pid>/stat.
+func parseStat(stat string) (ppid int, state string) {
+	// The command name is in parentheses and may contain spaces.
+	end := strings.LastIndex(stat, ")")
+	if end < 0 {
+		return 0, ""
+	}
+	fields := strings.Fields(stat[end+1:])
+	if len(fields) < 2 {
+		return 0, ""
+	}
+	ppid, _ = strconv.Atoi(fields[1])
+	return ppid, fields[0]
+}
+
+// descendants lists the live processes below pid.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		ppid, state := parseStat(string(stat))
+		if state != "Z" {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		for _, c := range children[next] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// processesMentioning lists live processes whose command line contains s.
+func processesMentioning(s string) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), s) || !alive(pid) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return out
+}
