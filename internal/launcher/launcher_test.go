@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
@@ -29,7 +30,10 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
+	testenv.Main(m, &env)
+}
 
 // noticeWithin is how quickly a dead runner must be noticed.
 const noticeWithin = 5 * time.Second
@@ -507,9 +511,11 @@ func TestStartRefusesARunnerWithAnotherIdentity(t *testing.T) {
 func TestStartRejectedPodLeavesNoSecret(t *testing.T) {
 	f := newFixture(t)
 	spec := f.spec("r1")
-	// Passes the launcher's checks; the API server refuses a volume without a source.
+	// Passes the launcher's checks; the API server refuses the volume's name.
 	spec.Stack = f.stack.DeepCopy()
-	spec.Stack.Spec.Runner = &terracev1.RunnerPodTemplate{Volumes: []corev1.Volume{{Name: "nothing"}}}
+	spec.Stack.Spec.Runner = &terracev1.RunnerPodTemplate{Volumes: []corev1.Volume{{
+		Name: "Not_A_DNS_Label", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+	}}}
 	_, err := f.launcher.Start(context.Background(), spec)
 	if !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("err = %v, want ErrInvalidSpec", err)

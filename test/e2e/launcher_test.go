@@ -1,11 +1,9 @@
-package e2e_test
+package e2e
 
 import (
 	"context"
 	"errors"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -27,18 +25,18 @@ import (
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
-// TestLauncherRunsRealRunnerPods launches runner pods on a dev cluster
-// (real control plane, devnode running the terrace binary), calls Health
-// over mutual TLS, and checks that killing the runner process is noticed.
+// TestLauncherRunsRealRunnerPods launches runner pods on a dev cluster of
+// its own (real control plane, devnode running the terrace binary, so the
+// node's only processes are this test's runners), calls Health over mutual
+// TLS, and checks that killing the runner process is noticed at once.
 func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	tofu := testenv.RequireTofu(t)
-	bin := launcherBuildTerrace(t)
 
 	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
 		Dir:           t.TempDir(),
-		TerraceBinary: bin,
+		TerraceBinary: terraceBinary,
 		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
 		PodEnv:        []corev1.EnvVar{{Name: "TERRACE_RUNNER_BINARY_PATH", Value: tofu}},
 	})
@@ -149,19 +147,6 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	if pids := dev.Node.Pids(); len(pids) != 0 {
 		t.Errorf("processes still running after Close: %v", pids)
 	}
-}
-
-// launcherBuildTerrace builds the terrace binary devnode runs.
-func launcherBuildTerrace(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "terrace")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/terrace")
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = os.Environ()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("failed to build terrace: %v\n%s", err, out)
-	}
-	return bin
 }
 
 func launcherWaitGone(t *testing.T, ctx context.Context, get func(context.Context) error) {
