@@ -51,7 +51,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// Secrets hold state, plans and credentials: never cache them all in
 		// the controller's memory; read them directly when needed.
 		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Controller: ctrlconfig.Controller{RecoverPanic: ptr(true)},
+		// Names are validated per process; tests start the controller more than once.
+		Controller: ctrlconfig.Controller{RecoverPanic: ptr(true), SkipNameValidation: ptr(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to create manager: %w", err)

@@ -102,3 +102,19 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	o.Artifact.BindFlags(fs)
 	o.State.BindFlags(fs)
 }
+
+// LocalOptions are the options of a controller running outside the cluster
+// next to its runners, as `terrace dev` and the end-to-end tests run it: no
+// leader election, no metrics or health ports, and side servers on the given
+// loopback addresses (host:port) that runner processes reach directly.
+func LocalOptions(namespace, artifactAddr, stateAddr string) Options {
+	o := DefaultOptions()
+	o.Namespace = namespace
+	o.MetricsAddr, o.HealthAddr = "0", "0"
+	o.LeaderElection = false
+	o.ServerIPs = []string{"127.0.0.1"}
+	o.RunnerImage = "ghcr.io/terrace-dev/terrace:dev"
+	o.Artifact.ListenAddress, o.Artifact.BaseURL = artifactAddr, "https://"+artifactAddr
+	o.State.ListenAddress, o.State.AdvertisedURL = stateAddr, "https://"+stateAddr
+	return o
+}

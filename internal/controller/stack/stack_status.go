@@ -70,6 +70,14 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	var terminal *reconcile.TerminalError
 	var waiting *reconcile.WaitingError
 	switch {
+	case stepErr == nil && s.observed.awaitingApproval:
+		// Waiting on a person, not on the controller: not Ready (so
+		// `kubectl wait` does not pass), not Reconciling, not Stalled.
+		st.Failures = 0
+		reconcile.MarkFalse(stack, terracev1.ReadyCondition, AwaitingApprovalReason, "%s", readyMessage(s))
+		reconcile.Delete(stack, terracev1.ReconcilingCondition)
+		reconcile.Delete(stack, terracev1.StalledCondition)
+		outcome = reconcile.Outcome{Final: true}
 	case stepErr == nil:
 		st.Failures = 0
 		outcome = reconcile.Summarize(stack, nil, readyReason(s), readyMessage(s), 0)
