@@ -160,3 +160,32 @@ type Store interface {
 	// MarkMigrated sets (or with nil clears) the migration mark of key.
 	MarkMigrated(ctx context.Context, key Key, mark *MigrationMark) error
 }
+
+// DeleteStack removes every state (all workspaces, with history and locks)
+// and every saved plan of a Stack, e.g. when the Stack is deleted. The
+// stores set no owner references, so this is the way to clean up; release
+// records go with release.History.DeleteAll.
+func DeleteStack(ctx context.Context, states Store, plans PlanStore, namespace, stack string) error {
+	keys, err := states.List(ctx, namespace)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.Stack != stack {
+			continue
+		}
+		if err := states.Delete(ctx, k); err != nil {
+			return fmt.Errorf("failed to delete state %s: %w", k, err)
+		}
+	}
+	metas, err := plans.ListPlans(ctx, namespace, stack)
+	if err != nil {
+		return err
+	}
+	for _, m := range metas {
+		if err := plans.DeletePlan(ctx, m.Key); err != nil {
+			return fmt.Errorf("failed to delete plan %s: %w", m.Key, err)
+		}
+	}
+	return nil
+}

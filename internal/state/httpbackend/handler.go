@@ -146,6 +146,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	id, err := identify(r)
 	var key state.Key
 	defer func() {
+		observe(r.Method, w.code, time.Since(start))
 		// Never the body: states hold secrets.
 		h.Log.V(1).Info("state request", "method", r.Method, "state", key.String(), "identity", string(id), "code", w.code, "requestBytes", r.ContentLength, "responseBytes", w.bytes, "duration", time.Since(start).String())
 	}()

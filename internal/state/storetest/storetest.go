@@ -311,6 +311,21 @@ func testDeleteAndList(t *testing.T, b Backend) {
 	if meta := mustPut(t, b.States, keys[0], StateJSON("new", 1, 0, 100), state.PutOptions{IfMatch: state.Absent}); meta.Version != 1 {
 		t.Fatalf("Put after Delete got version %d", meta.Version)
 	}
+
+	// DeleteStack removes every workspace and plan of one Stack only.
+	if _, err := b.Plans.PutPlan(ctx, state.Plan{PlanMeta: state.PlanMeta{Key: state.PlanKey{Namespace: b.Namespace, Stack: "one", ID: "p"}}, Binary: []byte("plan")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.DeleteStack(ctx, b.States, b.Plans, b.Namespace, "one"); err != nil {
+		t.Fatalf("DeleteStack: %v", err)
+	}
+	listed, err = b.States.List(ctx, b.Namespace)
+	if err != nil || !sameKeys(listed, keys[2:]) {
+		t.Fatalf("List after DeleteStack returned %v, %v", listed, err)
+	}
+	if plans, err := b.Plans.ListPlans(ctx, b.Namespace, "one"); err != nil || len(plans) != 0 {
+		t.Fatalf("plans after DeleteStack: %v, %v", plans, err)
+	}
 }
 
 func sameKeys(a, b []state.Key) bool {
