@@ -288,7 +288,11 @@ func (l *Launcher) plan(ctx context.Context, spec RunSpec) (podParams, error) {
 func explainCreateError(err error, p podParams) error {
 	msg := err.Error()
 	if apierrors.IsForbidden(err) && strings.Contains(msg, "serviceaccount") {
-		return fmt.Errorf("create ServiceAccount %q in namespace %q or name an existing one (spec.serviceAccountName): %w", p.spec.ServiceAccountName, p.spec.Stack.Namespace, err)
+		sa := p.spec.ServiceAccountName
+		if sa == "" {
+			sa = "default"
+		}
+		return fmt.Errorf("create ServiceAccount %q in namespace %q or name an existing one (spec.serviceAccountName): %w", sa, p.spec.Stack.Namespace, err)
 	}
 	if apierrors.IsInvalid(err) {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)

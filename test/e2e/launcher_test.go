@@ -82,6 +82,16 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A missing ServiceAccount is refused at once, with what to do.
+	_, err = l.Start(ctx, launcher.RunSpec{Stack: stack, RunID: launcher.NewRunID(), ServiceAccountName: "missing"})
+	if err == nil || !strings.Contains(err.Error(), `create ServiceAccount "missing"`) {
+		t.Fatalf("Start with a missing ServiceAccount: %v", err)
+	}
+	left, err := cs.CoreV1().Secrets(ns.Name).List(ctx, metav1.ListOptions{LabelSelector: launcher.LabelComponent + "=" + launcher.ComponentRunnerTLS})
+	if err != nil || len(left.Items) != 0 {
+		t.Fatalf("a refused pod left its TLS Secret behind: %v %v", left, err)
+	}
+
 	spec := launcher.RunSpec{Stack: stack, RunID: launcher.NewRunID(), ServiceAccountName: "deployer"}
 
 	run, err := l.Start(ctx, spec)
