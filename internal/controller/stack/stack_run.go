@@ -96,6 +96,11 @@ func approved(approvePlan, planID string) bool {
 
 // run carries out what decide chose.
 func (r *Reconciler) run(ctx context.Context, s *scope) error {
+	if p := s.stack.Status.Plan; p != nil && p.Pending != "" && p.InputsDigest != s.inputs.digest {
+		// The inputs moved on: the waiting plan can never be applied.
+		r.event(s.stack, "Normal", "PlanDiscarded", "plan %s was made from other inputs and is discarded", p.Pending)
+		p.Pending = ""
+	}
 	kind, wait := r.decide(s)
 	s.observed.kind = kind
 	switch kind {

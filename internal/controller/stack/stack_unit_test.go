@@ -1,0 +1,156 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/scheme"
+)
+
+func TestDecide(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	recent := metav1.NewTime(now.Add(-time.Minute))
+	old := metav1.NewTime(now.Add(-time.Hour))
+	settled := func(mutate func(*terracev1.Stack)) *terracev1.Stack {
+		s := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
+		s.Status.ObservedGeneration = 3
+		s.Status.LastAppliedInputsDigest = "sha256:in"
+		s.Status.LastDriftCheckAt = &recent
+		if mutate != nil {
+			mutate(s)
+		}
+		return s
+	}
+	cases := []struct {
+		name  string
+		stack *terracev1.Stack
+		drift terracev1.DriftDetectionMode
+		want  runKind
+	}{
+		{"up to date", settled(nil), terracev1.DriftDetectionEnabled, runNothing},
+		{"new inputs", settled(func(s *terracev1.Stack) { s.Status.LastAppliedInputsDigest = "sha256:other" }), terracev1.DriftDetectionEnabled, runPlan},
+		{"new generation", settled(func(s *terracev1.Stack) { s.Generation = 4 }), terracev1.DriftDetectionEnabled, runPlan},
+		{"failed before", settled(func(s *terracev1.Stack) { s.Status.Failures = 2 }), terracev1.DriftDetectionEnabled, runPlan},
+		{"requested", settled(func(s *terracev1.Stack) {
+			s.Annotations = map[string]string{terracev1.ReconcileRequestAnnotation: "now"}
+		}), terracev1.DriftDetectionEnabled, runPlan},
+		{"request already handled", settled(func(s *terracev1.Stack) {
+			s.Annotations = map[string]string{terracev1.ReconcileRequestAnnotation: "now"}
+			s.Status.LastHandledReconcileAt = "now"
+		}), terracev1.DriftDetectionEnabled, runNothing},
+		{"drift check due", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionEnabled, runDrift},
+		{"drift check due, warn", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionWarn, runDrift},
+		{"drift disabled", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionDisabled, runNothing},
+		{"pending, not approved", settled(func(s *terracev1.Stack) {
+			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:in"}
+		}), terracev1.DriftDetectionEnabled, runAwaitApproval},
+		{"pending, approved by id", settled(func(s *terracev1.Stack) {
+			s.Spec.ApprovePlan = "plan-3-abc"
+			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:in"}
+		}), terracev1.DriftDetectionEnabled, runApplyPending},
+		{"pending, other id approved", settled(func(s *terracev1.Stack) {
+			s.Spec.ApprovePlan = "plan-2-zzz"
+			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:in"}
+		}), terracev1.DriftDetectionEnabled, runAwaitApproval},
+		{"pending but inputs moved on", settled(func(s *terracev1.Stack) {
+			s.Spec.ApprovePlan = "plan-3-abc"
+			s.Status.LastAppliedInputsDigest = "sha256:applied"
+			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:older"}
+		}), terracev1.DriftDetectionEnabled, runPlan},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{Now: func() time.Time { return now }}
+			s := &scope{stack: tc.stack, inputs: &inputs{digest: "sha256:in"}, config: config.Effective{Interval: 10 * time.Minute, DriftMode: tc.drift}}
+			got, wait := r.decide(s)
+			if got != tc.want {
+				t.Fatalf("decide = %q, want %q", got, tc.want)
+			}
+			if got == runNothing && wait <= 0 {
+				t.Fatalf("nothing to run but no time to look again")
+			}
+		})
+	}
+}
+
+func TestRetryBackoffDoublesUpToTheMaximum(t *testing.T) {
+	s := &terracev1.Stack{Spec: terracev1.StackSpec{
+		RetryInterval: &metav1.Duration{Duration: 30 * time.Second}, MaxRetryInterval: &metav1.Duration{Duration: 5 * time.Minute},
+	}}
+	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute}
+	for i, w := range want {
+		if got := retryBackoff(s, int64(i+1)); got != w {
+			t.Errorf("failure %d: backoff %s, want %s", i+1, got, w)
+		}
+	}
+	if got := retryBackoff(s, 500); got != 5*time.Minute {
+		t.Errorf("huge failure count: %s", got)
+	}
+}
+
+func TestGatherInputs(t *testing.T) {
+	ns := "team"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns, ResourceVersion: "7"},
+		Data: map[string][]byte{"token": []byte("s3cret"), "count": []byte("3")}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: ns}, Data: map[string]string{"region": "eu", "count": "4"}}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(secret, cm).Build()
+	r := &Reconciler{Client: c, APIReader: c}
+	stack := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, Spec: terracev1.StackSpec{
+		Vars: map[string]apiextensionsv1.JSON{"region": {Raw: []byte(`"us"`)}, "tags": {Raw: []byte(`{"a":1}`)}},
+		VarsFrom: []terracev1.VarsReference{
+			{Kind: "Secret", Name: "creds"},
+			{Kind: "ConfigMap", Name: "settings", Keys: []string{"region"}},
+			{Kind: "Secret", Name: "absent", Optional: true},
+		},
+	}}
+	s := &scope{stack: stack, source: &source{digest: "sha256:src"}}
+	if err := r.gatherInputs(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"region": `"eu"`, "tags": `{"a":1}`, "token": `"s3cret"`, "count": `3`}
+	for k, v := range want {
+		if string(s.inputs.vars[k]) != v {
+			t.Errorf("var %s = %s, want %s", k, s.inputs.vars[k], v)
+		}
+	}
+	if got, _ := json.Marshal(s.inputs.sensitive); string(got) != `["count","token"]` {
+		t.Errorf("sensitive = %s", got)
+	}
+	first := s.inputs.digest
+
+	// The digest follows the Secret's version, never its value.
+	secret.Data["token"] = []byte("rotated")
+	if err := c.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.gatherInputs(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.inputs.digest == first {
+		t.Error("changing a Secret did not change the inputs digest")
+	}
+
+	// Missing, not optional: terminal, naming the object.
+	stack.Spec.VarsFrom = append(stack.Spec.VarsFrom, terracev1.VarsReference{Kind: "Secret", Name: "gone"})
+	err := r.gatherInputs(context.Background(), s)
+	var terminal *reconcile.TerminalError
+	if !errors.As(err, &terminal) || terminal.Reason != VarsNotFoundReason {
+		t.Fatalf("missing Secret: %v", err)
+	}
+	// A missing key.
+	stack.Spec.VarsFrom = []terracev1.VarsReference{{Kind: "ConfigMap", Name: "settings", Keys: []string{"nope"}}}
+	if err := r.gatherInputs(context.Background(), s); !errors.As(err, &terminal) {
+		t.Fatalf("missing key: %v", err)
+	}
+}
