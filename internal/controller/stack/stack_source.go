@@ -16,9 +16,9 @@ import (
 
 // Condition reasons about sources.
 const (
-	SourceNotReadyReason   = "SourceNotReady"
-	SourceNotFoundReason   = "SourceNotFound"
-	InvalidProgramReason   = terracev1.InvalidProgramReason
+	SourceNotReadyReason        = "SourceNotReady"
+	SourceNotFoundReason        = "SourceNotFound"
+	InvalidProgramReason        = terracev1.InvalidProgramReason
 	CrossNamespaceRefusedReason = "CrossNamespaceRefRefused"
 )
 
