@@ -35,6 +35,7 @@ const (
 	NoChangesReason         = "NoChanges"
 	AppliedReason           = "Applied"
 	DriftDetectedReason     = "DriftDetected"
+	DriftRepairedReason     = "DriftRepaired"
 	NoDriftReason           = "NoDrift"
 	PlanOnlyReason          = "PlanOnly"
 	ProgressingReason       = reconcile.ProgressingReason

@@ -123,12 +123,13 @@ func (r *Reconciler) setPlanConditions(s *scope) {
 	if o.applied {
 		reconcile.MarkTrue(stack, terracev1.AppliedCondition, AppliedReason, "applied %s", stack.Status.LastAppliedRevision)
 	}
-	if o.driftChecked || o.applied {
-		if o.drifted && !o.applied {
-			reconcile.MarkTrue(stack, terracev1.DriftedCondition, DriftDetectedReason, "resources changed outside Terrace: %s", planCounts(stack))
-		} else {
-			reconcile.MarkFalse(stack, terracev1.DriftedCondition, NoDriftReason, "no drift at %s", r.now().UTC().Format(time.RFC3339))
-		}
+	switch {
+	case o.drifted && o.applied:
+		reconcile.MarkTrue(stack, terracev1.DriftedCondition, DriftRepairedReason, "resources changed outside Terrace were put back (%s) at %s", planCounts(stack), r.now().UTC().Format(time.RFC3339))
+	case o.drifted:
+		reconcile.MarkTrue(stack, terracev1.DriftedCondition, DriftDetectedReason, "resources changed outside Terrace: %s", planCounts(stack))
+	case o.driftChecked || o.applied:
+		reconcile.MarkFalse(stack, terracev1.DriftedCondition, NoDriftReason, "no drift at %s", r.now().UTC().Format(time.RFC3339))
 	}
 }
 
@@ -146,7 +147,7 @@ func readyReason(s *scope) string {
 		return AwaitingApprovalReason
 	case s.observed.planOnly:
 		return PlanOnlyReason
-	case conditionTrue(s.stack, terracev1.DriftedCondition):
+	case s.observed.drifted && !s.observed.applied:
 		return DriftDetectedReason
 	}
 	return AppliedReason
@@ -159,7 +160,7 @@ func readyMessage(s *scope) string {
 		return fmt.Sprintf("plan %s (+%d ~%d -%d) awaits approval: set spec.approvePlan to it", st.Plan.Pending, st.Plan.Add, st.Plan.Change, st.Plan.Destroy)
 	case s.observed.planOnly:
 		return fmt.Sprintf("planned %s (planOnly): %s", st.Plan.ID, planCounts(s.stack))
-	case conditionTrue(s.stack, terracev1.DriftedCondition):
+	case s.observed.drifted && !s.observed.applied:
 		return fmt.Sprintf("drift detected (%s), not repaired: approvePlan is not auto or driftDetection is warn", planCounts(s.stack))
 	}
 	rev := st.LastAppliedRevision

@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
+)
+
+// fileModule manages one file through the test provider, which reads the
+// file back on refresh: editing it by hand is drift.
+const fileModule = `
+terraform {
+  required_providers {
+    testfile = {
+      source  = "terrace-dev/testfile"
+      version = "0.1.0"
+    }
+  }
+}
+variable "path" { type = string }
+variable "content" {
+  type    = string
+  default = "managed by terrace"
+}
+resource "testfile_file" "managed" {
+  path    = var.path
+  content = var.content
+}
+output "path" { value = testfile_file.managed.path }
+`
+
+func fileStack(name, path string, approve string, mode terracev1.DriftDetectionMode) *terracev1.Stack {
+	return &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: terracev1.StackSpec{
+			Source:         terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "files"}},
+			Vars:           map[string]apiextensionsv1.JSON{"path": {Raw: []byte(strconv.Quote(path))}},
+			ApprovePlan:    approve,
+			Interval:       &metav1.Duration{Duration: 3 * time.Second},
+			DriftDetection: &terracev1.DriftDetection{Mode: mode},
+			RetryInterval:  &metav1.Duration{Duration: 2 * time.Second},
+		},
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return string(b)
+}
+
+func TestStackDriftRepairedUnderAuto(t *testing.T) {
+	e := newStackEnv(t)
+	path := filepath.Join(t.TempDir(), "managed.txt")
+	e.program(t, "files", map[string]string{"main.tf": fileModule})
+	e.create(t, fileStack("drift", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionEnabled))
+	e.waitStack(t, "drift", stackTimeout, "Ready", readyAt)
+	if got := readFile(t, path); got != "managed by terrace" {
+		t.Fatalf("file after apply: %q", got)
+	}
+
+	if err := os.WriteFile(path, []byte("edited by hand"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := e.waitStack(t, "drift", stackTimeout, "drift found and repaired", conditionIs(terracev1.DriftedCondition, metav1.ConditionTrue, "DriftRepaired"))
+	if st.Status.LastDriftDetectedAt == nil {
+		t.Error("lastDriftDetectedAt not set")
+	}
+	eventually(t, 30*time.Second, "the file put back", func() error {
+		if got := readFile(t, path); got != "managed by terrace" {
+			return fmt.Errorf("file is %q", got)
+		}
+		return nil
+	})
+}
+
+func TestStackDriftOnlyReportedUnderWarn(t *testing.T) {
+	e := newStackEnv(t)
+	path := filepath.Join(t.TempDir(), "managed.txt")
+	e.program(t, "files", map[string]string{"main.tf": fileModule})
+	e.create(t, fileStack("drift", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionWarn))
+	e.waitStack(t, "drift", stackTimeout, "Ready", readyAt)
+
+	if err := os.WriteFile(path, []byte("edited by hand"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := e.waitStack(t, "drift", stackTimeout, "drift reported", conditionIs(terracev1.DriftedCondition, metav1.ConditionTrue, "DriftDetected"))
+	if st.Status.Plan == nil || st.Status.Plan.Change != 1 {
+		t.Errorf("drift plan: %+v", st.Status.Plan)
+	}
+	// Reported on every check, never repaired.
+	e.waitStack(t, "drift", stackTimeout, "a second drift check", func(s *terracev1.Stack) error {
+		if s.Status.LastDriftCheckAt == nil || !s.Status.LastDriftCheckAt.After(st.Status.LastDriftCheckAt.Time) {
+			return fmt.Errorf("no new drift check yet")
+		}
+		return nil
+	})
+	if got := readFile(t, path); got != "edited by hand" {
+		t.Fatalf("warn mode changed the file: %q", got)
+	}
+}
+
+func TestStackDestroyOnDelete(t *testing.T) {
+	e := newStackEnv(t)
+	path := filepath.Join(t.TempDir(), "managed.txt")
+	e.program(t, "files", map[string]string{"main.tf": fileModule})
+	s := fileStack("gone", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionDisabled)
+	s.Spec.DestroyOnDelete = true
+	s.Spec.WriteOutputsToSecret = &terracev1.OutputsSecret{Name: "gone-outputs"}
+	e.create(t, s)
+	e.waitStack(t, "gone", stackTimeout, "Ready", readyAt)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("file not created: %v", err)
+	}
+	if err := e.c.Delete(context.Background(), e.getStack(t, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, stackTimeout, "the Stack gone", func() error {
+		var st terracev1.Stack
+		err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "gone"}, &st)
+		if err == nil {
+			return fmt.Errorf("still there: %s", conditionsText(&st))
+		}
+		return client.IgnoreNotFound(err)
+	})
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("destroy left the file: %v", err)
+	}
+	eventually(t, 30*time.Second, "no Secret or pod left", func() error {
+		var secrets corev1.SecretList
+		if err := e.c.List(context.Background(), &secrets, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+		for _, sec := range secrets.Items {
+			if sec.Type != corev1.SecretTypeServiceAccountToken && !strings.HasPrefix(sec.Name, "default-token") {
+				return fmt.Errorf("Secret %s (%s) left", sec.Name, sec.Type)
+			}
+		}
+		var pods corev1.PodList
+		if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("pod %s left", pods.Items[0].Name)
+		}
+		return nil
+	})
+}
+
+// slowModule applies for several seconds, long enough to kill a runner or
+// restart the controller mid-apply.
+const slowModule = `
+variable "generation" { type = number }
+resource "terraform_data" "slow" {
+  input = var.generation
+  provisioner "local-exec" {
+    command = "sleep 6"
+  }
+}
+output "generation" { value = terraform_data.slow.output }
+`
+
+func slowStack() *terracev1.Stack {
+	return &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: "slow"},
+		Spec: terracev1.StackSpec{
+			Source:         terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "slow"}},
+			Vars:           map[string]apiextensionsv1.JSON{"generation": {Raw: []byte("1")}},
+			ApprovePlan:    terracev1.ApprovePlanAuto,
+			RetryInterval:  &metav1.Duration{Duration: 2 * time.Second},
+			DriftDetection: &terracev1.DriftDetection{Mode: terracev1.DriftDetectionDisabled},
+		},
+	}
+}
+
+// stateOf reads the Stack's state through the Secrets store.
+func (e *stackEnv) stateOf(t *testing.T, stack string) (*state.State, *state.LockInfo) {
+	t.Helper()
+	store := secrets.New(e.c, secrets.Options{})
+	key := state.Key{Namespace: e.ns, Stack: stack, Workspace: "default"}
+	st, err := store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("state of %s: %v", stack, err)
+	}
+	lock, err := store.GetLock(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, lock
+}
+
+// runnerPid finds the process of the Stack's runner pod once it runs.
+func (e *stackEnv) runnerPid(t *testing.T, stack string) int {
+	t.Helper()
+	var pid int
+	eventually(t, stackTimeout, "a runner process", func() error {
+		var pods corev1.PodList
+		if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{"terrace.dev/stack": stack}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			for _, candidate := range e.dev.Node.Pids() {
+				env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(candidate), "environ"))
+				if err == nil && strings.Contains(string(env), "POD_NAME="+p.Name+"\x00") {
+					pid = candidate
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no runner process yet")
+	})
+	return pid
+}
+
+// waitApplying waits until the Stack's run is applying (its Ready message says so).
+func (e *stackEnv) waitApplying(t *testing.T) {
+	t.Helper()
+	e.waitStack(t, "slow", stackTimeout, "a run in progress", func(s *terracev1.Stack) error {
+		if !reconcile.IsTrue(s, terracev1.ReconcilingCondition) {
+			return fmt.Errorf("not reconciling")
+		}
+		return nil
+	})
+}
+
+func (e *stackEnv) assertRecovered(t *testing.T, before *state.State, wantGeneration string) {
+	t.Helper()
+	e.waitStack(t, "slow", stackTimeout, "Ready again", readyAt)
+	after, lock := e.stateOf(t, "slow")
+	if lock != nil {
+		t.Errorf("a lock is still held: %+v", lock)
+	}
+	if after.Lineage != before.Lineage {
+		t.Errorf("lineage changed: %s → %s", before.Lineage, after.Lineage)
+	}
+	if after.Serial <= before.Serial {
+		t.Errorf("serial did not increase: %d → %d", before.Serial, after.Serial)
+	}
+	if !strings.Contains(string(after.Data), `"input": `+wantGeneration) && !strings.Contains(string(after.Data), `"input":`+wantGeneration) {
+		t.Errorf("state does not hold the new input %s", wantGeneration)
+	}
+}
+
+func TestStackRecoversFromRunnerKilledMidApply(t *testing.T) {
+	e := newStackEnv(t)
+	e.program(t, "slow", map[string]string{"main.tf": slowModule})
+	e.create(t, slowStack())
+	e.waitStack(t, "slow", stackTimeout, "Ready", readyAt)
+	before, _ := e.stateOf(t, "slow")
+
+	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Vars["generation"] = apiextensionsv1.JSON{Raw: []byte("2")} })
+	e.waitApplying(t)
+	pid := e.runnerPid(t, "slow")
+	// Let tofu take the lock and start the provisioner, then kill the runner.
+	eventually(t, 60*time.Second, "tofu running under the runner", func() error {
+		if len(descendants(pid)) == 0 {
+			return fmt.Errorf("no child process yet")
+		}
+		return nil
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.assertRecovered(t, before, "2")
+}
+
+func TestStackRecoversFromControllerRestartMidRun(t *testing.T) {
+	e := newStackEnv(t)
+	e.program(t, "slow", map[string]string{"main.tf": slowModule})
+	e.create(t, slowStack())
+	e.waitStack(t, "slow", stackTimeout, "Ready", readyAt)
+	before, _ := e.stateOf(t, "slow")
+
+	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Vars["generation"] = apiextensionsv1.JSON{Raw: []byte("3")} })
+	e.waitApplying(t)
+	pid := e.runnerPid(t, "slow")
+	eventually(t, 60*time.Second, "tofu running under the runner", func() error {
+		if len(descendants(pid)) == 0 {
+			return fmt.Errorf("no child process yet")
+		}
+		return nil
+	})
+	restartController(t, e.dev)
+	e.assertRecovered(t, before, "3")
+}
