@@ -110,10 +110,14 @@ func (b *Backends) For(ctx context.Context, namespace string) (*Set, error) {
 		return nil, errors.New("state backends are closed")
 	}
 	cached := b.sets[namespace]
+	var checkedAt time.Time
+	if cached != nil {
+		checkedAt = cached.checkedAt
+	}
 	b.mu.Unlock()
 
 	if cached != nil && cached.storageHash == hash {
-		if time.Since(cached.checkedAt) < b.recheckInterval() {
+		if time.Since(checkedAt) < b.recheckInterval() {
 			return withEffective(cached.set, eff), nil
 		}
 		same, err := b.secretsUnchanged(ctx, cached.secretVersions)

@@ -392,3 +392,34 @@ func TestForFailsAfterClose(t *testing.T) {
 		t.Error("For succeeded after Close")
 	}
 }
+
+// Many callers at once (the state server serves every replica's runners)
+// share one Set and do not race.
+func TestConcurrentCallersShareTheStores(t *testing.T) {
+	ns := env.Namespace(t)
+	putSecret(t, ns, "state-key", map[string][]byte{"key": []byte("0123456789abcdef0123456789abcdef")})
+	putConfig(t, ns, encryptionSpec("state-key"))
+	b := newBackends(t)
+	b.SecretRecheck = time.Millisecond
+	router := &backend.Router{Backends: b}
+	errs := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			key := state.Key{Namespace: ns, Stack: fmt.Sprintf("s%d", i), Workspace: state.DefaultWorkspace}
+			_, err := router.Put(ctx(t), key, storetest.StateJSON("l", 1, i, 64), state.PutOptions{})
+			if err == nil {
+				_, err = router.Get(ctx(t), key)
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	keys, err := router.List(ctx(t), ns)
+	if err != nil || len(keys) != 16 {
+		t.Errorf("listed %d keys (%v), want 16", len(keys), err)
+	}
+}
