@@ -46,13 +46,20 @@ type ServerOptions struct {
 	ShutdownTimeout time.Duration
 }
 
-// BindFlags binds the options to command-line flags.
+// BindFlags binds the options to command-line flags; values already set
+// are the flags' defaults.
 func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.ListenAddress, "artifact-bind-address", DefaultListenAddress,
+	if o.ListenAddress == "" {
+		o.ListenAddress = DefaultListenAddress
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	fs.StringVar(&o.ListenAddress, "artifact-bind-address", o.ListenAddress,
 		"Address the artifact server (Program tarballs, mutual TLS) listens on.")
-	fs.StringVar(&o.BaseURL, "artifact-base-url", "",
+	fs.StringVar(&o.BaseURL, "artifact-base-url", o.BaseURL,
 		"URL runners reach the artifact server at; default https://"+DefaultServiceName+".<namespace>.svc:<port of --artifact-bind-address>.")
-	fs.Int64Var(&o.CacheBytes, "artifact-cache-bytes", DefaultCacheBytes,
+	fs.Int64Var(&o.CacheBytes, "artifact-cache-bytes", o.CacheBytes,
 		"Memory for built Program tarballs kept between requests; negative disables the cache.")
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -317,5 +318,20 @@ func TestServerOverTLS(t *testing.T) {
 	}
 	if _, err := Fetch(context.Background(), p.httpClient(t, pki.ControllerIdentity), url, digest, 10); err == nil || !strings.Contains(err.Error(), "more than 10") {
 		t.Fatalf("want a size error, got %v", err)
+	}
+}
+
+func TestServerOptionsBindFlags(t *testing.T) {
+	var o ServerOptions
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.BindFlags(fs)
+	if o.ListenAddress != DefaultListenAddress || o.CacheBytes != DefaultCacheBytes {
+		t.Fatalf("defaults: %+v", o)
+	}
+	if err := fs.Parse([]string{"--artifact-bind-address=127.0.0.1:8443", "--artifact-base-url=https://127.0.0.1:8443"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := o.AdvertisedBaseURL("ignored"); o.ListenAddress != "127.0.0.1:8443" || got != "https://127.0.0.1:8443" {
+		t.Fatalf("after parse: %+v", o)
 	}
 }
