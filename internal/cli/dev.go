@@ -257,7 +257,7 @@ func freeLoopbackPorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func runDemo(ctx context.Context, out io.Writer, dev *devcluster.Dev, examples string, timeout time.Duration, controllerDone <-chan error) error {
+func runDemo(ctx context.Context, out io.Writer, dev *devcluster.Dev, examples string, timeout time.Duration, controllerDone chan error) error {
 	objs, err := devcluster.ReadManifests(examples)
 	if err != nil {
 		return err
@@ -273,9 +273,15 @@ func runDemo(ctx context.Context, out io.Writer, dev *devcluster.Dev, examples s
 	defer cancel()
 	go func() {
 		// A controller that dies ends the wait early: nothing will change.
-		if err := <-controllerDone; err != nil {
-			progress("controller stopped: " + err.Error())
+		// Its result goes back for runDev, which waits for it on the way out.
+		select {
+		case err := <-controllerDone:
+			controllerDone <- err
+			if err != nil {
+				progress("controller stopped: " + err.Error())
+			}
 			cancel()
+		case <-waitCtx.Done():
 		}
 	}()
 	outcomes, waitErr := devcluster.WaitAll(waitCtx, dev.Cluster.Config, objs, progress)

@@ -78,7 +78,10 @@ type Node struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
-	wg      sync.WaitGroup
+	// finished remembers pods whose worker ended, so that a late event for
+	// a pod being removed does not start it again.
+	finished map[types.UID]time.Time
+	wg       sync.WaitGroup
 
 	logPort int
 	ready   chan struct{}
@@ -126,16 +129,17 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
 	}
 	return &Node{
-		opts:    opts,
-		client:  client,
-		log:     opts.Log.WithValues("node", opts.NodeName),
-		ips:     ips,
-		apiURL:  "https://" + u.Host,
-		apiHost: host,
-		apiPort: port,
-		path:    filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
-		workers: map[types.UID]*podWorker{},
-		ready:   make(chan struct{}),
+		opts:     opts,
+		client:   client,
+		log:      opts.Log.WithValues("node", opts.NodeName),
+		ips:      ips,
+		apiURL:   "https://" + u.Host,
+		apiHost:  host,
+		apiPort:  port,
+		path:     filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		workers:  map[types.UID]*podWorker{},
+		finished: map[types.UID]time.Time{},
+		ready:    make(chan struct{}),
 	}, nil
 }
 
@@ -262,6 +266,10 @@ func (n *Node) podChanged(ctx context.Context, obj any) {
 		return
 	}
 	n.mu.Lock()
+	if _, done := n.finished[pod.UID]; done {
+		n.mu.Unlock()
+		return
+	}
 	w, ok := n.workers[pod.UID]
 	if !ok {
 		w = newPodWorker(n, pod)
@@ -272,6 +280,12 @@ func (n *Node) podChanged(ctx context.Context, obj any) {
 			w.run(ctx)
 			n.mu.Lock()
 			delete(n.workers, w.uid)
+			for uid, at := range n.finished {
+				if time.Since(at) > 10*time.Minute {
+					delete(n.finished, uid)
+				}
+			}
+			n.finished[w.uid] = time.Now()
 			n.mu.Unlock()
 		}()
 	}
@@ -289,6 +303,7 @@ func (n *Node) podDeleted(obj any) {
 	}
 	n.mu.Lock()
 	w := n.workers[pod.UID]
+	delete(n.finished, pod.UID)
 	n.mu.Unlock()
 	if w != nil {
 		// Gone from the API (force-deleted): stop at once.

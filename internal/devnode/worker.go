@@ -197,8 +197,9 @@ func (w *podWorker) run(ctx context.Context) {
 	}()
 
 	pod := w.latest()
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		// Finished before devnode (re)started: nothing to run.
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
+		// Finished before devnode (re)started, or already being deleted:
+		// nothing to run.
 		stopStatus()
 		<-statusDone
 		<-w.finishCh

@@ -474,3 +474,52 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 		t.Errorf("terrace dev (pid %d) is still there", cmd.Process.Pid)
 	}
 }
+
+// TestTerraceDevDemoAppliesExamplesAndReportsResults runs `terrace dev
+// --demo` over a directory of manifests: the in-process controller must
+// make the Program Ready and the demo must print its artifact and exit 0.
+func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
+	tools, err := testenv.FindTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := t.TempDir()
+	manifest := `apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: demo-e2e}
+data: {greeting: hello}
+---
+apiVersion: terrace.dev/v1alpha1
+kind: Program
+metadata: {name: hello, namespace: demo-e2e}
+spec:
+  files:
+    main.tf: |
+      output "greeting" { value = "hello" }
+`
+	if err := os.WriteFile(filepath.Join(examples, "hello.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, terraceBinary, "dev", "--demo", "--demo-timeout=90s", "--dir", t.TempDir(),
+		"--examples", examples, "--crds", filepath.Join(testenv.RepoRoot(), "config", "crd", "bases"))
+	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+tools.KubebuilderAssets)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("terrace dev --demo failed: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	for _, want := range []string{
+		"created namespace demo-e2e",
+		"applied Program demo-e2e/hello",
+		"Program demo-e2e/hello: Current",
+		"  digest   sha256:",
+		"demo: 2 of 2 objects Ready, 0 failed",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
