@@ -91,7 +91,7 @@ output "id" {
 	if code != 2 || !strings.Contains(out, "Plan: 0 to add, 1 to change, 0 to destroy.") {
 		t.Fatalf("plan after a hand edit: exit code %d, want 2 with 1 to change:\n%s", code, out)
 	}
-	if !strings.Contains(out, `"edited by hand`) || !strings.Contains(out, `"hello from terrace`) {
+	if !strings.Contains(out, "- edited by hand") || !strings.Contains(out, "+ hello from terrace") {
 		t.Fatalf("plan after a hand edit does not show the content going from disk back to config:\n%s", out)
 	}
 	tf.mustRun(ctx, t, "apply", "-auto-approve", "-input=false", "-no-color")
