@@ -140,6 +140,7 @@ func TestTofuHTTPBackend(t *testing.T) {
 	if err == nil {
 		t.Fatal("tofu plan ran while another holder had the lock")
 	}
+	t.Logf("tofu plan refused while locked:\n%s", errOut)
 	for _, want := range []string{"Error acquiring the state lock", holder.ID, holder.Who, holder.Operation} {
 		if !strings.Contains(errOut, want) {
 			t.Fatalf("tofu's refusal does not mention %q:\n%s", want, errOut)
