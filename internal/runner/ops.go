@@ -40,6 +40,7 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 	if err != nil {
 		return s.toStatus(err)
 	}
+	release()
 	mu.Lock()
 	defer mu.Unlock()
 	return stream.Send(&runnerv1.InitResponse{Event: &runnerv1.InitResponse_Result{Result: &runnerv1.InitResult{
@@ -68,6 +69,7 @@ func (s *Server) Plan(req *runnerv1.PlanRequest, stream runnerv1.RunnerService_P
 	if err != nil {
 		return s.toStatus(err)
 	}
+	release()
 	mu.Lock()
 	defer mu.Unlock()
 	if err := sendChunks(res.JSON, func(c []byte) error {
@@ -123,6 +125,7 @@ func (s *Server) Apply(req *runnerv1.ApplyRequest, stream runnerv1.RunnerService
 	if err := s.exec.Apply(stream.Context(), req.GetPlanId(), logf); err != nil {
 		return s.toStatus(err)
 	}
+	release()
 	mu.Lock()
 	defer mu.Unlock()
 	return stream.Send(&runnerv1.ApplyResponse{Event: &runnerv1.ApplyResponse_Result{Result: &runnerv1.ApplyResult{PlanId: req.GetPlanId()}}})
@@ -177,6 +180,7 @@ func (s *Server) Destroy(req *runnerv1.DestroyRequest, stream runnerv1.RunnerSer
 	if err := s.exec.Destroy(stream.Context(), tf.DestroyOptions{Variables: variables(req.GetVariables()), Targets: req.GetTargets()}, logf); err != nil {
 		return s.toStatus(err)
 	}
+	release()
 	mu.Lock()
 	defer mu.Unlock()
 	return stream.Send(&runnerv1.DestroyResponse{Event: &runnerv1.DestroyResponse_Result{Result: &runnerv1.DestroyResult{}}})

@@ -150,16 +150,22 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 }
 
-// acquire admits one operation; a second one gets FailedPrecondition.
+// acquire admits one operation; a second one gets FailedPrecondition. The
+// release it returns may be called more than once: handlers call it before
+// sending their final message, so a client that goes on as soon as it has
+// the result never finds the runner still busy.
 func (s *Server) acquire(op string) (func(), error) {
 	if !s.busy.TryLock() {
 		return nil, busyError(op)
 	}
 	start := time.Now()
 	s.cfg.Log.Info("operation started", "op", op)
+	var once sync.Once
 	return func() {
-		s.cfg.Log.Info("operation finished", "op", op, "duration", time.Since(start).Round(time.Millisecond).String())
-		s.busy.Unlock()
+		once.Do(func() {
+			s.cfg.Log.Info("operation finished", "op", op, "duration", time.Since(start).Round(time.Millisecond).String())
+			s.busy.Unlock()
+		})
 	}, nil
 }
 

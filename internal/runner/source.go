@@ -99,6 +99,7 @@ func (s *Server) Upload(stream runnerv1.RunnerService_UploadServer) error {
 		_ = s.exec.ResetSource()
 		return s.toStatus(fmt.Errorf("failed to extract the uploaded source: %w", err))
 	}
+	release()
 	return stream.SendAndClose(&runnerv1.UploadResponse{Source: &runnerv1.SourceInfo{Digest: header.GetDigest(), Size: counter.n}})
 }
 
@@ -189,5 +190,6 @@ func (s *Server) UploadPlan(stream runnerv1.RunnerService_UploadPlanServer) erro
 	if err := s.exec.StorePlanFile(header.GetPlanId(), header.GetDigest(), pr, s.cfg.MaxPlanFileBytes); err != nil {
 		return s.toStatus(err)
 	}
+	release()
 	return stream.SendAndClose(&runnerv1.UploadPlanResponse{PlanId: header.GetPlanId()})
 }

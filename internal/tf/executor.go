@@ -191,6 +191,12 @@ func (e *Executor) environment() map[string]string {
 	env["CHECKPOINT_DISABLE"] = "1"
 	env["TF_CLI_CONFIG_FILE"] = e.cliConfig
 	env["TMPDIR"] = e.TempDir()
+	// tofu creates its config dir at start: ~/.terraform.d, or
+	// $XDG_CONFIG_HOME/opentofu when the former does not exist. Point it
+	// into the work dir unless the pod chose a place.
+	if _, ok := env["XDG_CONFIG_HOME"]; !ok {
+		env["XDG_CONFIG_HOME"] = filepath.Join(e.cfg.WorkDir, "config")
+	}
 	for k, v := range e.backendEnv {
 		env[k] = v
 	}
