@@ -137,11 +137,12 @@ func TestOneOperationAtATimeAndCancelInterruptsTofu(t *testing.T) {
 	}
 }
 
-// bigModule makes a ~7 MB string (base64 of hashes, so it compresses
-// poorly) that lands in the plan JSON, the plan file, the state and an output.
+// bigModule makes a 4.4 MB string (base64 of hashes, so it compresses
+// poorly) that lands in the plan JSON, the plan file, the state and an
+// output, each over 4 MiB.
 const bigModule = `
 locals {
-  big = join("", [for i in range(1000) : join("", [for j in range(80) : base64sha512("${i}-${j}")])])
+  big = join("", [for i in range(1000) : join("", [for j in range(50) : base64sha512("${i}-${j}")])])
 }
 
 resource "terraform_data" "big" {
@@ -153,8 +154,13 @@ output "big" {
 }
 `
 
+const bigLength = 1000 * 50 * 88
+
 func TestLargePlanAndStateStreamAcrossRunners(t *testing.T) {
 	const limit = 4 << 20
+	if bigLength <= limit {
+		t.Fatalf("the module's value (%d bytes) must exceed 4 MiB", bigLength)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	planner := startRunner(t, nil)
@@ -206,8 +212,8 @@ func TestLargePlanAndStateStreamAcrossRunners(t *testing.T) {
 		t.Fatalf("outputs failed: %v", err)
 	}
 	var big string
-	if err := json.Unmarshal(outs["big"].Value, &big); err != nil || len(big) != 1000*80*88 {
-		t.Fatalf("output big: %d bytes, err %v; want %d", len(big), err, 1000*80*88)
+	if err := json.Unmarshal(outs["big"].Value, &big); err != nil || len(big) != bigLength {
+		t.Fatalf("output big: %d bytes, err %v; want %d", len(big), err, bigLength)
 	}
 	again, err := applier.client.Plan(ctx, &runnerv1.PlanRequest{}, nil)
 	if err != nil || again.GetHasChanges() {
