@@ -43,36 +43,33 @@ func (c *containerState) terminated(t *corev1.ContainerStateTerminated) {
 }
 
 func (c *containerState) status() corev1.ContainerStatus {
+	// The status is written outside the worker's lock: it shares nothing
+	// with the state.
+	started := c.started
 	s := corev1.ContainerStatus{
 		Name:         c.name,
 		Image:        c.image,
 		ImageID:      "devnode://" + imageRepository(c.image),
 		RestartCount: c.restartCount,
 		Ready:        c.ready,
-		Started:      &c.started,
+		Started:      &started,
 	}
 	switch {
 	case c.runningSince != nil:
 		s.ContainerID = fmt.Sprintf("devnode://%d", c.pid)
 		s.State.Running = &corev1.ContainerStateRunning{StartedAt: *c.runningSince}
-		if c.last != nil {
-			s.LastTerminationState.Terminated = c.last
-		}
+		s.LastTerminationState.Terminated = c.last.DeepCopy()
 	case c.final && c.last != nil:
 		s.ContainerID = c.last.ContainerID
-		s.State.Terminated = c.last
-		if c.previous != nil {
-			s.LastTerminationState.Terminated = c.previous
-		}
+		s.State.Terminated = c.last.DeepCopy()
+		s.LastTerminationState.Terminated = c.previous.DeepCopy()
 	default:
 		reason := c.waitingReason
 		if reason == "" {
 			reason = "ContainerCreating"
 		}
 		s.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: c.waitingMessage}
-		if c.last != nil {
-			s.LastTerminationState.Terminated = c.last
-		}
+		s.LastTerminationState.Terminated = c.last.DeepCopy()
 	}
 	return s
 }
@@ -147,7 +144,7 @@ func computeStatus(pod *corev1.Pod, s *podState, now metav1.Time) corev1.PodStat
 		Phase:     phase,
 		HostIP:    hostIP,
 		HostIPs:   []corev1.HostIP{{IP: hostIP}},
-		StartTime: s.startTime,
+		StartTime: s.startTime.DeepCopy(),
 		QOSClass:  pod.Status.QOSClass,
 		Reason:    s.failReason,
 		Message:   s.failMessage,
