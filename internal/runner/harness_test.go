@@ -81,13 +81,23 @@ func certSource(t *testing.T, leaf *pki.Leaf) pki.CertificateSource {
 // startRunner starts a runner with real tofu. authority may be nil for a fresh one.
 func startRunner(t *testing.T, authority *pki.Authority, mutate ...func(*Config)) *testRunner {
 	t.Helper()
+	return startRunnerWith(t, authority, nil, mutate...)
+}
+
+// startRunnerWith is startRunner with a change to the executor's config.
+func startRunnerWith(t *testing.T, authority *pki.Authority, tfMutate func(*tf.Config), mutate ...func(*Config)) *testRunner {
+	t.Helper()
 	tofu := testenv.RequireTofu(t)
 	if authority == nil {
 		authority = newAuthority(t)
 	}
 	base := t.TempDir()
 	workDir := filepath.Join(base, "work")
-	executor, err := tf.New(tf.Config{BinaryPath: tofu, WorkDir: workDir, InterruptGrace: 30 * time.Second})
+	tfConfig := tf.Config{BinaryPath: tofu, WorkDir: workDir, InterruptGrace: 30 * time.Second}
+	if tfMutate != nil {
+		tfMutate(&tfConfig)
+	}
+	executor, err := tf.New(tfConfig)
 	if err != nil {
 		t.Fatalf("failed to create executor: %v", err)
 	}
