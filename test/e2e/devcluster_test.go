@@ -523,3 +523,54 @@ spec:
 		}
 	}
 }
+
+func TestInitContainersAndActiveDeadline(t *testing.T) {
+	dev := sharedDev(t)
+	cs := kubernetes.NewForConfigOrDie(dev.Cluster.Config)
+	ns := testNamespace(t, cs)
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "deadline"},
+		Spec: corev1.PodSpec{
+			ActiveDeadlineSeconds: ptr.To[int64](3),
+			RestartPolicy:         corev1.RestartPolicyNever,
+			InitContainers: []corev1.Container{{
+				Name: "init", Image: terraceImage, Args: []string{"dev", "pod-fixture", "--say=init done"},
+			}},
+			Containers: []corev1.Container{{
+				Name: "main", Image: terraceImage, Args: []string{"dev", "pod-fixture", "--listen=$(POD_IP):8080"},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := waitPod(t, cs, ns, "deadline", 30*time.Second, "Running after its init container", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	initState := running.Status.InitContainerStatuses[0].State.Terminated
+	if initState == nil || initState.ExitCode != 0 || initState.Reason != "Completed" {
+		t.Errorf("init container state %+v", running.Status.InitContainerStatuses[0].State)
+	}
+	if logs, err := podLogs(ctx, cs, ns, "deadline", &corev1.PodLogOptions{Container: "init"}); err != nil || logs != "init done\n" {
+		t.Errorf("init container log %q, %v", logs, err)
+	}
+	failed := waitPod(t, cs, ns, "deadline", 30*time.Second, "Failed after its deadline", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodFailed {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	if failed.Status.Reason != "DeadlineExceeded" {
+		t.Errorf("reason %q, message %q", failed.Status.Reason, failed.Status.Message)
+	}
+	if st := failed.Status.ContainerStatuses[0].State.Terminated; st == nil {
+		t.Errorf("main container not terminated: %+v", failed.Status.ContainerStatuses[0].State)
+	}
+	if _, err := httpGet(hostPort(running.Status.PodIP, 8080), "/healthz"); err == nil {
+		t.Error("the pod still answers after its deadline")
+	}
+}
