@@ -78,6 +78,16 @@ var stackCtl struct {
 // a fresh namespace for one test.
 func newStackEnv(t *testing.T) *stackEnv {
 	t.Helper()
+	setLoggerOnce.Do(func() {
+		ctrl.SetLogger(funcr.New(func(prefix, args string) {
+			fmt.Fprintln(controllerLog, prefix, args)
+		}, funcr.Options{Verbosity: 1}))
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("controller log (last 60 lines):\n%s", lastLines(controllerLog.String(), 60))
+		}
+	})
 	dev := sharedDev(t)
 	cs, err := kubernetes.NewForConfig(dev.Cluster.Config)
 	if err != nil {
@@ -130,11 +140,6 @@ func (e *stackEnv) installOperatorConfig(t *testing.T) {
 // the package's tests.
 func startController(t *testing.T, dev *devcluster.Dev) *controller {
 	t.Helper()
-	setLoggerOnce.Do(func() {
-		ctrl.SetLogger(funcr.New(func(prefix, args string) {
-			fmt.Fprintln(controllerLog, prefix, args)
-		}, funcr.Options{Verbosity: 1}))
-	})
 	ports := freePorts(t, 2)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	opts.MaxConcurrentRuns = 8
@@ -290,4 +295,12 @@ func repoFile(t *testing.T, rel string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

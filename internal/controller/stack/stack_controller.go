@@ -6,6 +6,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,6 +90,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	started := time.Now()
 
 	defer func() {
+		// A panic must not be summarized as success: record it as a
+		// transient failure (with its stack in the log) and retry.
+		if p := recover(); p != nil {
+			retErr = fmt.Errorf("internal error (panic): %v", p)
+			ctrl.LoggerFrom(ctx).Error(retErr, "reconcile panicked", "stack", string(debug.Stack()))
+		}
 		if stack.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(stack, Finalizer) {
 			return // gone, or about to be: nothing to patch
 		}

@@ -161,12 +161,17 @@ func (r *Reconciler) run(ctx context.Context, s *scope) error {
 // announceRun makes the run visible before it starts: runs take minutes.
 func (r *Reconciler) announceRun(ctx context.Context, s *scope, kind runKind) error {
 	patcher := reconcile.NewStatusPatcher(r.Client, s.stack)
-	msg := map[runKind]string{
-		runPlan:         "planning " + s.source.revision,
-		runApplyPending: "applying approved plan " + s.stack.Status.Plan.Pending,
-		runDrift:        "checking for drift",
-		runDestroy:      "destroying",
-	}[kind]
+	var msg string
+	switch kind {
+	case runApplyPending:
+		msg = "applying approved plan " + s.stack.Status.Plan.Pending
+	case runDrift:
+		msg = "checking for drift"
+	case runDestroy:
+		msg = "destroying"
+	default:
+		msg = "planning " + s.source.revision
+	}
 	reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", msg)
 	return patcher.Patch(ctx, s.stack, terracev1.ReadyCondition, terracev1.ReconcilingCondition)
 }
