@@ -191,6 +191,7 @@ func (e *Executor) environment() map[string]string {
 	env["CHECKPOINT_DISABLE"] = "1"
 	env["TF_CLI_CONFIG_FILE"] = e.cliConfig
 	env["TMPDIR"] = e.TempDir()
+	env["PLUGIN_UNIX_SOCKET_DIR"] = pluginSocketDir(e.TempDir())
 	// tofu creates its config dir at start: ~/.terraform.d, or
 	// $XDG_CONFIG_HOME/opentofu when the former does not exist. Point it
 	// into the work dir unless the pod chose a place.
@@ -203,11 +204,34 @@ func (e *Executor) environment() map[string]string {
 	return env
 }
 
+// maxPluginSocketDirLen keeps provider plugin socket paths (dir +
+// "/plugin" + ~10 digits) under the 108-byte limit of unix socket paths.
+const maxPluginSocketDirLen = 80
+
+// pluginSocketDir picks where provider plugins create their sockets. A
+// pod's work directory can be nested too deep for a socket path (devnode
+// keeps pod volumes under its own directory), and a provider that cannot
+// listen fails with an opaque handshake error; fall back to a short
+// writable temporary directory.
+func pluginSocketDir(preferred string) string {
+	for _, dir := range []string{preferred, os.Getenv("TMPDIR"), os.TempDir(), "/tmp"} {
+		if dir == "" || len(dir) > maxPluginSocketDirLen {
+			continue
+		}
+		if f, err := os.CreateTemp(dir, ".socket-probe-"); err == nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+			return dir
+		}
+	}
+	return preferred
+}
+
 // dropFromEnv lists variables the runner sets itself or that would move
 // files out of the work directory.
 func dropFromEnv(k string) bool {
 	switch k {
-	case "TF_CLI_CONFIG_FILE", "TERRAFORM_CONFIG", "TF_DATA_DIR", "TMPDIR", "CHECKPOINT_DISABLE":
+	case "TF_CLI_CONFIG_FILE", "TERRAFORM_CONFIG", "TF_DATA_DIR", "TMPDIR", "CHECKPOINT_DISABLE", "PLUGIN_UNIX_SOCKET_DIR":
 		return true
 	}
 	return strings.HasPrefix(k, "TF_HTTP_") || strings.HasPrefix(k, "TF_VAR_") || strings.HasPrefix(k, "TF_LOG")

@@ -146,3 +146,18 @@ func TestTofuSeesNeitherEnvVariablesNorRegistries(t *testing.T) {
 		t.Fatalf("init of a provider missing from the mirror answered %v, want an error naming the mirror %s", err, mirror)
 	}
 }
+
+func TestPluginSocketDirStaysShort(t *testing.T) {
+	deep := filepath.Join(t.TempDir(), strings.Repeat("nested-directory/", 8))
+	if err := os.MkdirAll(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	got := pluginSocketDir(deep)
+	if len(got) > maxPluginSocketDirLen {
+		t.Fatalf("socket dir %q is %d bytes, over the limit", got, len(got))
+	}
+	short := t.TempDir()
+	if len(short) <= maxPluginSocketDirLen && pluginSocketDir(short) != short {
+		t.Fatalf("a short writable dir %q was not kept", short)
+	}
+}
