@@ -23,8 +23,8 @@ import (
 	"github.com/terrace-dev/terrace/internal/controller/stack"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/pki"
-	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 	"github.com/terrace-dev/terrace/internal/scheme"
+	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 )
 
 // Run starts the controller process against cfg and blocks until ctx ends.
@@ -50,7 +50,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Cache:                   cache.Options{SyncPeriod: &syncPeriod},
 		// Secrets hold state, plans and credentials: never cache them all in
 		// the controller's memory; read them directly when needed.
-		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		// Names are validated per process; tests start the controller more than once.
 		Controller: ctrlconfig.Controller{RecoverPanic: ptr(true), SkipNameValidation: ptr(true)},
 	})

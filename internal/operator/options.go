@@ -70,14 +70,14 @@ func DefaultOptions() Options {
 		ns = "terrace-system"
 	}
 	return Options{
-		Namespace:      ns,
-		MetricsAddr:    ":8080",
-		HealthAddr:     ":8081",
-		LeaderElection: true,
-		CASecretName:   "terrace-ca",
-		ServerDNSNames: []string{"terrace-controller", "terrace-controller." + ns, "terrace-controller." + ns + ".svc", "localhost"},
-		ServerIPs:      []string{"127.0.0.1"},
-		RunnerImage:    "ghcr.io/terrace-dev/terrace:latest",
+		Namespace:         ns,
+		MetricsAddr:       ":8080",
+		HealthAddr:        ":8081",
+		LeaderElection:    true,
+		CASecretName:      "terrace-ca",
+		ServerDNSNames:    []string{"terrace-controller", "terrace-controller." + ns, "terrace-controller." + ns + ".svc", "localhost"},
+		ServerIPs:         []string{"127.0.0.1"},
+		RunnerImage:       "ghcr.io/terrace-dev/terrace:latest",
 		SyncPeriod:        10 * time.Hour,
 		MaxConcurrentRuns: 4,
 		Artifact:          artifact.ServerOptions{ListenAddress: artifact.DefaultListenAddress, CacheBytes: artifact.DefaultCacheBytes},
