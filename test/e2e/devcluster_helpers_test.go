@@ -24,7 +24,7 @@ const terraceImage = "ghcr.io/terrace-dev/terrace:dev"
 
 // eventually polls cond every 100 ms until it returns nil or timeout
 // passes, then fails the test with cond's last error.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(100 * time.Millisecond)
@@ -43,7 +43,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 
 // testNamespace creates a namespace for one test, waits for its default
 // ServiceAccount (pods are refused without it) and deletes it afterwards.
-func testNamespace(t *testing.T, cs kubernetes.Interface) string {
+func testNamespace(t testing.TB, cs kubernetes.Interface) string {
 	t.Helper()
 	ctx := context.Background()
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})

@@ -63,7 +63,7 @@ func runMain(m *testing.M) int {
 }
 
 // sharedDev returns the package's dev cluster, starting it on first use.
-func sharedDev(t *testing.T) *devcluster.Dev {
+func sharedDev(t testing.TB) *devcluster.Dev {
 	t.Helper()
 	sharedEnv.once.Do(func() {
 		tools, err := testenv.FindTools()

@@ -76,7 +76,7 @@ var stackCtl struct {
 
 // newStackEnv returns the shared dev cluster with a running controller and
 // a fresh namespace for one test.
-func newStackEnv(t *testing.T) *stackEnv {
+func newStackEnv(t testing.TB) *stackEnv {
 	t.Helper()
 	setLoggerOnce.Do(func() {
 		ctrl.SetLogger(funcr.New(func(prefix, args string) {
@@ -111,7 +111,7 @@ func newStackEnv(t *testing.T) *stackEnv {
 // installOperatorConfig creates the operator namespace and the default
 // TerraceConfig that points runners at the tools `make tools` built, the
 // way an operator of a real cluster would configure an image.
-func (e *stackEnv) installOperatorConfig(t *testing.T) {
+func (e *stackEnv) installOperatorConfig(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}
@@ -138,7 +138,7 @@ func (e *stackEnv) installOperatorConfig(t *testing.T) {
 
 // startController runs the controller until stopController or the end of
 // the package's tests.
-func startController(t *testing.T, dev *devcluster.Dev) *controller {
+func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	t.Helper()
 	ports := freePorts(t, 2)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
@@ -172,7 +172,7 @@ func restartController(t *testing.T, dev *devcluster.Dev) {
 	stackCtl.ctrl = startController(t, dev)
 }
 
-func freePorts(t *testing.T, n int) []string {
+func freePorts(t testing.TB, n int) []string {
 	t.Helper()
 	var addrs []string
 	for range n {
@@ -187,7 +187,7 @@ func freePorts(t *testing.T, n int) []string {
 }
 
 // create creates obj in the test's namespace.
-func (e *stackEnv) create(t *testing.T, obj client.Object) {
+func (e *stackEnv) create(t testing.TB, obj client.Object) {
 	t.Helper()
 	obj.SetNamespace(e.ns)
 	if err := e.c.Create(context.Background(), obj); err != nil {
@@ -196,7 +196,7 @@ func (e *stackEnv) create(t *testing.T, obj client.Object) {
 }
 
 // update changes a Stack with retries on conflict.
-func (e *stackEnv) updateStack(t *testing.T, name string, change func(*terracev1.Stack)) {
+func (e *stackEnv) updateStack(t testing.TB, name string, change func(*terracev1.Stack)) {
 	t.Helper()
 	eventually(t, 30*time.Second, "updating Stack "+name, func() error {
 		var s terracev1.Stack
@@ -208,7 +208,7 @@ func (e *stackEnv) updateStack(t *testing.T, name string, change func(*terracev1
 	})
 }
 
-func (e *stackEnv) getStack(t *testing.T, name string) *terracev1.Stack {
+func (e *stackEnv) getStack(t testing.TB, name string) *terracev1.Stack {
 	t.Helper()
 	var s terracev1.Stack
 	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, &s); err != nil {
@@ -219,7 +219,7 @@ func (e *stackEnv) getStack(t *testing.T, name string) *terracev1.Stack {
 
 // waitStack waits until check accepts the Stack, and fails with the Stack's
 // conditions when it does not.
-func (e *stackEnv) waitStack(t *testing.T, name string, timeout time.Duration, what string, check func(*terracev1.Stack) error) *terracev1.Stack {
+func (e *stackEnv) waitStack(t testing.TB, name string, timeout time.Duration, what string, check func(*terracev1.Stack) error) *terracev1.Stack {
 	t.Helper()
 	var last terracev1.Stack
 	eventually(t, timeout, fmt.Sprintf("Stack %s: %s", name, what), func() error {
@@ -265,7 +265,7 @@ func conditionsText(s *terracev1.Stack) string {
 }
 
 // writeProgram creates or replaces a Program's files.
-func (e *stackEnv) program(t *testing.T, name string, files map[string]string) {
+func (e *stackEnv) program(t testing.TB, name string, files map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	pf := map[string]terracev1.ProgramFile{}
@@ -288,7 +288,7 @@ func (e *stackEnv) program(t *testing.T, name string, files map[string]string) {
 }
 
 // repoFile reads a file of the checkout.
-func repoFile(t *testing.T, rel string) string {
+func repoFile(t testing.TB, rel string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), rel))
 	if err != nil {
