@@ -185,4 +185,3 @@ func jsonVarsB(vars map[string]string) map[string]apiextensionsv1.JSON {
 	}
 	return out
 }
-
