@@ -273,9 +273,11 @@ func (r *Reconciler) planAndMaybeApply(ctx context.Context, s *scope, cl *runner
 		return classify(sess, err, PlanFailedReason, "plan failed")
 	}
 	s.recordPlan(planID, p, r.now())
+	// Every plan refreshes the state against the world, so it counts as a
+	// drift check: the next one is due an interval from now.
+	now := metav1.NewTime(r.now())
+	s.stack.Status.LastDriftCheckAt = &now
 	if kind == runDrift {
-		now := metav1.NewTime(r.now())
-		s.stack.Status.LastDriftCheckAt = &now
 		s.observed.driftChecked = true
 		if p.GetHasChanges() {
 			s.stack.Status.LastDriftDetectedAt = &now
