@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+)
+
+// TestStackDependsOnAndSuspend: a Stack waits for its dependency, runs
+// once the dependency is Ready, and a suspended Stack runs nothing.
+func TestStackDependsOnAndSuspend(t *testing.T) {
+	e := newStackEnv(t)
+	e.program(t, "bench", map[string]string{"main.tf": benchModule})
+
+	// The dependency starts suspended, so the dependent must wait.
+	base := &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: "base"},
+		Spec: terracev1.StackSpec{
+			Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "bench"}},
+			Vars:        jsonVars(t, map[string]any{"n": 1}),
+			ApprovePlan: terracev1.ApprovePlanAuto,
+			Suspend:     true,
+		},
+	}
+	app := base.DeepCopy()
+	app.Name = "app"
+	app.Spec.Suspend = false
+	app.Spec.Vars = jsonVars(t, map[string]any{"n": 2})
+	app.Spec.DependsOn = []terracev1.DependencyReference{{Name: "base"}}
+	e.create(t, base)
+	e.create(t, app)
+
+	e.waitStack(t, "app", stackTimeout, "waiting on base", conditionIs(terracev1.DependenciesReadyCondition, metav1.ConditionFalse, "DependencyNotReady"))
+	if st := e.getStack(t, "base"); st.Status.LastAttemptedRevision != "" || reconcile.IsTrue(st, terracev1.ReadyCondition) {
+		t.Fatalf("a suspended Stack ran: %s", conditionsText(st))
+	}
+	if st := e.getStack(t, "app"); st.Status.LastAttemptedRevision != "" {
+		t.Fatalf("the dependent ran before its dependency was Ready")
+	}
+
+	e.updateStack(t, "base", func(s *terracev1.Stack) { s.Spec.Suspend = false })
+	e.waitStack(t, "base", stackTimeout, "Ready once resumed", readyAt)
+	app = e.waitStack(t, "app", stackTimeout, "Ready after its dependency", readyAt)
+	if !reconcile.IsTrue(app, terracev1.DependenciesReadyCondition) {
+		t.Errorf("DependenciesReady not True: %s", conditionsText(app))
+	}
+	baseReady := reconcile.Get(e.getStack(t, "base"), terracev1.ReadyCondition).LastTransitionTime
+	appApplied := reconcile.Get(app, terracev1.AppliedCondition)
+	if appApplied == nil || appApplied.LastTransitionTime.Before(&baseReady) {
+		t.Errorf("app applied at %v, before base was Ready at %v", appApplied, baseReady)
+	}
+}
