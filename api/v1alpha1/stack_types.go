@@ -214,7 +214,7 @@ type OutputsSecret struct {
 
 // StackSpec is one deployment of a module.
 type StackSpec struct {
-	// Source of the module.
+	// Source of the module: exactly one of programRef, sourceRef and url.
 	// +required
 	Source StackSource `json:"source"`
 
