@@ -261,23 +261,30 @@ func (e *stackEnv) assertRecovered(t *testing.T, before *state.State, wantGenera
 	}
 }
 
-func TestStackRecoversFromRunnerKilledMidApply(t *testing.T) {
-	e := newStackEnv(t)
+// slowRunInProgress applies the slow module once, then changes its input
+// and returns once tofu is applying the change under the runner process.
+func slowRunInProgress(t *testing.T, generation string) (e *stackEnv, before *state.State, runnerPid int) {
+	t.Helper()
+	e = newStackEnv(t)
 	e.program(t, "slow", map[string]string{"main.tf": slowModule})
 	e.create(t, slowStack())
 	e.waitStack(t, "slow", stackTimeout, "Ready", readyAt)
-	before, _ := e.stateOf(t, "slow")
+	before, _ = e.stateOf(t, "slow")
 
-	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Vars["generation"] = apiextensionsv1.JSON{Raw: []byte("2")} })
+	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Vars["generation"] = apiextensionsv1.JSON{Raw: []byte(generation)} })
 	e.waitApplying(t)
-	pid := e.runnerPid(t, "slow")
-	// Let tofu take the lock and start the provisioner, then kill the runner.
+	runnerPid = e.runnerPid(t, "slow")
 	eventually(t, 60*time.Second, "tofu running under the runner", func() error {
-		if len(descendants(pid)) == 0 {
+		if len(descendants(runnerPid)) == 0 {
 			return fmt.Errorf("no child process yet")
 		}
 		return nil
 	})
+	return e, before, runnerPid
+}
+
+func TestStackRecoversFromRunnerKilledMidApply(t *testing.T) {
+	e, before, pid := slowRunInProgress(t, "2")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -285,21 +292,7 @@ func TestStackRecoversFromRunnerKilledMidApply(t *testing.T) {
 }
 
 func TestStackRecoversFromControllerRestartMidRun(t *testing.T) {
-	e := newStackEnv(t)
-	e.program(t, "slow", map[string]string{"main.tf": slowModule})
-	e.create(t, slowStack())
-	e.waitStack(t, "slow", stackTimeout, "Ready", readyAt)
-	before, _ := e.stateOf(t, "slow")
-
-	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Vars["generation"] = apiextensionsv1.JSON{Raw: []byte("3")} })
-	e.waitApplying(t)
-	pid := e.runnerPid(t, "slow")
-	eventually(t, 60*time.Second, "tofu running under the runner", func() error {
-		if len(descendants(pid)) == 0 {
-			return fmt.Errorf("no child process yet")
-		}
-		return nil
-	})
+	e, before, _ := slowRunInProgress(t, "3")
 	restartController(t, e.dev)
 	e.assertRecovered(t, before, "3")
 }
