@@ -36,7 +36,7 @@ build() {
   log "$name $version: building (this can take many minutes on a cold cache)"
   local start=$SECONDS
   mkdir -p "$(dirname "$dest")"
-  (cd "$here/$moddir" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$dest.tmp" "$pkg")
+  (cd "$here/$moddir" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "$ldflags" -o "$dest.tmp" "$pkg")
   mv "$dest.tmp" "$dest"
   log "$name $version: built in $((SECONDS - start))s"
 }
