@@ -228,17 +228,8 @@ func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, pr
 	if err != nil {
 		return err
 	}
-	opts := operator.DefaultOptions()
-	opts.Namespace = devControllerNamespace
-	opts.MetricsAddr, opts.HealthAddr = "0", "0"
-	opts.LeaderElection = false
-	opts.ServerIPs = []string{"127.0.0.1"}
-	opts.RunnerImage = "ghcr.io/terrace-dev/terrace:dev"
+	opts := operator.LocalOptions(devControllerNamespace, fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1]))
 	opts.RunnerProviderMirror = providerMirror
-	opts.Artifact.ListenAddress = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	opts.Artifact.BaseURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
-	opts.State.ListenAddress = fmt.Sprintf("127.0.0.1:%d", ports[1])
-	opts.State.AdvertisedURL = fmt.Sprintf("https://127.0.0.1:%d", ports[1])
 	log.Info("starting the Terrace controller", "namespace", opts.Namespace, "artifactServer", opts.Artifact.BaseURL, "stateServer", opts.State.AdvertisedURL)
 	return operator.Run(ctx, cfg, opts)
 }

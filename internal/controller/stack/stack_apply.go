@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,13 +41,14 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, cl *runner.Client, sto
 	if err := r.writeOutputs(ctx, s, outputs); err != nil {
 		return err
 	}
-	names := make([]string, 0, len(outputs))
 	for name, o := range outputs {
-		names = append(names, name)
 		rel.Outputs = append(rel.Outputs, release.Output{Name: name, Sensitive: o.Sensitive, Value: o.Value})
 	}
-	slices.Sort(names)
-	slices.SortFunc(rel.Outputs, func(a, b release.Output) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(rel.Outputs, func(a, b release.Output) int { return strings.Compare(a.Name, b.Name) })
+	names := make([]string, len(rel.Outputs))
+	for i, o := range rel.Outputs {
+		names[i] = o.Name
+	}
 	rel.Status, rel.FinishedAt = release.StatusDeployed, r.now()
 	recorded, err := stores.History.Record(ctx, rel)
 	if err != nil {
@@ -115,16 +117,6 @@ func mergeMaps(base, extra, forced map[string]string) map[string]string {
 		base[k] = v
 	}
 	return base
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func summaryText(sum *runnerv1.PlanSummary) string {

@@ -5,6 +5,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -102,7 +103,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		stepErr := retErr
 		outcome := r.summarize(ctx, s, stepErr)
 		if err := patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
-			outcome.Err = kerrorsJoin(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
+			outcome.Err = errors.Join(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
 		}
 		recordMetrics(stack, s, stepErr, time.Since(started).Seconds())
 		result, retErr = outcome.Result, outcome.Err

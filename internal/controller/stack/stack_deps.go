@@ -53,7 +53,7 @@ func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 	return nil
 }
 
-func (r *Reconciler) setDependenciesCondition(s *scope, _ error) {
+func (r *Reconciler) setDependenciesCondition(s *scope) {
 	if len(s.stack.Spec.DependsOn) == 0 {
 		reconcile.Delete(s.stack, terracev1.DependenciesReadyCondition)
 		return

@@ -2,7 +2,6 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -89,5 +88,3 @@ func classify(sess runSession, err error, reason, what string) error {
 func isLockContention(msg string) bool {
 	return strings.Contains(msg, "Error acquiring the state lock") || strings.Contains(msg, "state lock")
 }
-
-var errRunnerGone = errors.New("runner pod is gone")

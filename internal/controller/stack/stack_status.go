@@ -56,7 +56,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 		reconcile.Delete(stack, terracev1.ReconcilingCondition)
 		return reconcile.Outcome{Final: true}
 	}
-	r.setDependenciesCondition(s, stepErr)
+	r.setDependenciesCondition(s)
 	r.setPlanConditions(s)
 	if s.observed.release != nil {
 		st.Release = &terracev1.ReleaseStatus{Revision: int64(s.observed.release.Revision), Status: string(s.observed.release.Status), UpdatedAt: ptrTime(s.observed.release.FinishedAt)}
@@ -208,5 +208,3 @@ func (r *Reconciler) event(stack *terracev1.Stack, eventType, reason, format str
 	}
 	r.Recorder.Eventf(stack, nil, eventType, reason, reason, format, args...)
 }
-
-func kerrorsJoin(errs ...error) error { return errors.Join(errs...) }
