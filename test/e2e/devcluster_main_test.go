@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	captureControllerLog()
 	tmp, err := os.MkdirTemp("", "terrace-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -55,6 +56,13 @@ func runMain(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "e2e: built %s in %s\n", terraceBinary, time.Since(begin).Round(time.Second))
 
 	code := m.Run()
+	// TERRACE_E2E_CONTROLLER_LOG=file keeps the whole controller log of a
+	// run, passing or not, for looking into a slow or flaky test.
+	if path := os.Getenv("TERRACE_E2E_CONTROLLER_LOG"); path != "" {
+		if err := os.WriteFile(path, []byte(controllerLog.String()), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+		}
+	}
 	if err := stopSharedDev(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		code = 1

@@ -34,7 +34,14 @@ const operatorNamespace = "terrace-system"
 // logs (runner lines included), to check that no secret ever reaches it.
 var controllerLog = &syncBuffer{}
 
-var setLoggerOnce sync.Once
+// captureControllerLog sends controller-runtime's log to controllerLog. It
+// must run before anything logs: controller-runtime replaces a logger that
+// is not set within 30 s of first use with one that drops every line.
+func captureControllerLog() {
+	ctrl.SetLogger(funcr.New(func(prefix, args string) {
+		fmt.Fprintln(controllerLog, prefix, args)
+	}, funcr.Options{Verbosity: 1}))
+}
 
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -78,11 +85,6 @@ var stackCtl struct {
 // a fresh namespace for one test.
 func newStackEnv(t testing.TB) *stackEnv {
 	t.Helper()
-	setLoggerOnce.Do(func() {
-		ctrl.SetLogger(funcr.New(func(prefix, args string) {
-			fmt.Fprintln(controllerLog, prefix, args)
-		}, funcr.Options{Verbosity: 1}))
-	})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller log (last 60 lines):\n%s", lastLines(controllerLog.String(), 60))

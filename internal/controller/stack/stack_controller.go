@@ -100,6 +100,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if stack.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(stack, Finalizer) {
 			return // gone, or about to be: nothing to patch
 		}
+		if s.observed.staleCache && retErr == nil {
+			// Nothing was done; look again once the cache has caught up.
+			ctrl.LoggerFrom(ctx).V(1).Info("the cached Stack is behind the API server; looking again before starting a run")
+			result = ctrl.Result{RequeueAfter: staleCacheRetry}
+			return
+		}
 		stepErr := retErr
 		outcome := r.summarize(ctx, s, stepErr)
 		if err := patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
@@ -150,6 +156,26 @@ func (r *Reconciler) resolveConfig(ctx context.Context, s *scope) error {
 	}
 	s.config = eff
 	return nil
+}
+
+// staleCacheRetry is how soon a reconcile that read a stale Stack looks
+// again: the watch event it missed is normally a few milliseconds away.
+const staleCacheRetry = 250 * time.Millisecond
+
+// cacheIsCurrent asks the API server whether the cached Stack is the
+// latest. The cache may not yet hold the status the previous reconcile
+// wrote; deciding a run from it would repeat that run (a second apply, or
+// an apply of drift that warn mode must only report). A run takes minutes,
+// so one uncached read before each is cheap.
+func (r *Reconciler) cacheIsCurrent(ctx context.Context, stack *terracev1.Stack) (bool, error) {
+	live := &terracev1.Stack{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stack), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil // deleted: the cache will say so
+		}
+		return false, fmt.Errorf("failed to read the Stack before a run: %w", err)
+	}
+	return live.ResourceVersion == stack.ResourceVersion, nil
 }
 
 // requestedReconcile reports a terrace.dev/requestedAt value not yet handled.

@@ -31,6 +31,15 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	if !controllerutil.ContainsFinalizer(stack, Finalizer) {
 		return nil
 	}
+	// A cache that has not seen the finalizer go would destroy twice.
+	current, err := r.cacheIsCurrent(ctx, stack)
+	if err != nil {
+		return err
+	}
+	if !current {
+		s.observed.staleCache = true
+		return nil
+	}
 	if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
 		return fmt.Errorf("failed to remove runner pods: %w", err)
 	}

@@ -97,13 +97,26 @@ func approved(approvePlan, planID string) bool {
 
 // run carries out what decide chose.
 func (r *Reconciler) run(ctx context.Context, s *scope) error {
+	var discarded string
 	if p := s.stack.Status.Plan; p != nil && p.Pending != "" && p.InputsDigest != s.inputs.digest {
 		// The inputs moved on: the waiting plan can never be applied.
-		r.event(s.stack, "Normal", "PlanDiscarded", "plan %s was made from other inputs and is discarded", p.Pending)
-		p.Pending = ""
+		discarded, p.Pending = p.Pending, ""
 	}
 	kind, wait := r.decide(s)
 	s.observed.kind = kind
+	if kind != runNothing && kind != runAwaitApproval {
+		current, err := r.cacheIsCurrent(ctx, s.stack)
+		if err != nil {
+			return err
+		}
+		if !current {
+			s.observed.staleCache = true
+			return nil
+		}
+	}
+	if discarded != "" {
+		r.event(s.stack, "Normal", "PlanDiscarded", "plan %s was made from other inputs and is discarded", discarded)
+	}
 	switch kind {
 	case runNothing:
 		s.observed.requeueAfter = wait
@@ -277,14 +290,15 @@ func (r *Reconciler) planAndMaybeApply(ctx context.Context, s *scope, cl *runner
 	// drift check: the next one is due an interval from now.
 	now := metav1.NewTime(r.now())
 	s.stack.Status.LastDriftCheckAt = &now
-	if kind == runDrift {
+	drift := r.isDrift(s, kind, p.GetHasChanges())
+	if kind == runDrift || drift {
 		s.observed.driftChecked = true
-		if p.GetHasChanges() {
-			s.stack.Status.LastDriftDetectedAt = &now
-			s.observed.drifted = true
-			r.event(s.stack, "Warning", DriftDetectedReason, "drift detected: %s", summaryText(p.GetSummary()))
-			driftDetectedTotal.WithLabelValues(s.stack.Namespace).Inc()
-		}
+	}
+	if drift {
+		s.stack.Status.LastDriftDetectedAt = &now
+		s.observed.drifted = true
+		r.event(s.stack, "Warning", DriftDetectedReason, "drift detected: %s", summaryText(p.GetSummary()))
+		driftDetectedTotal.WithLabelValues(s.stack.Namespace).Inc()
 	}
 	if !p.GetHasChanges() {
 		s.stack.Status.LastAppliedInputsDigest = s.inputs.digest
@@ -300,8 +314,10 @@ func (r *Reconciler) planAndMaybeApply(ctx context.Context, s *scope, cl *runner
 		s.observed.planOnly = true
 		return r.storeReadablePlan(ctx, s, cl, stores, planID, nil)
 	}
-	if kind == runDrift && s.config.DriftMode == terracev1.DriftDetectionWarn {
-		return nil // reported, never repaired
+	if drift && s.config.DriftMode == terracev1.DriftDetectionWarn {
+		if _, requested := requestedReconcile(s.stack); !requested {
+			return nil // reported, never repaired unless a person asks
+		}
 	}
 	if approved(s.stack.Spec.ApprovePlan, "") {
 		return r.apply(ctx, s, cl, stores, logf, planID, p.GetSummary(), started)
@@ -318,6 +334,22 @@ func (r *Reconciler) planAndMaybeApply(ctx context.Context, s *scope, cl *runner
 	s.observed.awaitingApproval = true
 	r.event(s.stack, "Normal", "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it", planID, summaryText(p.GetSummary()), planID)
 	return nil
+}
+
+// isDrift says whether a plan's changes were made outside Terrace: the
+// inputs are the ones last applied (or planned with no changes), so only
+// the world can have moved. What started the run does not matter: the
+// retry of a failed drift check, or a plan for a new generation that
+// changed only, say, the interval, finds drift just as a drift check does.
+func (r *Reconciler) isDrift(s *scope, kind runKind, hasChanges bool) bool {
+	if !hasChanges || s.config.DriftMode == terracev1.DriftDetectionDisabled {
+		return false
+	}
+	if kind == runDrift {
+		return true
+	}
+	applied := s.stack.Status.LastAppliedInputsDigest
+	return kind == runPlan && applied != "" && applied == s.inputs.digest
 }
 
 // storeReadablePlan saves the plan file (when given) with the readable

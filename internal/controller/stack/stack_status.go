@@ -37,7 +37,10 @@ type observations struct {
 	driftChecked     bool
 	drifted          bool
 	release          *release.Release
-	requeueAfter     time.Duration
+	// staleCache: a run was due but the cached Stack was older than the
+	// API server's; nothing was done and the reconcile is retried.
+	staleCache   bool
+	requeueAfter time.Duration
 }
 
 // summarize derives every condition from the observations and the step

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -84,6 +85,39 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+func TestDriftIsJudgedByInputsNotByWhatStartedTheRun(t *testing.T) {
+	applied := func(digest string) *terracev1.Stack {
+		s := &terracev1.Stack{}
+		s.Status.LastAppliedInputsDigest = digest
+		return s
+	}
+	cases := []struct {
+		name       string
+		stack      *terracev1.Stack
+		kind       runKind
+		mode       terracev1.DriftDetectionMode
+		hasChanges bool
+		want       bool
+	}{
+		{"drift check with changes", applied("sha256:in"), runDrift, terracev1.DriftDetectionEnabled, true, true},
+		{"drift check without changes", applied("sha256:in"), runDrift, terracev1.DriftDetectionEnabled, false, false},
+		{"retry of a failed drift check", applied("sha256:in"), runPlan, terracev1.DriftDetectionEnabled, true, true},
+		{"retry under warn", applied("sha256:in"), runPlan, terracev1.DriftDetectionWarn, true, true},
+		{"new inputs", applied("sha256:old"), runPlan, terracev1.DriftDetectionEnabled, true, false},
+		{"first plan", applied(""), runPlan, terracev1.DriftDetectionEnabled, true, false},
+		{"detection disabled", applied("sha256:in"), runPlan, terracev1.DriftDetectionDisabled, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{}
+			s := &scope{stack: tc.stack, inputs: &inputs{digest: "sha256:in"}, config: config.Effective{DriftMode: tc.mode}}
+			if got := r.isDrift(s, tc.kind, tc.hasChanges); got != tc.want {
+				t.Fatalf("isDrift = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestRetryBackoffDoublesUpToTheMaximum(t *testing.T) {
 	s := &terracev1.Stack{Spec: terracev1.StackSpec{
 		RetryInterval: &metav1.Duration{Duration: 30 * time.Second}, MaxRetryInterval: &metav1.Duration{Duration: 5 * time.Minute},
@@ -152,5 +186,35 @@ func TestGatherInputs(t *testing.T) {
 	stack.Spec.VarsFrom = []terracev1.VarsReference{{Kind: "ConfigMap", Name: "settings", Keys: []string{"nope"}}}
 	if err := r.gatherInputs(context.Background(), s); !errors.As(err, &terminal) {
 		t.Fatalf("missing key: %v", err)
+	}
+}
+
+// A Stack read from a cache that has not seen the last status write must
+// not start a run: the run was decided from the old status and would be
+// repeated (a second apply, or drift applied that warn mode only reports).
+func TestNoRunFromAStaleCache(t *testing.T) {
+	ctx := context.Background()
+	stack := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "team"}}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(stack).WithStatusSubresource(stack).Build()
+	var cached terracev1.Stack
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stack), &cached); err != nil {
+		t.Fatal(err)
+	}
+	// The previous reconcile applied and wrote its status; the cache has
+	// not seen it yet.
+	written := cached.DeepCopy()
+	written.Status.LastAppliedInputsDigest = "sha256:in"
+	if err := c.Status().Update(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+
+	r := &Reconciler{Client: c, APIReader: c, Runs: nil} // starting a run would panic
+	s := &scope{stack: &cached, inputs: &inputs{digest: "sha256:in"}, source: &source{},
+		config: config.Effective{Interval: time.Minute, DriftMode: terracev1.DriftDetectionEnabled}}
+	if err := r.run(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if !s.observed.staleCache {
+		t.Fatal("a run was decided from a stale cache")
 	}
 }
