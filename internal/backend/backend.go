@@ -56,6 +56,9 @@ type Set struct {
 	History release.History
 	// Effective is the namespace's resolved settings the stores follow.
 	Effective config.Effective
+	// Location says which backend these stores are in (Current) and which
+	// the config asks for. While a migration is pending no run may start.
+	Location Location
 }
 
 // ResolveFunc returns the effective settings of a namespace; usually
@@ -94,13 +97,39 @@ func New(c client.Client, resolve ResolveFunc) *Backends {
 	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, pools: map[string]*pgxpool.Pool{}}
 }
 
-// For returns the stores of namespace. The result is cached and reused
-// until the namespace's storage settings change or, checked every
-// SecretRecheck, a Secret it was opened with changes.
+// For returns the stores of namespace in the backend that holds its data,
+// which is the one its TerraceConfig names unless a migration is pending
+// (Set.Location). The result is cached and reused until the namespace's
+// storage settings or location change or, checked every SecretRecheck, a
+// Secret it was opened with changes.
 func (b *Backends) For(ctx context.Context, namespace string) (*Set, error) {
 	eff, err := b.resolve(ctx, namespace)
 	if err != nil {
 		return nil, fmt.Errorf("failed to resolve the settings of namespace %s: %w", namespace, err)
+	}
+	loc, err := b.locate(ctx, namespace, eff)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLocation(namespace, loc, eff); err != nil {
+		return nil, err
+	}
+	set, err := b.forLocation(ctx, namespace, eff, loc.Current)
+	if err != nil {
+		return nil, err
+	}
+	set.Location = loc
+	return set, nil
+}
+
+// forLocation returns the (cached) stores of namespace in backend current.
+func (b *Backends) forLocation(ctx context.Context, namespace string, eff config.Effective, current terracev1.StateBackend) (*Set, error) {
+	if eff.StateBackend != current {
+		eff.StateBackend = current
+		eff.PostgresConnection = nil
+		if current == terracev1.StateBackendPostgres {
+			eff.PostgresConnection = eff.NamedPostgresConnection
+		}
 	}
 	hash := eff.StorageHash()
 
@@ -139,7 +168,7 @@ func (b *Backends) For(ctx context.Context, namespace string) (*Set, error) {
 	b.mu.Lock()
 	b.sets[namespace] = opened
 	b.mu.Unlock()
-	return opened.set, nil
+	return withEffective(opened.set, eff), nil
 }
 
 // withEffective returns set carrying the latest settings (runner fields may

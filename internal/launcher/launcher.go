@@ -412,3 +412,22 @@ func (l *Launcher) retain(ctx context.Context, namespace, stack, podName string)
 	}
 	return errors.Join(errs...)
 }
+
+// ActiveRuns counts the runner pods in namespace that may still be running
+// a run: not finished and not kept for debugging. A state migration waits
+// until there are none.
+func (l *Launcher) ActiveRuns(ctx context.Context, namespace string) (int, error) {
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunner}).String()
+	pods, err := l.opts.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return 0, fmt.Errorf("failed to list runner pods in namespace %s: %w", namespace, err)
+	}
+	active := 0
+	for _, pod := range pods.Items {
+		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+		if !finished && pod.Annotations[AnnotationRetained] != "true" {
+			active++
+		}
+	}
+	return active, nil
+}

@@ -97,9 +97,6 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := program.SetupWithManager(mgr, program.Options{ArtifactBaseURL: artifactURL}); err != nil {
 		return nil, fmt.Errorf("failed to set up the Program controller: %w", err)
 	}
-	if err := config.SetupWithManager(mgr, resolver); err != nil {
-		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
-	}
 	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
@@ -107,6 +104,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.RunnerImage})
 	if err != nil {
 		return nil, err
+	}
+	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs}); err != nil {
+		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
 	}
 	stacks := &stack.Reconciler{
 		Client:    mgr.GetClient(),

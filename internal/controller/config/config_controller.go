@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
@@ -42,9 +43,10 @@ const (
 	RecoveredReason = "Recovered"
 )
 
-// Reconciler checks TerraceConfigs and reports the state backend each
-// namespace uses. It does not run the Installations API server and does not
-// migrate state between backends.
+// Reconciler checks TerraceConfigs and, when a config names another state
+// backend, moves the state of the namespaces it governs there (verified,
+// before any run uses it), reporting progress in status.stateBackend. It
+// does not run the Installations API server.
 type Reconciler struct {
 	Client client.Client
 	// SecretReader reads referenced Secrets; pass an uncached reader (the
@@ -52,6 +54,18 @@ type Reconciler struct {
 	SecretReader client.Reader
 	Resolver     *Resolver
 	Recorder     events.EventRecorder
+	// Migrator moves state between backends; nil reports the backend only.
+	Migrator StateMigrator
+	// Runs counts runs in progress, which a migration waits for.
+	Runs RunCounter
+}
+
+// Options are what the TerraceConfig controller needs besides the manager.
+type Options struct {
+	// Resolver's Reader should be mgr.GetClient().
+	Resolver *Resolver
+	Migrator StateMigrator
+	Runs     RunCounter
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
@@ -60,9 +74,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupWithManager registers the TerraceConfig controller. resolver's
-// Reader should be mgr.GetClient().
-func SetupWithManager(mgr ctrl.Manager, resolver *Resolver) error {
+// SetupWithManager registers the TerraceConfig controller.
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	resolver := opts.Resolver
 	if resolver == nil || resolver.OperatorNamespace == "" {
 		return errors.New("terraceconfig controller: a resolver with the operator namespace is required")
 	}
@@ -71,12 +85,19 @@ func SetupWithManager(mgr ctrl.Manager, resolver *Resolver) error {
 		SecretReader: mgr.GetAPIReader(),
 		Resolver:     resolver,
 		Recorder:     mgr.GetEventRecorder(ControllerName),
+		Migrator:     opts.Migrator,
+		Runs:         opts.Runs,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("terraceconfig").
 		For(&terracev1.TerraceConfig{}, builder.WithPredicates(reconcile.GenerationOrRequestChanged())).
 		Watches(&terracev1.TerraceConfig{},
 			handler.EnqueueRequestsFromMapFunc(configsForOperatorConfig(mgr.GetClient(), resolver.OperatorNamespace)),
+			builder.WithPredicates(reconcile.GenerationOrRequestChanged())).
+		// A namespace config that appears, goes or changes its backend may
+		// hand namespaces to (or take them from) the operator's config.
+		Watches(&terracev1.TerraceConfig{},
+			handler.EnqueueRequestsFromMapFunc(operatorConfigFor(resolver.OperatorNamespace)),
 			builder.WithPredicates(reconcile.GenerationOrRequestChanged())).
 		// Metadata only: enough to notice a Secret appear or change, without
 		// caching Secret contents.
@@ -90,6 +111,8 @@ type configScope struct {
 	previous terracev1.TerraceConfigStatus
 	// effective is the namespace's resolved settings, once known.
 	effective *Effective
+	// migration is where the governed namespaces' state is, once looked at.
+	migration *terracev1.StateBackendStatus
 }
 
 type step func(ctx context.Context, s *configScope) error
@@ -118,7 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}()
 
 	reconcile.HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus)
-	for _, s := range []step{r.resolve, r.checkSecrets} {
+	for _, s := range []step{r.resolve, r.checkSecrets, r.migrateState} {
 		if stepErr = s(ctx, scope); stepErr != nil {
 			return
 		}
@@ -208,11 +231,11 @@ func checkPostgresURL(value []byte) error {
 // summarize derives the status from what the steps observed.
 func (r *Reconciler) summarize(ctx context.Context, s *configScope, stepErr error) reconcile.Outcome {
 	cfg := s.config
-	if s.effective != nil {
-		if cfg.Status.StateBackend == nil {
-			cfg.Status.StateBackend = &terracev1.StateBackendStatus{}
-		}
-		cfg.Status.StateBackend.Current = s.effective.StateBackend
+	switch {
+	case s.migration != nil:
+		applyMigrationStatus(cfg, s.previous.StateBackend, s.migration, time.Now())
+	case s.effective != nil && stepErr == nil:
+		cfg.Status.StateBackend = &terracev1.StateBackendStatus{Current: s.effective.StateBackend}
 	}
 	readyMessage := ""
 	if s.effective != nil {

@@ -59,6 +59,14 @@ type Effective struct {
 	StateBackend terracev1.StateBackend `json:"stateBackend"`
 	// PostgresConnection is set only when StateBackend is postgres.
 	PostgresConnection *SecretKeyRef `json:"postgresConnection,omitempty"`
+	// NamedPostgresConnection is the connection the nearest config names,
+	// whatever the backend: a migration away from postgres reads from it.
+	// It is not part of Hash.
+	NamedPostgresConnection *SecretKeyRef `json:"-"`
+	// StateBackendSource names the layer StateBackend came from, as in
+	// Sources: the config whose change of backend moves this namespace's
+	// state. It is not part of Hash.
+	StateBackendSource string `json:"-"`
 	// EncryptionKey is nil when state is not encrypted.
 	EncryptionKey *SecretKeyRef `json:"encryptionKey,omitempty"`
 	History       int32         `json:"history"`

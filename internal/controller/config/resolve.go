@@ -138,14 +138,23 @@ func (r *Resolver) merge(layers []layer) Effective {
 			return s.Defaults.DriftDetection.Mode, s.Defaults.DriftDetection.Mode != ""
 		}),
 	}
+	postgresRef := func(s *terracev1.TerraceConfigSpec) *terracev1.SecretKeyReference {
+		if s.State.Postgres == nil {
+			return nil
+		}
+		return &s.State.Postgres.ConnectionSecretRef
+	}
 	// A connection only matters to, and only counts as a source for, the postgres backend.
 	if eff.StateBackend == terracev1.StateBackendPostgres {
-		eff.PostgresConnection = pickRef(&m, b.PostgresConnection, DefaultPostgresURLKey, func(s *terracev1.TerraceConfigSpec) *terracev1.SecretKeyReference {
-			if s.State.Postgres == nil {
-				return nil
-			}
-			return &s.State.Postgres.ConnectionSecretRef
-		})
+		eff.PostgresConnection = pickRef(&m, b.PostgresConnection, DefaultPostgresURLKey, postgresRef)
+	}
+	eff.NamedPostgresConnection = pickRef(&merger{layers: layers}, b.PostgresConnection, DefaultPostgresURLKey, postgresRef)
+	eff.StateBackendSource = BuiltinSource
+	for _, l := range layers {
+		if st := normalized(l.spec).State; st.Backend != "" && l.source != "" {
+			eff.StateBackendSource = l.source
+			break
+		}
 	}
 	eff.Sources = m.sources()
 	return eff

@@ -247,6 +247,8 @@ func TestResolveFieldByField(t *testing.T) {
 			want := builtin
 			tc.want(&want)
 			want.Sources = tc.sources
+			// Where the backend comes from has its own test.
+			got.NamedPostgresConnection, got.StateBackendSource = nil, ""
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
@@ -336,5 +338,46 @@ func TestHash(t *testing.T) {
 	x.Resources, y.Resources = resources("1000m"), resources("1")
 	if x.Hash() != y.Hash() {
 		t.Error("1000m and 1 CPU hash differently")
+	}
+}
+
+func TestStateBackendSourceAndNamedConnection(t *testing.T) {
+	pg := &terracev1.PostgresConfig{ConnectionSecretRef: terracev1.SecretKeyReference{Name: "pg"}}
+	cases := []struct {
+		name       string
+		ns, op     *terracev1.TerraceConfigSpec
+		wantSource string
+		wantConn   *SecretKeyRef
+	}{
+		{"nothing set", nil, nil, BuiltinSource, nil},
+		{"backend from the operator config", nil, &terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{Backend: terracev1.StateBackendPostgres, Postgres: pg}},
+			opNS + "/default", &SecretKeyRef{Namespace: opNS, Name: "pg", Key: DefaultPostgresURLKey}},
+		{"the namespace config moves back to secrets but still names the connection",
+			&terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{Backend: terracev1.StateBackendSecrets, Postgres: pg}},
+			&terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{Backend: terracev1.StateBackendPostgres}},
+			teamNS + "/default", &SecretKeyRef{Namespace: teamNS, Name: "pg", Key: DefaultPostgresURLKey}},
+		{"a namespace config without a backend inherits it", &terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{History: ptr(int32(3))}},
+			&terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{Backend: terracev1.StateBackendSecrets}}, opNS + "/default", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.ns != nil {
+				objs = append(objs, tcfg(teamNS, *tc.ns))
+			}
+			if tc.op != nil {
+				objs = append(objs, tcfg(opNS, *tc.op))
+			}
+			got, err := resolver(objs...).ResolveNamespace(context.Background(), teamNS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.StateBackendSource != tc.wantSource {
+				t.Errorf("StateBackendSource = %q, want %q", got.StateBackendSource, tc.wantSource)
+			}
+			if !reflect.DeepEqual(got.NamedPostgresConnection, tc.wantConn) {
+				t.Errorf("NamedPostgresConnection = %+v, want %+v", got.NamedPostgresConnection, tc.wantConn)
+			}
+		})
 	}
 }

@@ -58,7 +58,7 @@ func runSuite(m *testing.M) int {
 	}
 	cached = mgr.GetClient()
 	resolver := &Resolver{Reader: mgr.GetClient(), OperatorNamespace: opNS, Builtin: BuiltinDefaults("ghcr.io/terrace-dev/terrace:test")}
-	if err := SetupWithManager(mgr, resolver); err != nil {
+	if err := SetupWithManager(mgr, Options{Resolver: resolver}); err != nil {
 		fmt.Fprintln(os.Stderr, "failed to set up the terraceconfig controller:", err)
 		return 1
 	}

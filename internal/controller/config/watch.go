@@ -79,3 +79,15 @@ func configForSecret(c client.Reader) handler.MapFunc {
 		return nil
 	}
 }
+
+// operatorConfigFor maps an event of a namespace's config to the operator
+// namespace's config, which governs the state backend of every namespace
+// whose own config names none.
+func operatorConfigFor(operatorNamespace string) handler.MapFunc {
+	return func(_ context.Context, obj client.Object) []reconcile.Request {
+		if obj.GetNamespace() == operatorNamespace {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: operatorNamespace, Name: terracev1.TerraceConfigName}}}
+	}
+}

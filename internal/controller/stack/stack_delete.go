@@ -71,9 +71,9 @@ func (r *Reconciler) destroy(ctx context.Context, s *scope) error {
 	if err := r.announceRun(ctx, s, runDestroy); err != nil {
 		return err
 	}
-	stores, err := r.Stores.For(ctx, s.stack.Namespace)
+	stores, err := r.openStores(ctx, s.stack.Namespace)
 	if err != nil {
-		return fmt.Errorf("failed to open the state backend: %w", err)
+		return err
 	}
 	if err := r.recoverFromDeadRuns(ctx, s, stores.States); err != nil {
 		return err
@@ -106,9 +106,9 @@ func (r *Reconciler) destroy(ctx context.Context, s *scope) error {
 
 // removeStoredData deletes the Stack's state, plans, releases and outputs Secret.
 func (r *Reconciler) removeStoredData(ctx context.Context, s *scope) error {
-	stores, err := r.Stores.For(ctx, s.stack.Namespace)
+	stores, err := r.openStores(ctx, s.stack.Namespace)
 	if err != nil {
-		return fmt.Errorf("failed to open the state backend: %w", err)
+		return err
 	}
 	if err := stores.States.Delete(ctx, stateKey(s.stack)); err != nil {
 		return fmt.Errorf("failed to delete state: %w", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/migrate"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -125,6 +126,10 @@ func (r *Reconciler) run(ctx context.Context, s *scope) error {
 		s.observed.awaitingApproval = true
 		return nil
 	}
+	stores, err := r.openStores(ctx, s.stack.Namespace)
+	if err != nil {
+		return err
+	}
 	if err := r.announceRun(ctx, s, kind); err != nil {
 		return err
 	}
@@ -135,10 +140,6 @@ func (r *Reconciler) run(ctx context.Context, s *scope) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	stores, err := r.Stores.For(ctx, s.stack.Namespace)
-	if err != nil {
-		return fmt.Errorf("failed to open the state backend: %w", err)
-	}
 	if err := r.recoverFromDeadRuns(ctx, s, stores.States); err != nil {
 		return err
 	}
@@ -200,6 +201,10 @@ func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope, states s
 	holder, err := states.GetLock(ctx, key)
 	if err != nil || holder == nil {
 		return err
+	}
+	if holder.Operation == migrate.LockOperation {
+		// Never break a migration's lock: the copy would miss what we write.
+		return reconcile.Waiting(StateMigrationPendingReason, migrationRecheck, fmt.Errorf("the state of %s is being copied to another backend (lock %s since %s)", key, holder.ID, holder.Created.Format(time.RFC3339)))
 	}
 	if err := states.ForceUnlock(ctx, key); err != nil {
 		return fmt.Errorf("failed to release the state lock of a dead run: %w", err)

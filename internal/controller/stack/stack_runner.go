@@ -2,8 +2,10 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,6 +24,37 @@ type storeSet = backend.Set
 // storeProvider opens the stores of a namespace per its TerraceConfig.
 type storeProvider interface {
 	For(ctx context.Context, namespace string) (*backend.Set, error)
+}
+
+// Reasons for the state backend.
+const (
+	// StateMigrationPendingReason: the namespace's state is moving to the
+	// backend its TerraceConfig now names; runs wait until it is verified.
+	StateMigrationPendingReason = "StateMigrationPending"
+	// StateBackendMisconfiguredReason: the TerraceConfig's state settings
+	// or their Secrets are wrong; only a person can fix them.
+	StateBackendMisconfiguredReason = "StateBackendMisconfigured"
+)
+
+// migrationRecheck is how often a Stack waiting on a migration looks again.
+const migrationRecheck = 5 * time.Second
+
+// openStores opens the stores of the Stack's namespace for a run, which
+// must not start while the namespace's state moves to another backend.
+func (r *Reconciler) openStores(ctx context.Context, namespace string) (*storeSet, error) {
+	set, err := r.Stores.For(ctx, namespace)
+	switch {
+	case errors.Is(err, backend.ErrMisconfigured):
+		return nil, reconcile.Terminal(StateBackendMisconfiguredReason, err)
+	case err != nil:
+		return nil, fmt.Errorf("failed to open the state backend: %w", err)
+	}
+	if loc := set.Location; loc.Pending() {
+		return nil, reconcile.Waiting(StateMigrationPendingReason, migrationRecheck, fmt.Errorf(
+			"the state of namespace %s is moving from %s to %s (see the TerraceConfig's status.stateBackend): runs wait until the copy is verified",
+			namespace, loc.Current, loc.Desired))
+	}
+	return set, nil
 }
 
 // runRequest describes the runner pod of one run.

@@ -57,9 +57,9 @@ func (r Report) String() string {
 		r.States, r.Versions, r.Bytes, r.StatesSkipped, r.Plans, r.PlansSkipped, r.Releases, r.ReleasesSkipped)
 }
 
-// migrationOperation marks locks taken by a migration, so a rerun can take
-// over the lock of an interrupted one.
-const migrationOperation = "terrace-state-migrate"
+// LockOperation marks locks taken by a migration, so a rerun can take
+// over the lock of an interrupted one, and nothing else breaks them.
+const LockOperation = "terrace-state-migrate"
 
 // Migrate copies everything in opts.Namespace from one backend to the other.
 // It stops at the first error; run it again to resume.
@@ -189,10 +189,10 @@ func (m *migration) state(ctx context.Context, key state.Key) error {
 // interrupted migration is taken over; any other holder stops the migration.
 func (m *migration) lockSource(ctx context.Context, key state.Key) (string, error) {
 	id := newLockID()
-	info := state.LockInfo{ID: id, Operation: migrationOperation, Who: "terrace state migrate", Info: "copying to " + m.to.Name, Created: m.opts.Now().UTC()}
+	info := state.LockInfo{ID: id, Operation: LockOperation, Who: "terrace state migrate", Info: "copying to " + m.to.Name, Created: m.opts.Now().UTC()}
 	err := m.from.States.Lock(ctx, key, info)
 	var locked *state.LockedError
-	if errors.As(err, &locked) && locked.Holder != nil && locked.Holder.Operation == migrationOperation && strings.HasPrefix(locked.Holder.ID, "migrate-") {
+	if errors.As(err, &locked) && locked.Holder != nil && locked.Holder.Operation == LockOperation && strings.HasPrefix(locked.Holder.ID, "migrate-") {
 		if err := m.from.States.Unlock(ctx, key, locked.Holder.ID); err != nil {
 			return "", err
 		}

@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/release"
+)
+
+// maskedValue stands in for a sensitive output's value.
+const maskedValue = "<sensitive>"
+
+// shownOutput is one output as the command prints it.
+type shownOutput struct {
+	Name      string `json:"name"`
+	Sensitive bool   `json:"sensitive"`
+	// Value is the text as stored (JSON for non-string outputs); absent when masked or unknown.
+	Value *string `json:"value,omitempty"`
+	// Masked is true when a value exists but is hidden.
+	Masked bool `json:"masked,omitempty"`
+}
+
+func newOutputsCommand() *cobra.Command {
+	var output string
+	var showSensitive bool
+	cmd := &cobra.Command{
+		Use:   "outputs STACK",
+		Short: "Print the Stack's outputs from its outputs Secret (sensitive values masked)",
+		Long: "Prints name=value for every output in the Secret named by spec.writeOutputsToSecret. Which outputs\n" +
+			"are sensitive comes from the latest release record; an output whose sensitivity is unknown is\n" +
+			"masked too. A Stack without an outputs Secret shows the names from its status and the non-sensitive\n" +
+			"values its latest release recorded.",
+		Example: "  terrace outputs web -n team\n  terrace outputs web --show-sensitive -o json",
+		Args:    cobra.ExactArgs(1),
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (default: name=value lines)")
+	cmd.Flags().BoolVar(&showSensitive, "show-sensitive", false, "print sensitive values instead of masking them")
+	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
+		if err := checkOutputFormat(output, "json"); err != nil {
+			return err
+		}
+		stack, err := k.stack(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		deployed, releaseErr := deployedRelease(ctx, k, stack)
+		var shown []shownOutput
+		if spec := stack.Spec.WriteOutputsToSecret; spec != nil {
+			secret := &corev1.Secret{}
+			err := k.client.Get(ctx, client.ObjectKey{Namespace: stack.Namespace, Name: spec.Name}, secret)
+			switch {
+			case apierrors.IsNotFound(err):
+				return fmt.Errorf("Stack %s/%s writes its outputs to Secret %s, which does not exist yet: no apply has finished (see `terrace get %s`)", stack.Namespace, stack.Name, spec.Name, stack.Name)
+			case err != nil:
+				return describeAPIError(err, "outputs Secret "+stack.Namespace+"/"+spec.Name, stack.Namespace)
+			}
+			shown = outputsFromSecret(secret, deployed, showSensitive)
+			if deployed == nil {
+				fmt.Fprintf(s.err, "note: no release record says which outputs are sensitive (%s); every value is masked unless --show-sensitive\n", releaseProblem(releaseErr))
+			}
+		} else {
+			shown = outputsFromRelease(stack, deployed)
+			where := fmt.Sprintf("Stack %s/%s has no outputs Secret (set spec.writeOutputsToSecret to keep every value in one); ", stack.Namespace, stack.Name)
+			if deployed != nil {
+				where += fmt.Sprintf("values below are from release %d, which never records sensitive ones", deployed.Revision)
+			} else {
+				where += "no release record holds values (" + releaseProblem(releaseErr) + ")"
+			}
+			fmt.Fprintln(s.err, "note: "+where)
+		}
+		if output == "json" {
+			return writeFormatted(s.out, shown, "json")
+		}
+		if len(shown) == 0 {
+			fmt.Fprintf(s.err, "Stack %s/%s has no outputs.\n", stack.Namespace, stack.Name)
+		}
+		for _, o := range shown {
+			switch {
+			case o.Value != nil:
+				fmt.Fprintf(s.out, "%s=%s\n", o.Name, *o.Value)
+			case o.Masked:
+				fmt.Fprintf(s.out, "%s=%s\n", o.Name, maskedValue)
+			default:
+				fmt.Fprintf(s.out, "%s=<not recorded>\n", o.Name)
+			}
+		}
+		return nil
+	})
+}
+
+// deployedRelease returns the Stack's deployed release, or nil with why not.
+func deployedRelease(ctx context.Context, k *kube, stack *terracev1.Stack) (*release.Release, error) {
+	set, closeStores, err := k.stores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStores()
+	return set.History.Deployed(ctx, stack.Namespace, stack.Name)
+}
+
+func releaseProblem(err error) string {
+	if err != nil {
+		return "the release store could not be read: " + err.Error()
+	}
+	return "the Stack has no deployed release"
+}
+
+// outputsFromSecret lists the Secret's keys; a value is masked when the
+// release calls it sensitive or does not know it.
+func outputsFromSecret(secret *corev1.Secret, deployed *release.Release, showSensitive bool) []shownOutput {
+	sensitive := map[string]bool{}
+	if deployed != nil {
+		for _, o := range deployed.Outputs {
+			sensitive[o.Name] = o.Sensitive
+		}
+	}
+	names := make([]string, 0, len(secret.Data))
+	for name := range secret.Data {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	shown := make([]shownOutput, 0, len(names))
+	for _, name := range names {
+		isSensitive, known := sensitive[name]
+		o := shownOutput{Name: name, Sensitive: isSensitive || !known}
+		if o.Sensitive && !showSensitive {
+			o.Masked = true
+		} else {
+			value := string(secret.Data[name])
+			o.Value = &value
+		}
+		shown = append(shown, o)
+	}
+	return shown
+}
+
+// outputsFromRelease lists the names in status with the non-sensitive
+// values the deployed release recorded, in the outputs Secret's format.
+func outputsFromRelease(stack *terracev1.Stack, deployed *release.Release) []shownOutput {
+	recorded := map[string]release.Output{}
+	if deployed != nil {
+		for _, o := range deployed.Outputs {
+			recorded[o.Name] = o
+		}
+	}
+	names := append([]string(nil), stack.Status.Outputs...)
+	for name := range recorded {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	shown := make([]shownOutput, 0, len(names))
+	for _, name := range names {
+		r, ok := recorded[name]
+		o := shownOutput{Name: name, Sensitive: r.Sensitive}
+		if ok && !r.Sensitive && r.Value != nil {
+			value := outputText(r.Value)
+			o.Value = &value
+		}
+		o.Masked = r.Sensitive
+		shown = append(shown, o)
+	}
+	return shown
+}
+
+// outputText renders a JSON value as the outputs Secret does: a string as
+// its text, anything else as JSON.
+func outputText(raw json.RawMessage) string {
+	var str string
+	if err := json.Unmarshal(raw, &str); err == nil {
+		return str
+	}
+	return string(raw)
+}

@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+// reconcilePollInterval is how often --wait reads the Stack.
+const reconcilePollInterval = 500 * time.Millisecond
+
+// awaitingApprovalReason is the Ready reason of a Stack whose plan waits for a person.
+const awaitingApprovalReason = "AwaitingApproval"
+
+func newReconcileCommand() *cobra.Command {
+	var waitFlag bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "reconcile STACK",
+		Short: "Ask the controller to reconcile the Stack now, and wait for the outcome",
+		Long: "Sets the terrace.dev/requestedAt annotation to the current time, which makes the controller run the\n" +
+			"Stack now (a plan, and an apply when approved), and waits until status.lastHandledReconcileAt says\n" +
+			"it handled this request. Exits 1 when the Stack ends up not Ready (a plan awaiting approval is not\n" +
+			"a failure), stalls, or the timeout passes.",
+		Example: "  terrace reconcile web -n team\n  terrace reconcile web --wait=false",
+		Args:    cobra.ExactArgs(1),
+	}
+	cmd.Flags().BoolVar(&waitFlag, "wait", true, "wait until the controller handled the request and print the Ready condition")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
+	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
+		stack, err := k.stack(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if stack.Spec.Suspend {
+			return fmt.Errorf("Stack %s/%s is suspended, so nothing runs: resume it with `terrace resume %s -n %s`", stack.Namespace, stack.Name, stack.Name, stack.Namespace)
+		}
+		requested := time.Now().UTC()
+		value := requested.Format(time.RFC3339Nano)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, terracev1.ReconcileRequestAnnotation, value)
+		if err := k.client.Patch(ctx, stack, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			return describeAPIError(err, "Stack "+stack.Namespace+"/"+stack.Name, stack.Namespace)
+		}
+		fmt.Fprintf(s.err, "requested a reconcile of Stack %s/%s at %s\n", stack.Namespace, stack.Name, value)
+		if !waitFlag {
+			return nil
+		}
+		if stalled := findCondition(stack, terracev1.StalledCondition); isTrue(stalled) {
+			fmt.Fprintf(s.err, "note: the Stack is stalled (%s); unless its inputs changed the run ends the same way\n", stalled.Message)
+		}
+		handled, err := waitHandled(ctx, k, stack.Name, value, requested, timeout, s)
+		if err != nil {
+			return err
+		}
+		return reportReady(s, handled)
+	})
+}
+
+// waitHandled polls until the controller echoes value in
+// status.lastHandledReconcileAt, or stalls after the request.
+func waitHandled(ctx context.Context, k *kube, name, value string, requested time.Time, timeout time.Duration, s streams) (*terracev1.Stack, error) {
+	var last *terracev1.Stack
+	var lastReady string
+	err := wait.PollUntilContextTimeout(ctx, reconcilePollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+		stack, err := k.stack(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		last = stack
+		if stack.Status.LastHandledReconcileAt == value {
+			return true, nil
+		}
+		if ready := findCondition(stack, terracev1.ReadyCondition); ready != nil {
+			if line := conditionText(ready); line != lastReady {
+				fmt.Fprintln(s.err, "  "+line)
+				lastReady = line
+			}
+		}
+		// Condition times have second precision.
+		if stalled := findCondition(stack, terracev1.StalledCondition); isTrue(stalled) && !stalled.LastTransitionTime.Time.Before(requested.Truncate(time.Second)) {
+			return false, fmt.Errorf("Stack %s/%s stalled: %s", stack.Namespace, stack.Name, stalled.Message)
+		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		return last, nil
+	case wait.Interrupted(err) && ctx.Err() == nil:
+		msg := fmt.Sprintf("timed out after %s waiting for the controller to handle the request on Stack %s/%s", timeout, k.namespace, name)
+		if last != nil {
+			if ready := findCondition(last, terracev1.ReadyCondition); ready != nil {
+				msg += "; last " + conditionText(ready)
+			}
+		}
+		return nil, errors.New(msg + " (is the Terrace controller running?)")
+	}
+	return nil, err
+}
+
+// reportReady prints the Ready condition; anything but Ready or a plan
+// awaiting approval is an error.
+func reportReady(s streams, stack *terracev1.Stack) error {
+	ready := findCondition(stack, terracev1.ReadyCondition)
+	if ready == nil {
+		fmt.Fprintf(s.out, "Stack %s/%s: handled, no Ready condition reported\n", stack.Namespace, stack.Name)
+		return nil
+	}
+	fmt.Fprintf(s.out, "Stack %s/%s: %s\n", stack.Namespace, stack.Name, conditionText(ready))
+	switch {
+	case isTrue(ready):
+		return nil
+	case ready.Reason == awaitingApprovalReason:
+		fmt.Fprintf(s.out, "review it with `terrace plan %s -n %s`, then `terrace approve %s %s -n %s`\n", stack.Name, stack.Namespace, stack.Name, pendingPlan(stack), stack.Namespace)
+		return nil
+	}
+	return fmt.Errorf("Stack %s/%s is not Ready: %s", stack.Namespace, stack.Name, ready.Message)
+}
+
+// conditionText renders a condition on one line: Ready=False Reason: message.
+func conditionText(c *metav1.Condition) string {
+	return fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, oneLine(c.Message))
+}

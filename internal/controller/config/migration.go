@@ -1,0 +1,212 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/state/migrate"
+)
+
+// Phases of status.stateBackend.phase.
+const (
+	MigrationMigrating = "Migrating"
+	MigrationVerified  = "Verified"
+	MigrationFailed    = "Failed"
+)
+
+// Reasons of a config whose state is moving.
+const (
+	// StateMigratingReason: waiting for runs to end before copying, or copying.
+	StateMigratingReason = "StateMigrating"
+	// StateMigrationFailedReason: a copy failed; it is retried with backoff
+	// and the source is untouched.
+	StateMigrationFailedReason = "StateMigrationFailed"
+)
+
+// migrationRecheck is how soon a migration waiting for runs looks again.
+const migrationRecheck = 5 * time.Second
+
+// StateLocation says where a namespace's state is (Current) and where its
+// effective TerraceConfig wants it (Desired).
+type StateLocation struct {
+	Current terracev1.StateBackend
+	Desired terracev1.StateBackend
+}
+
+// Pending reports a migration still to be done: runs wait for it.
+func (l StateLocation) Pending() bool { return l.Current != l.Desired }
+
+// StateMigrator moves a namespace's state, plans and releases to the
+// backend its config names, verified, before switching to it
+// (internal/backend implements it). It reports where the state is after.
+type StateMigrator interface {
+	Locate(ctx context.Context, namespace string) (StateLocation, error)
+	MigrateNamespace(ctx context.Context, namespace string, log logr.Logger) (StateLocation, migrate.Report, error)
+}
+
+// RunCounter counts runs in progress in a namespace (internal/launcher
+// implements it): a namespace is copied only when none is.
+type RunCounter interface {
+	ActiveRuns(ctx context.Context, namespace string) (int, error)
+}
+
+// migrateState moves the state of every namespace whose backend this
+// config decides to the backend it names, one namespace at a time, and
+// reports progress in status.stateBackend.
+func (r *Reconciler) migrateState(ctx context.Context, s *configScope) error {
+	if r.Migrator == nil || s.effective == nil {
+		return nil
+	}
+	governed, err := r.governedNamespaces(ctx, s.config)
+	if err != nil {
+		return err
+	}
+	desired := s.effective.StateBackend
+	progress := &migrationProgress{desired: desired}
+	for _, ns := range governed.namespaces() {
+		loc, err := r.migrateNamespace(ctx, ns, governed[ns])
+		progress.add(loc, governed[ns])
+		if err != nil {
+			s.migration = progress.report(err)
+			return err
+		}
+	}
+	s.migration = progress.report(nil)
+	return nil
+}
+
+// migrateNamespace migrates one namespace unless a run is in progress there.
+func (r *Reconciler) migrateNamespace(ctx context.Context, namespace string, stacks int) (StateLocation, error) {
+	loc, err := r.Migrator.Locate(ctx, namespace)
+	if err != nil || !loc.Pending() {
+		return loc, err
+	}
+	if r.Runs != nil {
+		active, err := r.Runs.ActiveRuns(ctx, namespace)
+		if err != nil {
+			return loc, err
+		}
+		if active > 0 {
+			// New runs wait for the migration; these started before it.
+			return loc, reconcile.Waiting(StateMigratingReason, migrationRecheck,
+				fmt.Errorf("waiting for %d run(s) in namespace %s to end before its state moves from %s to %s", active, namespace, loc.Current, loc.Desired))
+		}
+	}
+	logger := log.FromContext(ctx).WithValues("namespace", namespace)
+	started := time.Now()
+	loc, report, err := r.Migrator.MigrateNamespace(ctx, namespace, logger)
+	if err != nil {
+		return loc, reconcile.Waiting(StateMigrationFailedReason, migrationRecheck,
+			fmt.Errorf("moving the state of namespace %s from %s to %s failed; the source is kept and the copy is retried: %w", namespace, loc.Current, loc.Desired, err))
+	}
+	if report.States+report.Plans+report.Releases > 0 {
+		logger.Info("moved the namespace's state", "to", loc.Current, "stacks", stacks, "report", report.String(), "duration", time.Since(started).Round(time.Millisecond).String())
+	}
+	return loc, nil
+}
+
+// governed maps each namespace whose storage this config decides to its
+// number of Stacks.
+type governed map[string]int
+
+func (g governed) namespaces() []string {
+	out := make([]string, 0, len(g))
+	for ns := range g {
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// governedNamespaces lists the namespaces with Stacks whose state backend
+// comes from cfg: its own namespace when it names a backend, and, for the
+// operator's config, every namespace that names none.
+func (r *Reconciler) governedNamespaces(ctx context.Context, cfg *terracev1.TerraceConfig) (governed, error) {
+	var stacks terracev1.StackList
+	if err := r.Client.List(ctx, &stacks); err != nil {
+		return nil, fmt.Errorf("failed to list Stacks: %w", err)
+	}
+	counts := governed{}
+	for _, st := range stacks.Items {
+		counts[st.Namespace]++
+	}
+	self := cfg.Namespace + "/" + cfg.Name
+	isDefault := cfg.Namespace == r.Resolver.OperatorNamespace
+	out := governed{}
+	for ns, n := range counts {
+		eff, err := r.Resolver.ResolveNamespace(ctx, ns)
+		if err != nil {
+			return nil, err
+		}
+		if eff.StateBackendSource == self || (isDefault && eff.StateBackendSource == BuiltinSource) {
+			out[ns] = n
+		}
+	}
+	return out, nil
+}
+
+// migrationProgress adds up where the governed namespaces' state is.
+type migrationProgress struct {
+	desired          terracev1.StateBackend
+	from             terracev1.StateBackend
+	migrated, total  int32
+	pendingNamespace []string
+}
+
+func (p *migrationProgress) add(loc StateLocation, stacks int) {
+	p.total += int32(stacks)
+	if loc.Current != "" && !loc.Pending() {
+		p.migrated += int32(stacks)
+		return
+	}
+	if loc.Current != "" {
+		p.from = loc.Current
+	}
+}
+
+// report is the status for what was seen; err is the step's error, if any.
+func (p *migrationProgress) report(err error) *terracev1.StateBackendStatus {
+	st := &terracev1.StateBackendStatus{Current: p.desired, Migrated: p.migrated, Total: p.total}
+	if err == nil {
+		return st
+	}
+	st.Target = p.desired
+	if p.from != "" {
+		st.Current = p.from
+	}
+	st.Phase = MigrationMigrating
+	var waiting *reconcile.WaitingError
+	if !errors.As(err, &waiting) || waiting.Reason == StateMigrationFailedReason {
+		st.Phase = MigrationFailed
+	}
+	st.Message = err.Error()
+	return st
+}
+
+// applyMigrationStatus writes what migrateState saw, keeping the record of
+// the last completed migration.
+func applyMigrationStatus(cfg *terracev1.TerraceConfig, previous *terracev1.StateBackendStatus, seen *terracev1.StateBackendStatus, now time.Time) {
+	if seen == nil {
+		return
+	}
+	st := seen.DeepCopy()
+	if st.Phase == "" && previous != nil {
+		switch {
+		case previous.Phase == MigrationMigrating || previous.Phase == MigrationFailed:
+			// The migration just finished.
+			st.Phase = MigrationVerified
+			st.Message = fmt.Sprintf("state of %d Stack(s) moved to %s and verified at %s", st.Migrated, st.Current, now.UTC().Format(time.RFC3339))
+		case previous.Phase == MigrationVerified && previous.Current == st.Current:
+			st.Phase, st.Message = previous.Phase, previous.Message
+		}
+	}
+	cfg.Status.StateBackend = st
+}
