@@ -73,6 +73,9 @@ func waitHandled(ctx context.Context, k *kube, name, value string, requested tim
 	err := wait.PollUntilContextTimeout(ctx, reconcilePollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		stack, err := k.stack(ctx, name)
 		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err() // the timeout, not a failure of the read
+			}
 			return false, err
 		}
 		last = stack

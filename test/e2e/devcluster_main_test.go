@@ -56,6 +56,7 @@ func runMain(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "e2e: built %s in %s\n", terraceBinary, time.Since(begin).Round(time.Second))
 
 	code := m.Run()
+	stopSharedPostgres()
 	// TERRACE_E2E_CONTROLLER_LOG=file keeps the whole controller log of a
 	// run, passing or not, for looking into a slow or flaky test.
 	if path := os.Getenv("TERRACE_E2E_CONTROLLER_LOG"); path != "" {

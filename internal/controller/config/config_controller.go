@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
@@ -233,7 +232,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope, stepErr erro
 	cfg := s.config
 	switch {
 	case s.migration != nil:
-		applyMigrationStatus(cfg, s.previous.StateBackend, s.migration, time.Now())
+		applyMigrationStatus(cfg, s.previous.StateBackend, s.migration)
 	case s.effective != nil && stepErr == nil:
 		cfg.Status.StateBackend = &terracev1.StateBackendStatus{Current: s.effective.StateBackend}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -26,9 +27,11 @@ const (
 const (
 	// StateMigratingReason: waiting for runs to end before copying, or copying.
 	StateMigratingReason = "StateMigrating"
-	// StateMigrationFailedReason: a copy failed; it is retried with backoff
+	// StateMigrationFailedReason: a copy failed; it is retried every few seconds
 	// and the source is untouched.
 	StateMigrationFailedReason = "StateMigrationFailed"
+	// StateMigratedReason (event): a namespace's state moved and was verified.
+	StateMigratedReason = "StateMigrated"
 )
 
 // migrationRecheck is how soon a migration waiting for runs looks again.
@@ -72,45 +75,47 @@ func (r *Reconciler) migrateState(ctx context.Context, s *configScope) error {
 	desired := s.effective.StateBackend
 	progress := &migrationProgress{desired: desired}
 	for _, ns := range governed.namespaces() {
-		loc, err := r.migrateNamespace(ctx, ns, governed[ns])
-		progress.add(loc, governed[ns])
+		before, loc, err := r.migrateNamespace(ctx, ns, governed[ns])
+		progress.add(before, loc, governed[ns])
 		if err != nil {
 			s.migration = progress.report(err)
 			return err
 		}
 	}
 	s.migration = progress.report(nil)
+	if progress.moved > 0 {
+		r.Recorder.Eventf(s.config, nil, corev1.EventTypeNormal, StateMigratedReason, "Migrate", "%s", s.migration.Message)
+	}
 	return nil
 }
 
-// migrateNamespace migrates one namespace unless a run is in progress there.
-func (r *Reconciler) migrateNamespace(ctx context.Context, namespace string, stacks int) (StateLocation, error) {
-	loc, err := r.Migrator.Locate(ctx, namespace)
-	if err != nil || !loc.Pending() {
-		return loc, err
+// migrateNamespace migrates one namespace unless a run is in progress
+// there, and says where its state was before and is after.
+func (r *Reconciler) migrateNamespace(ctx context.Context, namespace string, stacks int) (before, after StateLocation, err error) {
+	before, err = r.Migrator.Locate(ctx, namespace)
+	if err != nil || !before.Pending() {
+		return before, before, err
 	}
 	if r.Runs != nil {
 		active, err := r.Runs.ActiveRuns(ctx, namespace)
 		if err != nil {
-			return loc, err
+			return before, before, err
 		}
 		if active > 0 {
 			// New runs wait for the migration; these started before it.
-			return loc, reconcile.Waiting(StateMigratingReason, migrationRecheck,
-				fmt.Errorf("waiting for %d run(s) in namespace %s to end before its state moves from %s to %s", active, namespace, loc.Current, loc.Desired))
+			return before, before, reconcile.Waiting(StateMigratingReason, migrationRecheck,
+				fmt.Errorf("waiting for %d run(s) in namespace %s to end before its state moves from %s to %s", active, namespace, before.Current, before.Desired))
 		}
 	}
 	logger := log.FromContext(ctx).WithValues("namespace", namespace)
 	started := time.Now()
-	loc, report, err := r.Migrator.MigrateNamespace(ctx, namespace, logger)
+	after, report, err := r.Migrator.MigrateNamespace(ctx, namespace, logger)
 	if err != nil {
-		return loc, reconcile.Waiting(StateMigrationFailedReason, migrationRecheck,
-			fmt.Errorf("moving the state of namespace %s from %s to %s failed; the source is kept and the copy is retried: %w", namespace, loc.Current, loc.Desired, err))
+		return before, before, reconcile.Waiting(StateMigrationFailedReason, migrationRecheck,
+			fmt.Errorf("moving the state of namespace %s from %s to %s failed; the source is kept and the copy is retried: %w", namespace, before.Current, before.Desired, err))
 	}
-	if report.States+report.Plans+report.Releases > 0 {
-		logger.Info("moved the namespace's state", "to", loc.Current, "stacks", stacks, "report", report.String(), "duration", time.Since(started).Round(time.Millisecond).String())
-	}
-	return loc, nil
+	logger.Info("moved the namespace's state", "from", before.Current, "to", after.Current, "stacks", stacks, "report", report.String(), "duration", time.Since(started).Round(time.Millisecond).String())
+	return before, after, nil
 }
 
 // governed maps each namespace whose storage this config decides to its
@@ -155,20 +160,25 @@ func (r *Reconciler) governedNamespaces(ctx context.Context, cfg *terracev1.Terr
 
 // migrationProgress adds up where the governed namespaces' state is.
 type migrationProgress struct {
-	desired          terracev1.StateBackend
-	from             terracev1.StateBackend
-	migrated, total  int32
-	pendingNamespace []string
+	desired         terracev1.StateBackend
+	from            terracev1.StateBackend
+	migrated, total int32
+	// moved counts the namespaces this reconcile moved.
+	moved int
 }
 
-func (p *migrationProgress) add(loc StateLocation, stacks int) {
+func (p *migrationProgress) add(before, after StateLocation, stacks int) {
 	p.total += int32(stacks)
-	if loc.Current != "" && !loc.Pending() {
+	if before.Pending() && !after.Pending() {
+		p.moved++
+		p.from = before.Current
+	}
+	if after.Current != "" && !after.Pending() {
 		p.migrated += int32(stacks)
 		return
 	}
-	if loc.Current != "" {
-		p.from = loc.Current
+	if after.Current != "" {
+		p.from = after.Current
 	}
 }
 
@@ -176,6 +186,10 @@ func (p *migrationProgress) add(loc StateLocation, stacks int) {
 func (p *migrationProgress) report(err error) *terracev1.StateBackendStatus {
 	st := &terracev1.StateBackendStatus{Current: p.desired, Migrated: p.migrated, Total: p.total}
 	if err == nil {
+		if p.moved > 0 {
+			st.Phase = MigrationVerified
+			st.Message = fmt.Sprintf("state of %d Stack(s) moved from %s to %s and verified at %s", p.migrated, p.from, p.desired, time.Now().UTC().Format(time.RFC3339))
+		}
 		return st
 	}
 	st.Target = p.desired
@@ -193,20 +207,14 @@ func (p *migrationProgress) report(err error) *terracev1.StateBackendStatus {
 
 // applyMigrationStatus writes what migrateState saw, keeping the record of
 // the last completed migration.
-func applyMigrationStatus(cfg *terracev1.TerraceConfig, previous *terracev1.StateBackendStatus, seen *terracev1.StateBackendStatus, now time.Time) {
+func applyMigrationStatus(cfg *terracev1.TerraceConfig, previous *terracev1.StateBackendStatus, seen *terracev1.StateBackendStatus) {
 	if seen == nil {
 		return
 	}
 	st := seen.DeepCopy()
-	if st.Phase == "" && previous != nil {
-		switch {
-		case previous.Phase == MigrationMigrating || previous.Phase == MigrationFailed:
-			// The migration just finished.
-			st.Phase = MigrationVerified
-			st.Message = fmt.Sprintf("state of %d Stack(s) moved to %s and verified at %s", st.Migrated, st.Current, now.UTC().Format(time.RFC3339))
-		case previous.Phase == MigrationVerified && previous.Current == st.Current:
-			st.Phase, st.Message = previous.Phase, previous.Message
-		}
+	if st.Phase == "" && previous != nil && previous.Phase == MigrationVerified && previous.Current == st.Current {
+		// Keep saying how the state got here until the next move.
+		st.Phase, st.Message = previous.Phase, previous.Message
 	}
 	cfg.Status.StateBackend = st
 }
