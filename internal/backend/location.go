@@ -179,3 +179,24 @@ func checkLocation(namespace string, loc Location, eff config.Effective) error {
 	}
 	return nil
 }
+
+// ForgetEmptyLocation removes namespace's location record once its backend
+// holds no state any more (its last Stack was destroyed), so a namespace
+// Terrace no longer manages keeps nothing of it. The next Stack there is
+// located afresh.
+func (b *Backends) ForgetEmptyLocation(ctx context.Context, namespace string) error {
+	set, err := b.For(ctx, namespace)
+	if err != nil || set.Location.Pending() {
+		return err
+	}
+	keys, err := set.States.List(ctx, namespace)
+	if err != nil || len(keys) > 0 {
+		return err
+	}
+	rec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LocationSecretName}}
+	if err := b.client.Delete(ctx, rec); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to remove the state location record of %s: %w", namespace, err)
+	}
+	b.forget(namespace)
+	return nil
+}

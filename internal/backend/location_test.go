@@ -9,7 +9,9 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
@@ -171,4 +173,30 @@ func TestStateInPostgresWithoutTheConnectionIsAClearError(t *testing.T) {
 
 func secretObject(ns, name string) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+}
+
+func TestLocationRecordGoesWithTheLastState(t *testing.T) {
+	ns := env.Namespace(t)
+	b := newBackends(t)
+	storeEverything(t, b, ns)
+	if err := b.ForgetEmptyLocation(ctx(t), ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx(t), client.ObjectKeyFromObject(secretObject(ns, backend.LocationSecretName)), &corev1.Secret{}); err != nil {
+		t.Fatalf("the record went while state is left: %v", err)
+	}
+	set, err := b.For(ctx(t), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.States.Delete(ctx(t), stateKey(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ForgetEmptyLocation(ctx(t), ns); err != nil {
+		t.Fatal(err)
+	}
+	err = env.Client.Get(ctx(t), client.ObjectKeyFromObject(secretObject(ns, backend.LocationSecretName)), &corev1.Secret{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("the record outlived the last state: %v", err)
+	}
 }

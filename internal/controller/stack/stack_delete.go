@@ -131,7 +131,7 @@ func (r *Reconciler) removeStoredData(ctx context.Context, s *scope) error {
 			return fmt.Errorf("failed to delete outputs Secret %s: %w", out.Name, err)
 		}
 	}
-	return nil
+	return r.Stores.ForgetEmptyLocation(ctx, s.stack.Namespace)
 }
 
 // summarizeDelete reports a failed destroy; the finalizer stays until it works.

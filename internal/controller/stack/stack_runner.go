@@ -24,6 +24,9 @@ type storeSet = backend.Set
 // storeProvider opens the stores of a namespace per its TerraceConfig.
 type storeProvider interface {
 	For(ctx context.Context, namespace string) (*backend.Set, error)
+	// ForgetEmptyLocation drops the namespace's record of where its state
+	// is once no state is left there.
+	ForgetEmptyLocation(ctx context.Context, namespace string) error
 }
 
 // Reasons for the state backend.
