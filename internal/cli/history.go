@@ -9,11 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/release"
 )
 
 func newHistoryCommand() *cobra.Command {
-	var output string
 	cmd := &cobra.Command{
 		Use:   "history STACK",
 		Short: "List the Stack's release records, oldest first",
@@ -22,15 +22,7 @@ func newHistoryCommand() *cobra.Command {
 		Example: "  terrace history web -n team\n  terrace history web -o json",
 		Args:    cobra.ExactArgs(1),
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (default: a table)")
-	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
-		if err := checkOutputFormat(output, "json"); err != nil {
-			return err
-		}
-		stack, err := k.stack(ctx, args[0])
-		if err != nil {
-			return err
-		}
+	return stackVerb(cmd, "output format: json (default: a table)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		set, closeStores, err := k.stores(ctx)
 		if err != nil {
 			return err

@@ -155,3 +155,26 @@ func userCommand(cmd *cobra.Command, run func(ctx context.Context, k *kube, s st
 	}
 	return cmd
 }
+
+// stackRun is a verb's work on the Stack its first argument names; output
+// is the -o value, already checked.
+type stackRun func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error
+
+// stackVerb builds a verb on one Stack: it reads the Stack (with a clear
+// not-found error) before run. outputHelp adds -o with formats.
+func stackVerb(cmd *cobra.Command, outputHelp string, formats []string, run stackRun) *cobra.Command {
+	var output string
+	if outputHelp != "" {
+		cmd.Flags().StringVarP(&output, "output", "o", "", outputHelp)
+	}
+	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
+		if err := checkOutputFormat(output, formats...); err != nil {
+			return err
+		}
+		stack, err := k.stack(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return run(ctx, k, s, stack, output)
+	})
+}

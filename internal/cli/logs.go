@@ -35,11 +35,7 @@ func newLogsCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the log until the pod ends or Ctrl-C")
 	cmd.Flags().Int64Var(&tail, "tail", -1, "lines from the end to show (default: all)")
-	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
-		stack, err := k.stack(ctx, args[0])
-		if err != nil {
-			return err
-		}
+	return stackVerb(cmd, "", nil, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, _ string) error {
 		cs, err := k.clientset()
 		if err != nil {
 			return err

@@ -30,7 +30,6 @@ type shownOutput struct {
 }
 
 func newOutputsCommand() *cobra.Command {
-	var output string
 	var showSensitive bool
 	cmd := &cobra.Command{
 		Use:   "outputs STACK",
@@ -42,16 +41,8 @@ func newOutputsCommand() *cobra.Command {
 		Example: "  terrace outputs web -n team\n  terrace outputs web --show-sensitive -o json",
 		Args:    cobra.ExactArgs(1),
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (default: name=value lines)")
 	cmd.Flags().BoolVar(&showSensitive, "show-sensitive", false, "print sensitive values instead of masking them")
-	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
-		if err := checkOutputFormat(output, "json"); err != nil {
-			return err
-		}
-		stack, err := k.stack(ctx, args[0])
-		if err != nil {
-			return err
-		}
+	return stackVerb(cmd, "output format: json (default: name=value lines)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		deployed, releaseErr := deployedRelease(ctx, k, stack)
 		var shown []shownOutput
 		if spec := stack.Spec.WriteOutputsToSecret; spec != nil {

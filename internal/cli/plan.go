@@ -15,7 +15,6 @@ import (
 )
 
 func newPlanCommand() *cobra.Command {
-	var output string
 	cmd := &cobra.Command{
 		Use:   "plan STACK",
 		Short: "Show the plan waiting for approval, with its readable rendering when the Stack stores one",
@@ -25,15 +24,7 @@ func newPlanCommand() *cobra.Command {
 		Example: "  terrace plan web -n team\n  terrace plan web -o json",
 		Args:    cobra.ExactArgs(1),
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (status.plan with the readable plan)")
-	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
-		if err := checkOutputFormat(output, "json"); err != nil {
-			return err
-		}
-		stack, err := k.stack(ctx, args[0])
-		if err != nil {
-			return err
-		}
+	return stackVerb(cmd, "output format: json (status.plan with the readable plan)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		p := stack.Status.Plan
 		var planID string
 		switch {
@@ -59,14 +50,17 @@ func newPlanCommand() *cobra.Command {
 		if note != "" {
 			fmt.Fprintln(s.out, note)
 		}
-		if len(readable) > 0 {
-			fmt.Fprintln(s.out)
-			_, err = s.out.Write(readable)
-			if readable[len(readable)-1] != '\n' {
-				fmt.Fprintln(s.out)
-			}
+		if len(readable) == 0 {
+			return nil
 		}
-		return err
+		fmt.Fprintln(s.out)
+		if _, err := s.out.Write(readable); err != nil {
+			return err
+		}
+		if readable[len(readable)-1] != '\n' {
+			fmt.Fprintln(s.out)
+		}
+		return nil
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -41,7 +42,7 @@ func TestPlanShowsThePendingPlanWithItsReadableRendering(t *testing.T) {
 	mustContain(t, "plan", out,
 		"Stack "+ns+"/web: plan plan-7-abc awaits approval",
 		"+2 to add, ~1 to change, -0 to destroy",
-		"(5m ago)", "main@sha1:def",
+		"created:   "+planCreated.UTC().Format(time.RFC3339)+" (5m", "main@sha1:def",
 		"terrace approve web plan-7-abc -n "+ns,
 		`+ resource "terraform_data" "web" {}`)
 

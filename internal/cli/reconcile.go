@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -36,11 +35,7 @@ func newReconcileCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&waitFlag, "wait", true, "wait until the controller handled the request and print the Ready condition")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
-	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
-		stack, err := k.stack(ctx, args[0])
-		if err != nil {
-			return err
-		}
+	return stackVerb(cmd, "", nil, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, _ string) error {
 		if stack.Spec.Suspend {
 			return fmt.Errorf("Stack %s/%s is suspended, so nothing runs: resume it with `terrace resume %s -n %s`", stack.Namespace, stack.Name, stack.Name, stack.Namespace)
 		}
@@ -66,47 +61,44 @@ func newReconcileCommand() *cobra.Command {
 }
 
 // waitHandled polls until the controller echoes value in
-// status.lastHandledReconcileAt, or stalls after the request.
+// status.lastHandledReconcileAt, or stalls after the request. Reads use ctx
+// itself, so the timeout never surfaces as a failed read.
 func waitHandled(ctx context.Context, k *kube, name, value string, requested time.Time, timeout time.Duration, s streams) (*terracev1.Stack, error) {
-	var last *terracev1.Stack
-	var lastReady string
-	err := wait.PollUntilContextTimeout(ctx, reconcilePollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(reconcilePollInterval)
+	defer tick.Stop()
+	var lastReady *metav1.Condition
+	for {
 		stack, err := k.stack(ctx, name)
 		if err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err() // the timeout, not a failure of the read
-			}
-			return false, err
+			return nil, err
 		}
-		last = stack
 		if stack.Status.LastHandledReconcileAt == value {
-			return true, nil
+			return stack, nil
 		}
 		if ready := findCondition(stack, terracev1.ReadyCondition); ready != nil {
-			if line := conditionText(ready); line != lastReady {
-				fmt.Fprintln(s.err, "  "+line)
-				lastReady = line
+			if lastReady == nil || conditionText(ready) != conditionText(lastReady) {
+				fmt.Fprintln(s.err, "  "+conditionText(ready))
 			}
+			lastReady = ready
 		}
 		// Condition times have second precision.
 		if stalled := findCondition(stack, terracev1.StalledCondition); isTrue(stalled) && !stalled.LastTransitionTime.Time.Before(requested.Truncate(time.Second)) {
-			return false, fmt.Errorf("Stack %s/%s stalled: %s", stack.Namespace, stack.Name, stalled.Message)
+			return nil, fmt.Errorf("Stack %s/%s stalled: %s", stack.Namespace, stack.Name, stalled.Message)
 		}
-		return false, nil
-	})
-	switch {
-	case err == nil:
-		return last, nil
-	case wait.Interrupted(err) && ctx.Err() == nil:
-		msg := fmt.Sprintf("timed out after %s waiting for the controller to handle the request on Stack %s/%s", timeout, k.namespace, name)
-		if last != nil {
-			if ready := findCondition(last, terracev1.ReadyCondition); ready != nil {
-				msg += "; last " + conditionText(ready)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline.C:
+			msg := fmt.Sprintf("timed out after %s waiting for the controller to handle the request on Stack %s/%s", timeout, k.namespace, name)
+			if lastReady != nil {
+				msg += "; last " + conditionText(lastReady)
 			}
+			return nil, errors.New(msg + " (is the Terrace controller running?)")
+		case <-tick.C:
 		}
-		return nil, errors.New(msg + " (is the Terrace controller running?)")
 	}
-	return nil, err
 }
 
 // reportReady prints the Ready condition; anything but Ready or a plan

@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
 func newSuspendCommand() *cobra.Command {
@@ -32,11 +34,7 @@ func newResumeCommand() *cobra.Command {
 // suspendCommand patches spec.suspend to suspend.
 func suspendCommand(suspend bool, cmd *cobra.Command) *cobra.Command {
 	verb := map[bool]string{true: "suspended", false: "resumed"}[suspend]
-	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
-		stack, err := k.stack(ctx, args[0])
-		if err != nil {
-			return err
-		}
+	return stackVerb(cmd, "", nil, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, _ string) error {
 		if stack.Spec.Suspend == suspend {
 			state := map[bool]string{true: "already suspended", false: "not suspended"}[suspend]
 			fmt.Fprintf(s.out, "Stack %s/%s is %s\n", stack.Namespace, stack.Name, state)

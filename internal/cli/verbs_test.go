@@ -125,10 +125,13 @@ func readyAt(revision int64) func(*terracev1.StackStatus) {
 	}
 }
 
+// planCreated is when the plans of awaiting were made.
+var planCreated = time.Now().Add(-5 * time.Minute).Truncate(time.Second)
+
 // awaiting is the status of a Stack whose plan id waits for approval.
 func awaiting(id string) func(*terracev1.StackStatus) {
 	return func(st *terracev1.StackStatus) {
-		created := metav1.NewTime(time.Now().Add(-5 * time.Minute))
+		created := metav1.NewTime(planCreated)
 		setCondition(st, terracev1.ReadyCondition, metav1.ConditionFalse, "AwaitingApproval", "plan "+id+" (+2 ~1 -0) awaits approval: set spec.approvePlan to it")
 		st.Plan = &terracev1.PlanStatus{ID: id, Pending: id, Add: 2, Change: 1, CreatedAt: &created}
 		st.LastPlannedRevision = "main@sha1:def"
