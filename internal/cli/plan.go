@@ -145,8 +145,10 @@ func whyNoPendingPlan(stack *terracev1.Stack) string {
 		why = "it is stalled: " + stalled.Message
 	case st.ObservedGeneration < stack.Generation:
 		why = fmt.Sprintf("the controller has not finished generation %d yet", stack.Generation)
+	case isTrue(ready) && atRevision(stack) != "":
+		why = "it is Ready" + atRevision(stack)
 	case isTrue(ready):
-		why = "it is Ready" + atRevision(stack) + " (" + ready.Message + ")"
+		why = "it is Ready: " + ready.Message
 	case ready != nil:
 		why = fmt.Sprintf("it is not Ready (%s): %s", ready.Reason, ready.Message)
 	default:
