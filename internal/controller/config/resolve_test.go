@@ -233,13 +233,7 @@ func TestResolveFieldByField(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var objs []client.Object
-			if tc.ns != nil {
-				objs = append(objs, tcfg(teamNS, *tc.ns))
-			}
-			if tc.op != nil {
-				objs = append(objs, tcfg(opNS, *tc.op))
-			}
+			objs := namespaceAndOperatorConfigs(tc.ns, tc.op)
 			got, err := resolver(objs...).Resolve(context.Background(), stack(tc.stack))
 			if err != nil {
 				t.Fatal(err)
@@ -361,13 +355,7 @@ func TestStateBackendSourceAndNamedConnection(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var objs []client.Object
-			if tc.ns != nil {
-				objs = append(objs, tcfg(teamNS, *tc.ns))
-			}
-			if tc.op != nil {
-				objs = append(objs, tcfg(opNS, *tc.op))
-			}
+			objs := namespaceAndOperatorConfigs(tc.ns, tc.op)
 			got, err := resolver(objs...).ResolveNamespace(context.Background(), teamNS)
 			if err != nil {
 				t.Fatal(err)
@@ -380,4 +368,17 @@ func TestStateBackendSourceAndNamedConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// namespaceAndOperatorConfigs returns the TerraceConfigs given: the team
+// namespace's and the operator namespace's.
+func namespaceAndOperatorConfigs(ns, op *terracev1.TerraceConfigSpec) []client.Object {
+	var objs []client.Object
+	if ns != nil {
+		objs = append(objs, tcfg(teamNS, *ns))
+	}
+	if op != nil {
+		objs = append(objs, tcfg(opNS, *op))
+	}
+	return objs
 }
