@@ -63,13 +63,13 @@ func runSuite(m *testing.M) int {
 	return m.Run()
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return c
 }
 
-func newBackends(t *testing.T) *backend.Backends {
+func newBackends(t testing.TB) *backend.Backends {
 	t.Helper()
 	r := &config.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: config.BuiltinDefaults("terrace:test")}
 	b := backend.New(env.Client, r.ResolveNamespace)
@@ -77,7 +77,7 @@ func newBackends(t *testing.T) *backend.Backends {
 	return b
 }
 
-func putSecret(t *testing.T, ns, name string, data map[string][]byte) {
+func putSecret(t testing.TB, ns, name string, data map[string][]byte) {
 	t.Helper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
 	err := env.Client.Create(ctx(t), s)
@@ -89,7 +89,7 @@ func putSecret(t *testing.T, ns, name string, data map[string][]byte) {
 	}
 }
 
-func putConfig(t *testing.T, ns string, spec terracev1.TerraceConfigSpec) {
+func putConfig(t testing.TB, ns string, spec terracev1.TerraceConfigSpec) {
 	t.Helper()
 	cfg := &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: terracev1.TerraceConfigName}}
 	current := cfg.DeepCopy()
