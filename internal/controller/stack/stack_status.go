@@ -49,7 +49,10 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	stack := s.stack
 	st := &stack.Status
 	wasReady := conditionTrue(stack, terracev1.ReadyCondition)
-	if v, ok := requestedReconcile(stack); ok && stepErr == nil {
+	// A request is handled by the reconcile that saw it, whatever came of
+	// it (as Flux does): whoever asked reads the outcome in the conditions,
+	// and a failed run is retried on its own.
+	if v, ok := requestedReconcile(stack); ok {
 		st.LastHandledReconcileAt = v
 	}
 	if stack.DeletionTimestamp != nil {
