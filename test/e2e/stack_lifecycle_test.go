@@ -86,6 +86,16 @@ func TestStackDriftRepairedUnderAuto(t *testing.T) {
 	if st.Status.LastDriftDetectedAt == nil {
 		t.Error("lastDriftDetectedAt not set")
 	}
+	if n, err := metricValue(t, "terrace_drift_detected_total", map[string]string{"namespace": e.ns}); err != nil || n < 1 {
+		t.Errorf("terrace_drift_detected_total for %s = %v, %v", e.ns, n, err)
+	}
+	eventually(t, 30*time.Second, "terrace_stack_ready back to 1", func() error {
+		v, err := metricValue(t, "terrace_stack_ready", map[string]string{"namespace": e.ns, "name": "drift"})
+		if err == nil && v != 1 {
+			err = fmt.Errorf("terrace_stack_ready = %v", v)
+		}
+		return err
+	})
 	eventually(t, 30*time.Second, "the file put back", func() error {
 		if got := readFile(t, path); got != "managed by terrace" {
 			return fmt.Errorf("file is %q", got)
