@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,5 +52,30 @@ func TestStackDependsOnAndSuspend(t *testing.T) {
 	appApplied := reconcile.Get(app, terracev1.AppliedCondition)
 	if appApplied == nil || appApplied.LastTransitionTime.Before(&baseReady) {
 		t.Errorf("app applied at %v, before base was Ready at %v", appApplied, baseReady)
+	}
+}
+
+// TestStackCrossNamespaceDependencyIsRefused: the controller runs without
+// --allow-cross-namespace-refs, so a dependency in another namespace is a
+// terminal condition that names the flag, and nothing runs.
+func TestStackCrossNamespaceDependencyIsRefused(t *testing.T) {
+	e := newStackEnv(t)
+	e.program(t, "bench", map[string]string{"main.tf": benchModule})
+	app := &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec: terracev1.StackSpec{
+			Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "bench"}},
+			Vars:        jsonVars(t, map[string]any{"n": 1}),
+			ApprovePlan: terracev1.ApprovePlanAuto,
+			DependsOn:   []terracev1.DependencyReference{{Name: "network", Namespace: "platform"}},
+		},
+	}
+	e.create(t, app)
+	st := e.waitStack(t, "app", stackTimeout, "refused", conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "CrossNamespaceRefRefused"))
+	if msg := reconcile.Get(st, terracev1.ReadyCondition).Message; !strings.Contains(msg, "platform/network") || !strings.Contains(msg, "--allow-cross-namespace-refs") {
+		t.Errorf("Ready message does not say what and why: %s", msg)
+	}
+	if st.Status.LastAttemptedRevision != "" {
+		t.Errorf("a refused Stack ran: %s", st.Status.LastAttemptedRevision)
 	}
 }
