@@ -56,6 +56,9 @@ type Reconciler struct {
 	Options   Options
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	// sources watches the Flux source kinds Stacks name (set up by SetupWithManager).
+	sources *sourceWatches
 }
 
 // scope is what the steps of one reconcile share and observe.

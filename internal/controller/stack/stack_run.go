@@ -20,6 +20,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/migrate"
@@ -133,13 +134,21 @@ func (r *Reconciler) run(ctx context.Context, s *scope) error {
 	if err := r.announceRun(ctx, s, kind); err != nil {
 		return err
 	}
-	timeout := 20 * time.Minute
+	timeout := launcher.DefaultRunTimeout
 	if t := s.stack.Spec.Timeout; t != nil && t.Duration > 0 {
 		timeout = t.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	err = r.runInRunner(ctx, s, kind, stores)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("the run was stopped after spec.timeout (%s); raise spec.timeout if it needs longer: %w", timeout, err)
+	}
+	return err
+}
 
+// runInRunner carries out a run in a new runner pod.
+func (r *Reconciler) runInRunner(ctx context.Context, s *scope, kind runKind, stores *storeSet) error {
 	if err := r.recoverFromDeadRuns(ctx, s, stores.States); err != nil {
 		return err
 	}

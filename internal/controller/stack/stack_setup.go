@@ -49,11 +49,25 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &terracev1.Stack{}, sourceRefIndex, func(o client.Object) []string {
+		st := o.(*terracev1.Stack)
+		ref := st.Spec.Source.SourceRef
+		if ref == nil {
+			return nil
+		}
+		ns := ref.Namespace
+		if ns == "" {
+			ns = st.Namespace
+		}
+		return []string{sourceRefKey(ref.Kind, ns, ref.Name)}
+	}); err != nil {
+		return err
+	}
 	workers := r.Options.MaxConcurrentReconciles
 	if workers <= 0 {
 		workers = 4
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("stack").
 		For(&terracev1.Stack{}, builder.WithPredicates(predicate.Or(reconcile.GenerationOrRequestChanged(), predicate.AnnotationChangedPredicate{}))).
 		Watches(&terracev1.Program{}, handler.EnqueueRequestsFromMapFunc(r.stacksForProgram),
@@ -63,7 +77,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&terracev1.TerraceConfig{}, handler.EnqueueRequestsFromMapFunc(config.StacksForConfig(mgr.GetClient(), r.Options.OperatorNamespace)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.sources = &sourceWatches{controller: c, cache: mgr.GetCache(), mapper: mgr.GetRESTMapper(), stacks: r.stacksForSource}
+	return nil
 }
 
 func (r *Reconciler) stacksForProgram(ctx context.Context, o client.Object) []ctrlreconcile.Request {

@@ -23,7 +23,8 @@ const (
 )
 
 // sourceWait is how long a Stack waits before looking at a source that is
-// not ready; the watches usually wake it sooner.
+// not ready; the watches of Programs and of installed Flux kinds usually
+// wake it sooner.
 const sourceWait = 30 * time.Second
 
 // fluxAPIVersions are the versions of Flux's source kinds read when a
@@ -99,6 +100,7 @@ func (r *Reconciler) resolveFluxSource(ctx context.Context, s *scope, ref *terra
 	obj := &unstructured.Unstructured{}
 	obj.SetAPIVersion(apiVersion)
 	obj.SetKind(ref.Kind)
+	r.sources.ensure(ctx, obj.GroupVersionKind())
 	key := types.NamespacedName{Namespace: ns, Name: ref.Name}
 	desc := fmt.Sprintf("%s %s", ref.Kind, key)
 	if err := r.APIReader.Get(ctx, key, obj); err != nil {
