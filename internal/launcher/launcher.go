@@ -287,7 +287,11 @@ func (l *Launcher) plan(ctx context.Context, spec RunSpec) (podParams, error) {
 // explainCreateError adds what to do to the API errors a user causes.
 func explainCreateError(err error, p podParams) error {
 	msg := err.Error()
-	if apierrors.IsForbidden(err) && strings.Contains(msg, "serviceaccount") {
+	// The ServiceAccount admission plugin refuses a pod whose account does
+	// not exist with "error looking up service account ns/name"; an RBAC
+	// denial also names a "system:serviceaccount:" user and must not be
+	// mistaken for it.
+	if apierrors.IsForbidden(err) && strings.Contains(msg, "error looking up service account") {
 		sa := p.spec.ServiceAccountName
 		if sa == "" {
 			sa = "default"

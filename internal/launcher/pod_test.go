@@ -15,6 +15,8 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 func testLauncher(t *testing.T) *Launcher {
@@ -418,5 +420,19 @@ func TestTerminated(t *testing.T) {
 				t.Errorf("message %q", got.Error())
 			}
 		})
+	}
+}
+
+func TestCreateErrorsAreExplained(t *testing.T) {
+	p := podParams{spec: RunSpec{Stack: &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team"}}, ServiceAccountName: "deployer"}}
+	podsGR := schema.GroupResource{Resource: "pods"}
+	missingSA := apierrors.NewForbidden(podsGR, "web-runner-1", errors.New(`error looking up service account team/deployer: serviceaccount "deployer" not found`))
+	if got := explainCreateError(missingSA, p).Error(); !strings.Contains(got, `create ServiceAccount "deployer" in namespace "team"`) {
+		t.Errorf("missing ServiceAccount: %s", got)
+	}
+	// An RBAC denial of the controller's own account is not about the runner's.
+	rbac := apierrors.NewForbidden(podsGR, "", errors.New(`User "system:serviceaccount:terrace-system:terrace-controller" cannot create resource "pods" in API group "" in the namespace "team"`))
+	if got := explainCreateError(rbac, p); strings.Contains(got.Error(), "create ServiceAccount") || !apierrors.IsForbidden(got) {
+		t.Errorf("RBAC denial: %v", got)
 	}
 }

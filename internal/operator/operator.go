@@ -153,7 +153,7 @@ func setupPKI(ctx context.Context, mgr ctrl.Manager, opts Options) (*pki.Authori
 		ips = append(ips, ip)
 	}
 	serving := pki.NewIssuedCertificate(authority, pki.LeafRequest{
-		Identity: pki.ControllerIdentity, DNSNames: opts.ServerDNSNames, IPAddresses: ips,
+		Identity: pki.ControllerIdentity, DNSNames: opts.ServingDNSNames(), IPAddresses: ips,
 	})
 	return authority, serving, nil
 }

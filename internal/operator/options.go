@@ -33,6 +33,8 @@ type Options struct {
 	CASecretName string
 	// ServerDNSNames and ServerIPs go into the serving certificate of the
 	// artifact and state servers, for clients that check hostnames (tofu).
+	// Empty ServerDNSNames means the Service's names in Namespace
+	// (ServingDNSNames).
 	ServerDNSNames []string
 	ServerIPs      []string
 	// RunnerImage is the runner image when no TerraceConfig names one.
@@ -75,7 +77,6 @@ func DefaultOptions() Options {
 		HealthAddr:        ":8081",
 		LeaderElection:    true,
 		CASecretName:      "terrace-ca",
-		ServerDNSNames:    []string{"terrace-controller", "terrace-controller." + ns, "terrace-controller." + ns + ".svc", "localhost"},
 		ServerIPs:         []string{"127.0.0.1"},
 		RunnerImage:       "ghcr.io/terrace-dev/terrace:latest",
 		SyncPeriod:        10 * time.Hour,
@@ -83,6 +84,18 @@ func DefaultOptions() Options {
 		Artifact:          artifact.ServerOptions{ListenAddress: artifact.DefaultListenAddress, CacheBytes: artifact.DefaultCacheBytes},
 		State:             httpbackend.DefaultOptions(),
 	}
+}
+
+// ServingDNSNames are the DNS names of the serving certificate: the
+// explicit ServerDNSNames, else those of the Service in front of the
+// controller in Namespace — decided after flags are parsed, so that
+// --namespace and the advertised URLs always agree with the certificate.
+func (o Options) ServingDNSNames() []string {
+	if len(o.ServerDNSNames) > 0 {
+		return o.ServerDNSNames
+	}
+	svc := artifact.DefaultServiceName
+	return []string{svc, svc + "." + o.Namespace, svc + "." + o.Namespace + ".svc", "localhost"}
 }
 
 // BindFlags binds the options to fs.
@@ -93,7 +106,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "run reconcilers on the elected leader only (servers run on every replica)")
 	fs.BoolVar(&o.AllowCrossNamespaceRefs, "allow-cross-namespace-refs", o.AllowCrossNamespaceRefs, "allow Stacks to reference sources and Stacks in other namespaces")
 	fs.StringVar(&o.CASecretName, "ca-secret", o.CASecretName, "name of the Secret, in --namespace, holding the controller CA")
-	fs.StringSliceVar(&o.ServerDNSNames, "server-dns-names", o.ServerDNSNames, "DNS names in the artifact and state servers' certificate")
+	fs.StringSliceVar(&o.ServerDNSNames, "server-dns-names", o.ServerDNSNames, "DNS names in the artifact and state servers' certificate (default: the Service terrace-controller's names in --namespace, and localhost)")
 	fs.StringSliceVar(&o.ServerIPs, "server-ips", o.ServerIPs, "IP addresses in the artifact and state servers' certificate")
 	fs.StringVar(&o.RunnerImage, "runner-image", o.RunnerImage, "runner image used when no TerraceConfig names one")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "longest time between full resyncs of the cache")

@@ -213,8 +213,8 @@ func TestManifestServiceMatchesTheAdvertisedServers(t *testing.T) {
 	if advertised.Hostname() != serviceHost {
 		t.Errorf("the controller advertises the artifact server at %s, the Service is %s", artifactURL, serviceHost)
 	}
-	if !slices.Contains(opts.ServerDNSNames, serviceHost) {
-		t.Errorf("the serving certificate names %v, not the Service %s", opts.ServerDNSNames, serviceHost)
+	if !slices.Contains(opts.ServingDNSNames(), serviceHost) {
+		t.Errorf("the serving certificate names %v, not the Service %s", opts.ServingDNSNames(), serviceHost)
 	}
 	// With no --state-server-advertised-url the state server is advertised
 	// at the same Service (artifact.DefaultServiceName) with its listen port.

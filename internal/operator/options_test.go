@@ -1,0 +1,29 @@
+package operator
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// The serving certificate must name the Service in the namespace given by
+// --namespace, whatever POD_NAMESPACE said when the defaults were made.
+func TestServingDNSNamesFollowTheNamespaceFlag(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	o := DefaultOptions()
+	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+	o.BindFlags(fs)
+	if err := fs.Parse([]string{"--namespace", "platform"}); err != nil {
+		t.Fatal(err)
+	}
+	if names := o.ServingDNSNames(); !slices.Contains(names, "terrace-controller.platform.svc") {
+		t.Errorf("serving names %v do not name the Service in platform", names)
+	}
+	if err := fs.Parse([]string{"--server-dns-names", "terrace.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if names := o.ServingDNSNames(); !slices.Equal(names, []string{"terrace.example.com"}) {
+		t.Errorf("explicit names replaced: %v", names)
+	}
+}
