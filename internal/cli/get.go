@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // statusColumnWidth keeps the table readable; -o yaml shows the whole message.
@@ -104,13 +105,13 @@ func printStackTable(out io.Writer, stacks []terracev1.Stack, withNamespace bool
 	for i := range stacks {
 		st := &stacks[i]
 		ready, message := "Unknown", ""
-		if c := findCondition(st, terracev1.ReadyCondition); c != nil {
+		if c := stackview.Condition(st, terracev1.ReadyCondition); c != nil {
 			ready, message = string(c.Status), c.Message
 		}
 		if st.Spec.Suspend {
 			message = "suspended; " + message
 		}
-		row := []string{st.Name, ready, truncate(oneLine(message), statusColumnWidth), pendingPlan(st), st.Status.LastAppliedRevision, age(st.CreationTimestamp, now)}
+		row := []string{st.Name, ready, truncate(oneLine(message), statusColumnWidth), stackview.PendingPlan(st), st.Status.LastAppliedRevision, age(st.CreationTimestamp, now)}
 		if withNamespace {
 			row = append([]string{st.Namespace}, row...)
 		}
@@ -148,22 +149,6 @@ func writeFormatted(out io.Writer, v any, format string) error {
 	}
 	_, err = out.Write(data)
 	return err
-}
-
-func findCondition(stack *terracev1.Stack, conditionType string) *metav1.Condition {
-	for i := range stack.Status.Conditions {
-		if stack.Status.Conditions[i].Type == conditionType {
-			return &stack.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func pendingPlan(stack *terracev1.Stack) string {
-	if stack.Status.Plan == nil {
-		return ""
-	}
-	return stack.Status.Plan.Pending
 }
 
 func age(created metav1.Time, now time.Time) string {

@@ -15,6 +15,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // runnerContainer is the runner pod's main container (internal/launcher names it so).
@@ -118,7 +119,7 @@ func noRunnerPodError(ctx context.Context, k *kube, stack *terracev1.Stack) erro
 		why = "retain is on for this namespace, yet no pod is kept: the Stack has not run since retain was set, or its pod was deleted"
 	}
 	last := ""
-	if ready := findCondition(stack, terracev1.ReadyCondition); ready != nil {
+	if ready := stackview.Condition(stack, terracev1.ReadyCondition); ready != nil {
 		last = fmt.Sprintf("; last outcome: Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)
 	}
 	return fmt.Errorf("no runner pod exists for Stack %s/%s: %s%s", stack.Namespace, stack.Name, why, last)

@@ -2,10 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"sort"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -14,20 +11,8 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
-
-// maskedValue stands in for a sensitive output's value.
-const maskedValue = "<sensitive>"
-
-// shownOutput is one output as the command prints it.
-type shownOutput struct {
-	Name      string `json:"name"`
-	Sensitive bool   `json:"sensitive"`
-	// Value is the text as stored (JSON for non-string outputs); absent when masked or unknown.
-	Value *string `json:"value,omitempty"`
-	// Masked is true when a value exists but is hidden.
-	Masked bool `json:"masked,omitempty"`
-}
 
 func newOutputsCommand() *cobra.Command {
 	var showSensitive bool
@@ -44,7 +29,7 @@ func newOutputsCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&showSensitive, "show-sensitive", false, "print sensitive values instead of masking them")
 	return stackVerb(cmd, "output format: json (default: name=value lines)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		deployed, releaseErr := deployedRelease(ctx, k, stack)
-		var shown []shownOutput
+		var shown []stackview.Output
 		if spec := stack.Spec.WriteOutputsToSecret; spec != nil {
 			secret := &corev1.Secret{}
 			err := k.client.Get(ctx, client.ObjectKey{Namespace: stack.Namespace, Name: spec.Name}, secret)
@@ -54,17 +39,17 @@ func newOutputsCommand() *cobra.Command {
 			case err != nil:
 				return describeAPIError(err, "outputs Secret "+stack.Namespace+"/"+spec.Name, stack.Namespace)
 			}
-			shown = outputsFromSecret(secret, deployed, showSensitive)
+			shown = stackview.OutputsFromSecret(secret, deployed, showSensitive)
 			if deployed == nil {
-				fmt.Fprintf(s.err, "note: no release record says which outputs are sensitive (%s); every value is masked unless --show-sensitive\n", releaseProblem(releaseErr))
+				fmt.Fprintf(s.err, "note: no release record says which outputs are sensitive (%s); every value is masked unless --show-sensitive\n", stackview.ReleaseProblem(releaseErr))
 			}
 		} else {
-			shown = outputsFromRelease(stack, deployed)
+			shown = stackview.OutputsFromRelease(stack, deployed)
 			where := fmt.Sprintf("Stack %s/%s has no outputs Secret (set spec.writeOutputsToSecret to keep every value in one); ", stack.Namespace, stack.Name)
 			if deployed != nil {
 				where += fmt.Sprintf("values below are from release %d, which never records sensitive ones", deployed.Revision)
 			} else {
-				where += "no release record holds values (" + releaseProblem(releaseErr) + ")"
+				where += "no release record holds values (" + stackview.ReleaseProblem(releaseErr) + ")"
 			}
 			fmt.Fprintln(s.err, "note: "+where)
 		}
@@ -79,7 +64,7 @@ func newOutputsCommand() *cobra.Command {
 			case o.Value != nil:
 				fmt.Fprintf(s.out, "%s=%s\n", o.Name, *o.Value)
 			case o.Masked:
-				fmt.Fprintf(s.out, "%s=%s\n", o.Name, maskedValue)
+				fmt.Fprintf(s.out, "%s=%s\n", o.Name, stackview.MaskedValue)
 			default:
 				fmt.Fprintf(s.out, "%s=<not recorded>\n", o.Name)
 			}
@@ -96,80 +81,4 @@ func deployedRelease(ctx context.Context, k *kube, stack *terracev1.Stack) (*rel
 	}
 	defer closeStores()
 	return set.History.Deployed(ctx, stack.Namespace, stack.Name)
-}
-
-func releaseProblem(err error) string {
-	if err != nil {
-		return "the release store could not be read: " + err.Error()
-	}
-	return "the Stack has no deployed release"
-}
-
-// outputsFromSecret lists the Secret's keys; a value is masked when the
-// release calls it sensitive or does not know it.
-func outputsFromSecret(secret *corev1.Secret, deployed *release.Release, showSensitive bool) []shownOutput {
-	sensitive := map[string]bool{}
-	if deployed != nil {
-		for _, o := range deployed.Outputs {
-			sensitive[o.Name] = o.Sensitive
-		}
-	}
-	names := make([]string, 0, len(secret.Data))
-	for name := range secret.Data {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	shown := make([]shownOutput, 0, len(names))
-	for _, name := range names {
-		isSensitive, known := sensitive[name]
-		o := shownOutput{Name: name, Sensitive: isSensitive || !known}
-		if o.Sensitive && !showSensitive {
-			o.Masked = true
-		} else {
-			value := string(secret.Data[name])
-			o.Value = &value
-		}
-		shown = append(shown, o)
-	}
-	return shown
-}
-
-// outputsFromRelease lists the names in status with the non-sensitive
-// values the deployed release recorded, in the outputs Secret's format.
-func outputsFromRelease(stack *terracev1.Stack, deployed *release.Release) []shownOutput {
-	recorded := map[string]release.Output{}
-	if deployed != nil {
-		for _, o := range deployed.Outputs {
-			recorded[o.Name] = o
-		}
-	}
-	names := append([]string(nil), stack.Status.Outputs...)
-	for name := range recorded {
-		if !slices.Contains(names, name) {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	shown := make([]shownOutput, 0, len(names))
-	for _, name := range names {
-		r, ok := recorded[name]
-		o := shownOutput{Name: name, Sensitive: r.Sensitive}
-		if ok && !r.Sensitive && r.Value != nil {
-			value := outputText(r.Value)
-			o.Value = &value
-		}
-		o.Masked = r.Sensitive
-		shown = append(shown, o)
-	}
-	return shown
-}
-
-// outputText renders a JSON value as the outputs Secret does: a string as
-// its text, anything else as JSON.
-func outputText(raw json.RawMessage) string {
-	var str string
-	if err := json.Unmarshal(raw, &str); err == nil {
-		return str
-	}
-	return string(raw)
 }

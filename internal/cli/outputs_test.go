@@ -12,6 +12,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // recordReleases writes deployed releases of a Stack through the release store.
@@ -80,7 +81,7 @@ func TestOutputsReadsTheOutputsSecretAndMasksSensitiveValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var shown []shownOutput
+	var shown []stackview.Output
 	if err := json.Unmarshal([]byte(out), &shown); err != nil || len(shown) != 4 {
 		t.Fatalf("outputs -o json: %v\n%s", err, out)
 	}

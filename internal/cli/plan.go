@@ -2,16 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -26,14 +24,9 @@ func newPlanCommand() *cobra.Command {
 	}
 	return stackVerb(cmd, "output format: json (status.plan with the readable plan)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		p := stack.Status.Plan
-		var planID string
-		switch {
-		case p != nil && p.Pending != "":
-			planID = p.Pending
-		case p != nil && p.ID != "" && stack.Spec.PlanOnly && stack.Status.LastPlannedRevision != "":
-			planID = p.ID
-		default:
-			return noPendingPlanError(stack)
+		planID := stackview.ShownPlan(stack)
+		if planID == "" {
+			return &stackview.NoPendingPlanError{Stack: stack}
 		}
 		readable, note := readablePlan(ctx, k, stack, planID)
 		if output == "json" {
@@ -44,7 +37,7 @@ func newPlanCommand() *cobra.Command {
 				Approvable     bool                  `json:"approvable"`
 				ReadableFormat string                `json:"readableFormat,omitempty"`
 				Readable       string                `json:"readable,omitempty"`
-			}{stack.Namespace, stack.Name, p, p.Pending != "", readableFormat(stack), string(readable)}, "json")
+			}{stack.Namespace, stack.Name, p, p.Pending != "", stackview.ReadableFormat(stack), string(readable)}, "json")
 		}
 		printPlanSummary(s.out, stack, planID, time.Now())
 		if note != "" {
@@ -93,84 +86,16 @@ func printPlanSummary(out io.Writer, stack *terracev1.Stack, planID string, now 
 	}
 }
 
-func readableFormat(stack *terracev1.Stack) string {
-	if f := stack.Spec.StoreReadablePlan; f != terracev1.ReadablePlanNone {
-		return string(f)
-	}
-	return ""
-}
-
-// readablePlan reads the plan's readable rendering from the plan store, or
-// says why there is none.
+// readablePlan reads the plan's readable rendering from the namespace's
+// plan store, or says why there is none.
 func readablePlan(ctx context.Context, k *kube, stack *terracev1.Stack, planID string) ([]byte, string) {
-	if readableFormat(stack) == "" {
-		return nil, "(no readable plan is stored: set spec.storeReadablePlan to human or json to see the changes here)"
+	if stackview.ReadableFormat(stack) == "" {
+		return nil, stackview.NoReadablePlanStored
 	}
 	set, closeStores, err := k.stores(ctx)
 	if err != nil {
 		return nil, fmt.Sprintf("(the readable plan could not be read: %v)", err)
 	}
 	defer closeStores()
-	plan, err := set.Plans.GetPlan(ctx, state.PlanKey{Namespace: stack.Namespace, Stack: stack.Name, ID: planID})
-	switch {
-	case errors.Is(err, state.ErrNotFound):
-		return nil, fmt.Sprintf("(plan %s is not in the plan store: it was replaced or discarded; a new plan follows the next change or `terrace reconcile %s`)", planID, stack.Name)
-	case err != nil:
-		return nil, fmt.Sprintf("(the readable plan could not be read: %v)", err)
-	case len(plan.Readable) == 0:
-		return nil, fmt.Sprintf("(plan %s was stored without a readable rendering: storeReadablePlan was set after it was made)", planID)
-	}
-	return plan.Readable, ""
+	return stackview.ReadablePlan(ctx, set.Plans, stack, planID)
 }
-
-// noPendingPlanError says why a Stack has no plan to show or approve.
-func noPendingPlanError(stack *terracev1.Stack) error {
-	return fmt.Errorf("no plan is pending for Stack %s/%s: %s", stack.Namespace, stack.Name, whyNoPendingPlan(stack))
-}
-
-func whyNoPendingPlan(stack *terracev1.Stack) string {
-	st := &stack.Status
-	ready := findCondition(stack, terracev1.ReadyCondition)
-	reconciling := findCondition(stack, terracev1.ReconcilingCondition)
-	stalled := findCondition(stack, terracev1.StalledCondition)
-	var why string
-	switch {
-	case stack.Spec.Suspend:
-		why = "it is suspended (resume it with `terrace resume " + stack.Name + "`)"
-	case ready == nil && st.ObservedGeneration <= 0:
-		why = "it has not been reconciled yet (is the Terrace controller running?)"
-	case isTrue(reconciling):
-		why = "a run is in progress: " + reconciling.Message
-	case isTrue(stalled):
-		why = "it is stalled: " + stalled.Message
-	case st.ObservedGeneration < stack.Generation:
-		why = fmt.Sprintf("the controller has not finished generation %d yet", stack.Generation)
-	case isTrue(ready) && atRevision(stack) != "":
-		why = "it is Ready" + atRevision(stack)
-	case isTrue(ready):
-		why = "it is Ready: " + ready.Message
-	case ready != nil:
-		why = fmt.Sprintf("it is not Ready (%s): %s", ready.Reason, ready.Message)
-	default:
-		why = "the controller has not reported a plan"
-	}
-	if stack.Spec.ApprovePlan == terracev1.ApprovePlanAuto {
-		why += "; approvePlan is auto, so plans are applied without approval"
-	}
-	if stack.Spec.PlanOnly {
-		why += "; planOnly is set, so plans are never applied"
-	}
-	return why
-}
-
-func atRevision(stack *terracev1.Stack) string {
-	switch {
-	case stack.Status.Release != nil && stack.Status.Release.Revision > 0:
-		return fmt.Sprintf(" at release %d (%s)", stack.Status.Release.Revision, stack.Status.LastAppliedRevision)
-	case stack.Status.LastAppliedRevision != "":
-		return " at revision " + stack.Status.LastAppliedRevision
-	}
-	return ""
-}
-
-func isTrue(c *metav1.Condition) bool { return c != nil && c.Status == metav1.ConditionTrue }

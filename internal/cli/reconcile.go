@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // reconcilePollInterval is how often --wait reads the Stack.
@@ -49,7 +50,7 @@ func newReconcileCommand() *cobra.Command {
 		if !waitFlag {
 			return nil
 		}
-		if stalled := findCondition(stack, terracev1.StalledCondition); isTrue(stalled) {
+		if stalled := stackview.Condition(stack, terracev1.StalledCondition); stackview.IsTrue(stalled) {
 			fmt.Fprintf(s.err, "note: the Stack is stalled (%s); unless its inputs changed the run ends the same way\n", stalled.Message)
 		}
 		handled, err := waitHandled(ctx, k, stack.Name, value, requested, timeout, s)
@@ -77,14 +78,14 @@ func waitHandled(ctx context.Context, k *kube, name, value string, requested tim
 		if stack.Status.LastHandledReconcileAt == value {
 			return stack, nil
 		}
-		if ready := findCondition(stack, terracev1.ReadyCondition); ready != nil {
+		if ready := stackview.Condition(stack, terracev1.ReadyCondition); ready != nil {
 			if lastReady == nil || conditionText(ready) != conditionText(lastReady) {
 				fmt.Fprintln(s.err, "  "+conditionText(ready))
 			}
 			lastReady = ready
 		}
 		// Condition times have second precision.
-		if stalled := findCondition(stack, terracev1.StalledCondition); isTrue(stalled) && !stalled.LastTransitionTime.Time.Before(requested.Truncate(time.Second)) {
+		if stalled := stackview.Condition(stack, terracev1.StalledCondition); stackview.IsTrue(stalled) && !stalled.LastTransitionTime.Time.Before(requested.Truncate(time.Second)) {
 			return nil, fmt.Errorf("Stack %s/%s stalled: %s", stack.Namespace, stack.Name, stalled.Message)
 		}
 		select {
@@ -104,17 +105,17 @@ func waitHandled(ctx context.Context, k *kube, name, value string, requested tim
 // reportReady prints the Ready condition; anything but Ready or a plan
 // awaiting approval is an error.
 func reportReady(s streams, stack *terracev1.Stack) error {
-	ready := findCondition(stack, terracev1.ReadyCondition)
+	ready := stackview.Condition(stack, terracev1.ReadyCondition)
 	if ready == nil {
 		fmt.Fprintf(s.out, "Stack %s/%s: handled, no Ready condition reported\n", stack.Namespace, stack.Name)
 		return nil
 	}
 	fmt.Fprintf(s.out, "Stack %s/%s: %s\n", stack.Namespace, stack.Name, conditionText(ready))
 	switch {
-	case isTrue(ready):
+	case stackview.IsTrue(ready):
 		return nil
 	case ready.Reason == awaitingApprovalReason:
-		fmt.Fprintf(s.out, "review it with `terrace plan %s -n %s`, then `terrace approve %s %s -n %s`\n", stack.Name, stack.Namespace, stack.Name, pendingPlan(stack), stack.Namespace)
+		fmt.Fprintf(s.out, "review it with `terrace plan %s -n %s`, then `terrace approve %s %s -n %s`\n", stack.Name, stack.Namespace, stack.Name, stackview.PendingPlan(stack), stack.Namespace)
 		return nil
 	}
 	return fmt.Errorf("Stack %s/%s is not Ready: %s", stack.Namespace, stack.Name, ready.Message)

@@ -1,0 +1,51 @@
+package stackview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/state"
+)
+
+// ReadableFormat is the Stack's storeReadablePlan, "" when none is stored.
+func ReadableFormat(stack *terracev1.Stack) string {
+	if f := stack.Spec.StoreReadablePlan; f != terracev1.ReadablePlanNone {
+		return string(f)
+	}
+	return ""
+}
+
+// NoReadablePlanStored is ReadablePlan's note for a Stack that stores none.
+const NoReadablePlanStored = "(no readable plan is stored: set spec.storeReadablePlan to human or json to see the changes here)"
+
+// ReadablePlan reads the plan's readable rendering from plans, or says why
+// there is none (in parentheses, ready to print).
+func ReadablePlan(ctx context.Context, plans state.PlanStore, stack *terracev1.Stack, planID string) ([]byte, string) {
+	if ReadableFormat(stack) == "" {
+		return nil, NoReadablePlanStored
+	}
+	plan, err := plans.GetPlan(ctx, state.PlanKey{Namespace: stack.Namespace, Stack: stack.Name, ID: planID})
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return nil, fmt.Sprintf("(plan %s is not in the plan store: it was replaced or discarded; a new plan follows the next change or `terrace reconcile %s`)", planID, stack.Name)
+	case err != nil:
+		return nil, fmt.Sprintf("(the readable plan could not be read: %v)", err)
+	case len(plan.Readable) == 0:
+		return nil, fmt.Sprintf("(plan %s was stored without a readable rendering: storeReadablePlan was set after it was made)", planID)
+	}
+	return plan.Readable, ""
+}
+
+// PlanCounts is "+a ~c -d", with a note for a plan destroying everything.
+func PlanCounts(p *terracev1.PlanStatus) string {
+	if p == nil {
+		return "no counts"
+	}
+	text := fmt.Sprintf("+%d ~%d -%d", p.Add, p.Change, p.Destroy)
+	if p.DestroyPlan {
+		text += ", destroys the whole Stack"
+	}
+	return text
+}
