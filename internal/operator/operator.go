@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -50,7 +52,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Cache:                   cache.Options{SyncPeriod: &syncPeriod},
 		// Secrets hold state, plans and credentials: never cache them all in
 		// the controller's memory; read them directly when needed.
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		// Secrets are read when needed, never cached wholesale; so are the
+		// few objects of API servers, which are watched by metadata only.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{
+			&corev1.Secret{}, &appsv1.Deployment{}, &corev1.Service{}, &corev1.ServiceAccount{},
+			&rbacv1.RoleBinding{}, &rbacv1.ClusterRoleBinding{},
+		}}},
 		// Names are validated per process; tests start the controller more than once.
 		Controller: ctrlconfig.Controller{RecoverPanic: ptr(true), SkipNameValidation: ptr(true)},
 	})
@@ -105,7 +112,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs}); err != nil {
+	apiServers := &config.APIServerSettings{Issuer: authority}
+	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers}); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
 	}
 	stacks := &stack.Reconciler{

@@ -27,6 +27,7 @@ type Identity string
 const (
 	identityScheme = "terrace"
 	runnerHost     = "runner"
+	apiHost        = "api"
 
 	// ControllerIdentity is the identity of every controller replica.
 	ControllerIdentity Identity = identityScheme + "://controller"
@@ -35,6 +36,21 @@ const (
 // RunnerIdentity is the identity of one run's runner pod.
 func RunnerIdentity(namespace, stack, runID string) Identity {
 	return Identity(identityScheme + "://" + runnerHost + "/" + namespace + "/" + stack + "/" + runID)
+}
+
+// APIIdentity is the identity of a namespace's Installations API server. It
+// serves HTTPS to tools; no Terrace server accepts it as a client.
+func APIIdentity(namespace string) Identity {
+	return Identity(identityScheme + "://" + apiHost + "/" + namespace)
+}
+
+// API returns the namespace of an API server identity; ok is false for any other identity.
+func (id Identity) API() (namespace string, ok bool) {
+	ns, found := strings.CutPrefix(string(id), identityScheme+"://"+apiHost+"/")
+	if !found || len(ns) > 63 || !namePart.MatchString(ns) || strings.Contains(ns, ".") {
+		return "", false
+	}
+	return ns, true
 }
 
 // Runner splits a runner identity into its parts; ok is false for any other identity.
@@ -63,7 +79,10 @@ func (id Identity) Validate() error {
 	if _, _, _, ok := id.Runner(); ok {
 		return nil
 	}
-	return fmt.Errorf("%q is not a terrace identity (want %s or %s)", string(id), ControllerIdentity, RunnerIdentity("{namespace}", "{stack}", "{runID}"))
+	if _, ok := id.API(); ok {
+		return nil
+	}
+	return fmt.Errorf("%q is not a terrace identity (want %s, %s or %s)", string(id), ControllerIdentity, RunnerIdentity("{namespace}", "{stack}", "{runID}"), APIIdentity("{namespace}"))
 }
 
 func (id Identity) String() string { return string(id) }

@@ -204,3 +204,21 @@ func TestIssuedCertificateRenews(t *testing.T) {
 		t.Fatalf("reissued leaf does not chain to the new CA: %v", err)
 	}
 }
+
+func TestAPIIdentity(t *testing.T) {
+	id := APIIdentity("team-a")
+	if err := id.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if ns, ok := id.API(); !ok || ns != "team-a" {
+		t.Errorf("API() = %q, %v", ns, ok)
+	}
+	if _, _, _, ok := id.Runner(); ok || id == ControllerIdentity {
+		t.Error("an API identity passes for a runner or the controller")
+	}
+	for _, bad := range []Identity{"terrace://api/", "terrace://api/Team", "terrace://api/a/b", "terrace://api/a.b"} {
+		if _, ok := bad.API(); ok {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}

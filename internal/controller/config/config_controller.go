@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -57,6 +60,9 @@ type Reconciler struct {
 	Migrator StateMigrator
 	// Runs counts runs in progress, which a migration waits for.
 	Runs RunCounter
+	// API runs the Installations API server of configs that enable it; nil
+	// leaves spec.api alone.
+	API *APIServerSettings
 }
 
 // Options are what the TerraceConfig controller needs besides the manager.
@@ -65,6 +71,7 @@ type Options struct {
 	Resolver *Resolver
 	Migrator StateMigrator
 	Runs     RunCounter
+	API      *APIServerSettings
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
@@ -86,6 +93,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Recorder:     mgr.GetEventRecorder(ControllerName),
 		Migrator:     opts.Migrator,
 		Runs:         opts.Runs,
+		API:          opts.API,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("terraceconfig").
@@ -101,6 +109,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// Metadata only: enough to notice a Secret appear or change, without
 		// caching Secret contents.
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(configForSecret(mgr.GetClient()))).
+		// The API server's Deployment: repaired when changed or deleted by hand.
+		WatchesMetadata(&appsv1.Deployment{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &terracev1.TerraceConfig{}, handler.OnlyControllerOwner())).
 		Complete(r)
 }
 
@@ -112,6 +122,8 @@ type configScope struct {
 	effective *Effective
 	// migration is where the governed namespaces' state is, once looked at.
 	migration *terracev1.StateBackendStatus
+	// apiRenewAt is when the API server's certificate is due for renewal.
+	apiRenewAt time.Time
 }
 
 type step func(ctx context.Context, s *configScope) error
@@ -124,7 +136,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !obj.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil // owns nothing outside the object
+		// Namespaced objects go with the config (owner references); the
+		// API server's cluster-scoped binding is removed here.
+		if r.API != nil && controllerutil.ContainsFinalizer(obj, APIFinalizer) {
+			return ctrl.Result{}, r.removeAPI(ctx, obj)
+		}
+		return ctrl.Result{}, nil
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("terraceconfig", klog.KObj(obj), "generation", obj.Generation))
 	patcher := reconcile.NewStatusPatcher(r.Client, obj)
@@ -140,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}()
 
 	reconcile.HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus)
-	for _, s := range []step{r.resolve, r.checkSecrets, r.migrateState} {
+	for _, s := range []step{r.resolve, r.checkSecrets, r.reconcileAPI, r.migrateState} {
 		if stepErr = s(ctx, scope); stepErr != nil {
 			return
 		}
@@ -240,9 +257,18 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope, stepErr erro
 	if s.effective != nil {
 		readyMessage = fmt.Sprintf("state backend %s; settings from %v", s.effective.StateBackend, s.effective.Sources)
 	}
+	if apiEnabled(cfg) && r.API != nil && stepErr == nil {
+		readyMessage += fmt.Sprintf("; API server at https://%s.%s.svc", APIName, cfg.Namespace)
+	}
 	out := reconcile.Summarize(cfg, stepErr, ConfigReadyReason, readyMessage, 0)
 	if out.Final {
 		cfg.Status.ObservedGeneration = cfg.Generation
+	}
+	if !s.apiRenewAt.IsZero() {
+		renew := max(time.Until(s.apiRenewAt), time.Second)
+		if out.Result.RequeueAfter == 0 || renew < out.Result.RequeueAfter {
+			out.Result.RequeueAfter = renew
+		}
 	}
 	logger := log.FromContext(ctx)
 	if stepErr != nil {

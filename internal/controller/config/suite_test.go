@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
@@ -58,7 +59,12 @@ func runSuite(m *testing.M) int {
 	}
 	cached = mgr.GetClient()
 	resolver := &Resolver{Reader: mgr.GetClient(), OperatorNamespace: opNS, Builtin: BuiltinDefaults("ghcr.io/terrace-dev/terrace:test")}
-	if err := SetupWithManager(mgr, Options{Resolver: resolver}); err != nil {
+	authority, err := pki.NewAuthority(pki.DefaultCAValidity)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "failed to create a CA:", err)
+		return 1
+	}
+	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority}}); err != nil {
 		fmt.Fprintln(os.Stderr, "failed to set up the terraceconfig controller:", err)
 		return 1
 	}

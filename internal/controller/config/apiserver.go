@@ -1,0 +1,283 @@
+package config
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	kptr "k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/pki"
+)
+
+// The Installations API server of a namespace (spec.api.enabled): a
+// Deployment of `terrace api` under its own ServiceAccount, a Service, and
+// a serving certificate from the controller's CA. Its namespaced objects
+// are owned by the TerraceConfig; the one cluster-scoped binding (it needs
+// TokenReviews and SubjectAccessReviews to check its callers) is removed
+// through the finalizer.
+const (
+	// APIName names the Deployment, Service, ServiceAccount and RoleBinding.
+	APIName = "terrace-api"
+	// APITLSSecretName holds tls.crt, tls.key and ca.crt (the CA to trust).
+	APITLSSecretName = "terrace-api-tls"
+	// APIClusterRole is granted in the namespace (Stacks, their Secrets).
+	APIClusterRole = "terrace-api"
+	// APIAuthClusterRole is granted cluster-wide: TokenReviews,
+	// SubjectAccessReviews and reading TerraceConfigs.
+	APIAuthClusterRole = "terrace-api-auth"
+	// APIFinalizer removes the cluster-scoped binding when the config goes.
+	APIFinalizer = "terrace.dev/api-server"
+	// APIPort is the container's HTTPS port; the Service serves 443.
+	APIPort = 8443
+
+	apiCertValidity  = 24 * time.Hour
+	apiConfigHashKey = "terrace.dev/config-hash"
+	apiTLSHashKey    = "terrace.dev/tls-hash"
+	labelAPINS       = "terrace.dev/api-namespace"
+)
+
+// APIServerSettings let the controller run API servers.
+type APIServerSettings struct {
+	// Issuer is the controller's CA.
+	Issuer interface {
+		Issue(pki.LeafRequest) (*pki.Leaf, error)
+	}
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+func (a *APIServerSettings) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=terrace-api;terrace-api-auth
+// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/finalizers,verbs=update
+
+// apiEnabled reports whether cfg asks for an API server.
+func apiEnabled(cfg *terracev1.TerraceConfig) bool {
+	return cfg.DeletionTimestamp.IsZero() && cfg.Spec.API != nil && cfg.Spec.API.Enabled
+}
+
+// reconcileAPI makes the API server objects match the config: present when
+// enabled, gone otherwise. It returns when to look again (certificate
+// renewal).
+func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
+	if r.API == nil {
+		return nil
+	}
+	cfg := s.config
+	if !apiEnabled(cfg) {
+		return r.removeAPI(ctx, cfg)
+	}
+	if !controllerutil.ContainsFinalizer(cfg, APIFinalizer) {
+		controllerutil.AddFinalizer(cfg, APIFinalizer)
+		if err := r.Client.Update(ctx, cfg); err != nil {
+			return fmt.Errorf("failed to add the API server finalizer: %w", err)
+		}
+	}
+	tlsHash, renewAt, err := r.ensureAPICertificate(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	s.apiRenewAt = renewAt
+	ns := cfg.Namespace
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	if err := r.createOrUpdateOwned(ctx, cfg, sa, func() {}); err != nil {
+		return err
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	if err := r.createOrUpdateOwned(ctx, cfg, rb, func() {
+		rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIClusterRole}
+		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}}
+	}); err != nil {
+		return err
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, crb, func() error {
+		crb.Labels = map[string]string{labelAPINS: ns, "app.kubernetes.io/managed-by": "terrace"}
+		crb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIAuthClusterRole}
+		crb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("failed to bind %s for the API server: %w", APIAuthClusterRole, err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	if err := r.createOrUpdateOwned(ctx, cfg, svc, func() {
+		svc.Labels = apiLabels()
+		svc.Spec.Selector = apiLabels()
+		svc.Spec.Ports = []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromString("https")}}
+	}); err != nil {
+		return err
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	return r.createOrUpdateOwned(ctx, cfg, dep, func() {
+		dep.Labels = apiLabels()
+		dep.Spec.Replicas = kptr.To(kptr.Deref(cfg.Spec.API.Replicas, 1))
+		dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: apiLabels()}
+		dep.Spec.Template = apiPodTemplate(ns, s.effective, configHash(cfg), tlsHash, r.Resolver.OperatorNamespace)
+	})
+}
+
+func apiLabels() map[string]string {
+	return map[string]string{"app.kubernetes.io/name": APIName, "app.kubernetes.io/managed-by": "terrace"}
+}
+
+func apiClusterBindingName(namespace string) string { return APIName + ":" + namespace }
+
+// configHash changes with the config's spec, so a change rolls the API pods.
+func configHash(cfg *terracev1.TerraceConfig) string {
+	return hashJSON(cfg.Spec)
+}
+
+// apiPodTemplate runs `terrace api` from the runner image (it holds the
+// terrace binary), restricted, with its certificate mounted.
+func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operatorNamespace string) corev1.PodTemplateSpec {
+	image := ""
+	if eff != nil {
+		image = eff.RunnerImage
+	}
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: apiLabels(), Annotations: map[string]string{apiConfigHashKey: cfgHash, apiTLSHashKey: tlsHash}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: APIName,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   kptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:  "api",
+				Image: image,
+				Args: []string{"api", "--namespace=" + namespace, "--operator-namespace=" + operatorNamespace,
+					fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"},
+				Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
+					PeriodSeconds: 5,
+				},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: kptr.To(false),
+					ReadOnlyRootFilesystem:   kptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				Resources: corev1.ResourceRequirements{},
+				VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/etc/terrace/tls", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: APITLSSecretName}}}},
+		},
+	}
+}
+
+// ensureAPICertificate issues the serving certificate when it is missing,
+// names other hosts, or has less than a third of its life left. It returns
+// a hash of the certificate (on the pod template: a new one rolls the pods,
+// so nothing needs to reload files) and when to renew it.
+func (r *Reconciler) ensureAPICertificate(ctx context.Context, cfg *terracev1.TerraceConfig) (string, time.Time, error) {
+	ns := cfg.Namespace
+	dns := []string{APIName, APIName + "." + ns, APIName + "." + ns + ".svc", "localhost"}
+	secret := &corev1.Secret{}
+	err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: APITLSSecretName}, secret)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", time.Time{}, fmt.Errorf("failed to read Secret %s/%s: %w", ns, APITLSSecretName, err)
+	}
+	if err == nil {
+		if leaf, perr := pki.LeafFromSecretData(secret.Data); perr == nil {
+			if cert, cerr := leaf.Certificate(); cerr == nil && sameNames(cert.DNSNames, dns) {
+				renewAt := cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) * 2 / 3)
+				if r.API.now().Before(renewAt) {
+					return certHash(leaf.CertPEM), renewAt, nil
+				}
+			}
+		}
+	}
+	leaf, err := r.API.Issuer.Issue(pki.LeafRequest{Identity: pki.APIIdentity(ns), Validity: apiCertValidity, DNSNames: dns})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("failed to issue the API server's certificate: %w", err)
+	}
+	out := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APITLSSecretName}}
+	if err := r.createOrUpdateOwned(ctx, cfg, out, func() {
+		out.Type = corev1.SecretTypeTLS
+		out.Data = leaf.SecretData()
+	}); err != nil {
+		return "", time.Time{}, err
+	}
+	cert, err := leaf.Certificate()
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return certHash(leaf.CertPEM), cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) * 2 / 3), nil
+}
+
+func sameNames(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func certHash(pem []byte) string {
+	sum := sha256.Sum256(pem)
+	return hex.EncodeToString(sum[:8])
+}
+
+// createOrUpdateOwned creates or updates a namespaced object owned by cfg.
+func (r *Reconciler) createOrUpdateOwned(ctx context.Context, cfg *terracev1.TerraceConfig, obj client.Object, mutate func()) error {
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, obj, func() error {
+		mutate()
+		return controllerutil.SetControllerReference(cfg, obj, r.Client.Scheme())
+	})
+	if err != nil {
+		return fmt.Errorf("failed to write %T %s/%s of the API server: %w", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// removeAPI deletes the API server's objects and, last, the finalizer,
+// which is added before any of them is created: without it there is
+// nothing to remove.
+func (r *Reconciler) removeAPI(ctx context.Context, cfg *terracev1.TerraceConfig) error {
+	if !controllerutil.ContainsFinalizer(cfg, APIFinalizer) {
+		return nil
+	}
+	ns := cfg.Namespace
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APITLSSecretName}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}},
+	} {
+		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("failed to remove %T %s of the API server: %w", obj, obj.GetName(), err)
+		}
+	}
+	controllerutil.RemoveFinalizer(cfg, APIFinalizer)
+	if err := r.Client.Update(ctx, cfg); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to remove the API server finalizer: %w", err)
+	}
+	return nil
+}

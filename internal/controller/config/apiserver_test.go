@@ -1,0 +1,157 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/pki"
+)
+
+// eventuallyObject polls until obj exists and check passes.
+func eventuallyObject(t *testing.T, what string, obj client.Object, check func() error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		last = env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		if last == nil && check != nil {
+			last = check()
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, last)
+	}
+}
+
+func eventuallyGone(t *testing.T, what string, obj client.Object) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("%s still there", what)
+	}
+}
+
+func setAPI(t *testing.T, ns string, api *terracev1.APIConfig) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		c := &terracev1.TerraceConfig{}
+		if err := env.Client.Get(ctx, configKey(ns), c); err != nil {
+			return false, err
+		}
+		c.Spec.API = api
+		err := env.Client.Update(ctx, c)
+		return err == nil, nil // a conflict is retried
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, Replicas: ptr(int32(2))}})
+
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the API Deployment", dep, func() error {
+		if got := *dep.Spec.Replicas; got != 2 {
+			return fmt.Errorf("replicas %d", got)
+		}
+		return nil
+	})
+	pod := dep.Spec.Template.Spec
+	c := pod.Containers[0]
+	if pod.ServiceAccountName != APIName || c.Image != "ghcr.io/terrace-dev/terrace:test" || !slices.Contains(c.Args, "--namespace="+ns) ||
+		!slices.Contains(c.Args, "--tls-cert-file=/etc/terrace/tls/tls.crt") || c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+		t.Errorf("pod template: sa %q image %q args %v", pod.ServiceAccountName, c.Image, c.Args)
+	}
+	if ref := metav1.GetControllerOf(dep); ref == nil || ref.Kind != "TerraceConfig" {
+		t.Errorf("Deployment not owned by the config: %v", dep.OwnerReferences)
+	}
+
+	// The serving certificate: the API identity and the Service's names, from the controller CA.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APITLSSecretName}}
+	eventuallyObject(t, "the API certificate", secret, nil)
+	leaf, err := pki.LeafFromSecretData(secret.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := leaf.Certificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := pki.IdentityFromCertificate(cert); err != nil || id != pki.APIIdentity(ns) || !slices.Contains(cert.DNSNames, APIName+"."+ns+".svc") {
+		t.Errorf("certificate: identity %v (%v), names %v", id, err, cert.DNSNames)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the API Service", svc, nil)
+	if svc.Spec.Ports[0].Port != 443 || svc.Spec.Selector["app.kubernetes.io/name"] != APIName {
+		t.Errorf("service: %+v", svc.Spec)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the API RoleBinding", rb, nil)
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}}
+	eventuallyObject(t, "the API ClusterRoleBinding", crb, nil)
+	if crb.RoleRef.Name != APIAuthClusterRole || crb.Subjects[0].Namespace != ns || rb.RoleRef.Name != APIClusterRole {
+		t.Errorf("bindings: %+v %+v", crb.RoleRef, rb.RoleRef)
+	}
+	waitForConfig(t, ns, "Ready naming the API server", func(c *terracev1.TerraceConfig) bool {
+		return strings.Contains(readyMessage(c), "https://terrace-api."+ns+".svc")
+	})
+
+	// A change of the config rolls the pods; a deleted Deployment comes back.
+	hash := dep.Spec.Template.Annotations[apiConfigHashKey]
+	setAPI(t, ns, &terracev1.APIConfig{Enabled: true, Replicas: ptr(int32(3))})
+	eventuallyObject(t, "the Deployment following the config", dep, func() error {
+		if *dep.Spec.Replicas != 3 || dep.Spec.Template.Annotations[apiConfigHashKey] == hash {
+			return fmt.Errorf("replicas %d, hash %s", *dep.Spec.Replicas, dep.Spec.Template.Annotations[apiConfigHashKey])
+		}
+		return nil
+	})
+	uid := dep.UID
+	if err := env.Client.Delete(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyObject(t, "the Deployment recreated", dep, func() error {
+		if dep.UID == uid {
+			return fmt.Errorf("not recreated yet")
+		}
+		return nil
+	})
+
+	// Disabled: everything goes, the cluster-scoped binding too.
+	setAPI(t, ns, &terracev1.APIConfig{Enabled: false})
+	for _, obj := range []client.Object{dep, svc, rb, secret, crb, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}} {
+		eventuallyGone(t, fmt.Sprintf("%T", obj), obj)
+	}
+	waitForConfig(t, ns, "without the finalizer", func(c *terracev1.TerraceConfig) bool {
+		return !slices.Contains(c.Finalizers, APIFinalizer)
+	})
+}
+
+func TestDeletingTheConfigRemovesTheAPIClusterBinding(t *testing.T) {
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}}
+	eventuallyObject(t, "the API ClusterRoleBinding", crb, nil)
+	if err := env.Client.Delete(context.Background(), tcfg(ns, terracev1.TerraceConfigSpec{})); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyGone(t, "the ClusterRoleBinding", crb)
+	eventuallyGone(t, "the TerraceConfig", &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: terracev1.TerraceConfigName}})
+}
