@@ -178,7 +178,7 @@ func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operator
 					ReadOnlyRootFilesystem:   kptr.To(true),
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
-				Resources: corev1.ResourceRequirements{},
+				Resources:    corev1.ResourceRequirements{},
 				VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/etc/terrace/tls", ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: APITLSSecretName}}}},
