@@ -20,6 +20,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newDevCommand())
 	root.AddCommand(newControllerCommand())
 	root.AddCommand(newStateCommand())
+	root.AddCommand(newAPICommand())
 	root.AddCommand(newGetCommand(), newPlanCommand(), newApproveCommand(), newOutputsCommand(), newHistoryCommand(),
 		newLogsCommand(), newReconcileCommand(), newSuspendCommand(), newResumeCommand())
 	return root

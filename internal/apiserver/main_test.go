@@ -1,0 +1,220 @@
+package apiserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// apiTest is a running Installations API for one namespace, and the
+// tokens of two ServiceAccounts: one allowed stacks and secrets, one nothing.
+type apiTest struct {
+	t         *testing.T
+	namespace string
+	url       string
+	http      *http.Client
+	admin     string
+	nobody    string
+}
+
+// newAPITest starts the server in-process on 127.0.0.1 over TLS with a
+// self-signed certificate, as `terrace api` does.
+func newAPITest(t *testing.T) *apiTest {
+	t.Helper()
+	ns := env.Namespace(t)
+	clientset, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := &apiTest{t: t, namespace: ns}
+	at.admin = serviceAccountToken(t, clientset, ns, "installer", []rbacv1.PolicyRule{
+		{APIGroups: []string{"terrace.dev"}, Resources: []string{"stacks"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update"}},
+	})
+	at.nobody = serviceAccountToken(t, clientset, ns, "nobody", nil)
+
+	certFile, keyFile, pool := selfSignedCert(t)
+	resolver := &config.Resolver{Reader: env.Client, OperatorNamespace: "terrace-system", Builtin: config.BuiltinDefaults("")}
+	stores := backend.New(env.Client, resolver.ResolveNamespace)
+	t.Cleanup(stores.Close)
+	srv := &Server{Namespace: ns, Client: env.Client, Reviews: clientset, Stores: stores, Log: zap.New(zap.WriteTo(io.Discard))}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, TLSFiles{CertFile: certFile, KeyFile: keyFile}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	at.url = "https://" + ln.Addr().String()
+	at.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	return at
+}
+
+// serviceAccountToken creates a ServiceAccount bound to a Role with rules
+// (none: no binding) and returns a token for it from the TokenRequest API.
+func serviceAccountToken(t *testing.T, cs kubernetes.Interface, ns, name string, rules []rbacv1.PolicyRule) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if rules != nil {
+		if _, err := cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
+		}
+		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1 and its key, and
+// returns their paths and a pool trusting the certificate.
+func selfSignedCert(t *testing.T) (string, string, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "terrace-api"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// do sends a request with token ("" for none) and body (nil for none) and
+// returns the status and the body.
+func (at *apiTest) do(token, method, path string, body any) (int, []byte) {
+	at.t.Helper()
+	var reader io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		reader = strings.NewReader(b)
+	case []byte:
+		reader = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			at.t.Fatal(err)
+		}
+		reader = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, at.url+path, reader)
+	if err != nil {
+		at.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := at.http.Do(req)
+	if err != nil {
+		at.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		at.t.Fatal(err)
+	}
+	return resp.StatusCode, raw
+}
+
+// expect sends a request and fails unless the status is want; it decodes
+// the body into out when out is not nil.
+func (at *apiTest) expect(want int, token, method, path string, body, out any) []byte {
+	at.t.Helper()
+	code, raw := at.do(token, method, path, body)
+	if code != want {
+		at.t.Fatalf("%s %s: status %d, want %d: %s", method, path, code, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			at.t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+	return raw
+}
+
+// expectError sends a request that must fail with want and a message holding every part.
+func (at *apiTest) expectError(want int, token, method, path string, body any, parts ...string) {
+	at.t.Helper()
+	var e Error
+	at.expect(want, token, method, path, body, &e)
+	for _, part := range parts {
+		if !strings.Contains(e.Message, part) {
+			at.t.Fatalf("%s %s: message %q does not contain %q", method, path, e.Message, part)
+		}
+	}
+}

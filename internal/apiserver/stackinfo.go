@@ -1,0 +1,170 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/stackview"
+)
+
+// plan shows the pending plan (or a planOnly Stack's latest), with its
+// readable rendering when the Stack stores one and the caller may read
+// Secrets, where plans are kept.
+func (s *Server) plan(ctx context.Context, c *call) error {
+	stack, err := s.installation(ctx, c.name)
+	if err != nil {
+		return err
+	}
+	planID := stackview.ShownPlan(stack)
+	if planID == "" {
+		return notFound((&stackview.NoPendingPlanError{Stack: stack}).Error())
+	}
+	p := stack.Status.Plan
+	out := Plan{
+		ID: planID, Approvable: p.Pending == planID,
+		Add: p.Add, Change: p.Change, Destroy: p.Destroy, Drift: p.Drift, DestroyPlan: p.DestroyPlan,
+		CreatedAt: p.CreatedAt, Revision: stack.Status.LastPlannedRevision,
+		ReadableFormat: stackview.ReadableFormat(stack),
+	}
+	var readable []byte
+	switch {
+	case out.ReadableFormat == "":
+		out.Note = stackview.NoReadablePlanStored
+	default:
+		ok, err := s.allowed(ctx, c.caller, access{verb: "get", resource: "secrets"})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			out.Note = fmt.Sprintf("(the readable plan is withheld: %s may not get secrets in namespace %s, where plans are kept)", c.caller.Username, s.Namespace)
+			break
+		}
+		set, err := s.stores(ctx)
+		if err != nil {
+			return err
+		}
+		readable, out.Note = stackview.ReadablePlan(ctx, set.Plans, stack, planID)
+	}
+	out.Readable = string(readable)
+	writeJSON(c.w, http.StatusOK, out)
+	return nil
+}
+
+// approve sets spec.approvePlan to planId only when it is the pending plan.
+func (s *Server) approve(ctx context.Context, c *call) error {
+	var req ApproveRequest
+	if err := decodeBody(c.r, &req); err != nil {
+		return err
+	}
+	if req.PlanID == "" {
+		return badRequest(`the body must be {"planId": "<the pending plan's id>"}: read it from GET /v1/installations/` + c.name + `/plan`)
+	}
+	get := func(ctx context.Context) (*terracev1.Stack, error) { return s.installation(ctx, c.name) }
+	stack, _, err := stackview.Approve(ctx, s.Client, get, req.PlanID)
+	var noPlan *stackview.NoPendingPlanError
+	var notPending *stackview.NotPendingError
+	switch {
+	case errors.As(err, &noPlan), errors.As(err, &notPending):
+		return conflict(err.Error())
+	case apierrors.IsConflict(err):
+		return conflict(fmt.Sprintf("Stack %s kept changing while it was approved: read its plan again and retry", c.name))
+	case err != nil:
+		var apiErr *apiError
+		if errors.As(err, &apiErr) {
+			return err
+		}
+		return kubeError(err, "Stack "+c.name)
+	}
+	writeJSON(c.w, http.StatusOK, installationOf(stack))
+	return nil
+}
+
+// releases lists the Stack's release records from the namespace's release store.
+func (s *Server) releases(ctx context.Context, c *call) error {
+	stack, err := s.installation(ctx, c.name)
+	if err != nil {
+		return err
+	}
+	set, err := s.stores(ctx)
+	if err != nil {
+		return err
+	}
+	records, err := set.History.List(ctx, stack.Namespace, stack.Name)
+	if err != nil {
+		return fmt.Errorf("failed to list the releases of Stack %s: %w", stack.Name, err)
+	}
+	if records == nil {
+		records = []release.Release{}
+	}
+	writeJSON(c.w, http.StatusOK, ReleaseList{Items: records})
+	return nil
+}
+
+// outputs shows the outputs Secret with sensitive values masked; which are
+// sensitive comes from the deployed release, and an unknown one is masked.
+func (s *Server) outputs(ctx context.Context, c *call) error {
+	stack, err := s.installation(ctx, c.name)
+	if err != nil {
+		return err
+	}
+	spec := stack.Spec.WriteOutputsToSecret
+	// Values come from a Secret, or from release records kept in Secrets.
+	need := access{verb: "list", resource: "secrets"}
+	if spec != nil {
+		need = access{verb: "get", resource: "secrets", name: spec.Name}
+	}
+	if err := s.authorize(ctx, c.caller, need); err != nil {
+		return err
+	}
+	set, err := s.stores(ctx)
+	if err != nil {
+		return err
+	}
+	deployed, releaseErr := set.History.Deployed(ctx, stack.Namespace, stack.Name)
+	if releaseErr != nil {
+		s.Log.Error(releaseErr, "failed to read the deployed release", "stack", stack.Name)
+		deployed = nil
+	}
+	var out Outputs
+	if spec == nil {
+		out.Items = stackview.OutputsFromRelease(stack, deployed)
+		out.Note = "the Stack has no outputs Secret; values are from its deployed release, which never records sensitive ones"
+	} else {
+		secret := &corev1.Secret{}
+		err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: spec.Name}, secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			return notFound(fmt.Sprintf("Stack %s writes its outputs to Secret %s, which does not exist yet: no apply has finished", stack.Name, spec.Name))
+		case err != nil:
+			return kubeError(err, "Secret "+spec.Name)
+		}
+		out.Items = stackview.OutputsFromSecret(secret, deployed, false)
+		if deployed == nil {
+			out.Note = "no release record says which outputs are sensitive (" + stackview.ReleaseProblem(releaseErr) + "): every value is masked"
+		}
+	}
+	writeJSON(c.w, http.StatusOK, out)
+	return nil
+}
+
+// stores opens the namespace's plan and release stores; a misconfigured
+// backend is the operator's to fix, and the caller is told so.
+func (s *Server) stores(ctx context.Context) (*backend.Set, error) {
+	set, err := s.Stores.For(ctx, s.Namespace)
+	if errors.Is(err, backend.ErrMisconfigured) {
+		return nil, &apiError{code: http.StatusServiceUnavailable, message: "the state backend of namespace " + s.Namespace + " is misconfigured: " + err.Error()}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to open the stores of namespace %s: %w", s.Namespace, err)
+	}
+	return set, nil
+}
