@@ -108,6 +108,14 @@ func TestCreateMakesAStackReadingAValuesSecret(t *testing.T) {
 	if len(at.secret("db-values").Data) != 0 {
 		t.Fatal("an installation without values has values")
 	}
+
+	log := at.log.String()
+	if !strings.Contains(log, `"route":"POST /v1/installations"`) || !strings.Contains(log, `"status":201`) {
+		t.Fatalf("the request is not logged:\n%s", log)
+	}
+	if strings.Contains(log, "hunter2") || strings.Contains(log, at.admin) {
+		t.Fatalf("a value or a token was logged:\n%s", log)
+	}
 }
 
 func TestCreateRefusesBadInputWithAClearMessage(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +47,26 @@ type apiTest struct {
 	http      *http.Client
 	admin     string
 	nobody    string
+	// log is what the server logged.
+	log *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // newAPITest starts the server in-process on 127.0.0.1 over TLS with a
@@ -57,7 +78,7 @@ func newAPITest(t *testing.T) *apiTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := &apiTest{t: t, namespace: ns}
+	at := &apiTest{t: t, namespace: ns, log: &syncBuffer{}}
 	at.admin = serviceAccountToken(t, clientset, ns, "installer", []rbacv1.PolicyRule{
 		{APIGroups: []string{"terrace.dev"}, Resources: []string{"stacks"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update"}},
@@ -68,7 +89,7 @@ func newAPITest(t *testing.T) *apiTest {
 	resolver := &config.Resolver{Reader: env.Client, OperatorNamespace: "terrace-system", Builtin: config.BuiltinDefaults("")}
 	stores := backend.New(env.Client, resolver.ResolveNamespace)
 	t.Cleanup(stores.Close)
-	srv := &Server{Namespace: ns, Client: env.Client, Reviews: clientset, Stores: stores, Log: zap.New(zap.WriteTo(io.Discard))}
+	srv := &Server{Namespace: ns, Client: env.Client, Reviews: clientset, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
