@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/apiserver"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/testenv"
+)
+
+// TestInstallationsAPIOnTheDevCluster enables spec.api in a namespace's
+// TerraceConfig: the controller runs `terrace api` as a Deployment (devnode
+// runs the pod), and a tool with a ServiceAccount token creates an
+// installation through it, which the controller applies.
+func TestInstallationsAPIOnTheDevCluster(t *testing.T) {
+	e := newStackEnv(t)
+	e.applyAPIRoles(t)
+	e.program(t, "bench", map[string]string{"main.tf": benchModule})
+	e.create(t, &terracev1.TerraceConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
+		Spec:       terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}},
+	})
+
+	// The API pod, Ready behind its HTTPS readiness probe.
+	var podIP string
+	eventually(t, stackTimeout, "a Ready API server pod", func() error {
+		pods, err := e.cs.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + config.APIName})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if podReady(&p) {
+				podIP = p.Status.PodIP
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pods, none Ready", len(pods.Items))
+	})
+	api := e.apiClient(t, podIP)
+
+	// A tool's identity: a ServiceAccount allowed to manage Stacks here.
+	token := e.toolToken(t, "deployer")
+	var created apiserver.Installation
+	api.do(t, token, http.MethodPost, "/v1/installations", apiserver.CreateRequest{
+		Name: "web", Source: apiserver.Source{ProgramRef: "bench"},
+		Values: map[string]json.RawMessage{"n": json.RawMessage("7")}, ApprovePlan: terracev1.ApprovePlanAuto,
+	}, http.StatusCreated, &created)
+	e.waitStack(t, "web", stackTimeout, "the installation applied", readyAt)
+
+	var got apiserver.Installation
+	api.do(t, token, http.MethodGet, "/v1/installations/web", nil, http.StatusOK, &got)
+	if !got.Ready || got.Release != 1 {
+		t.Errorf("installation: %+v", got)
+	}
+	var outs apiserver.Outputs
+	api.do(t, token, http.MethodGet, "/v1/installations/web/outputs", nil, http.StatusOK, &outs)
+	if len(outs.Items) != 1 || outs.Items[0].Value == nil || *outs.Items[0].Value != "bench-7" {
+		t.Errorf("outputs: %+v", outs)
+	}
+	// Without a token, and with one that has no rights here.
+	api.do(t, "", http.MethodGet, "/v1/installations", nil, http.StatusUnauthorized, nil)
+	api.do(t, e.toolTokenWithoutRights(t, "nobody"), http.MethodGet, "/v1/installations", nil, http.StatusForbidden, nil)
+}
+
+// applyAPIRoles installs config/rbac/api_roles.yaml, which the operator's
+// manifests carry and the controller binds.
+func (e *stackEnv) applyAPIRoles(t *testing.T) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "api_roles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err == io.EOF {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if err := e.c.Patch(context.Background(), &obj, client.Apply, client.FieldOwner("terrace-e2e"), client.ForceOwnership); err != nil {
+			t.Fatalf("failed to apply %s: %v", obj.GetName(), err)
+		}
+	}
+}
+
+// toolToken returns a token of a new ServiceAccount bound to the
+// terrace-api ClusterRole in the test's namespace.
+func (e *stackEnv) toolToken(t *testing.T, name string) string {
+	t.Helper()
+	token := e.toolTokenWithoutRights(t, name)
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: config.APIClusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: e.ns}},
+	}
+	if err := e.c.Create(context.Background(), rb); err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+func (e *stackEnv) toolTokenWithoutRights(t *testing.T, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}}
+	if err := e.c.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := e.cs.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// apiClient talks HTTPS to the API pod, trusting the CA its certificate
+// Secret carries and checking the Service's name, as a tool in the cluster would.
+type apiClient struct {
+	base string
+	http *http.Client
+}
+
+func (e *stackEnv) apiClient(t *testing.T, podIP string) *apiClient {
+	t.Helper()
+	var secret corev1.Secret
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: config.APITLSSecretName}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(secret.Data["ca.crt"]) {
+		t.Fatal("no CA in the API certificate Secret")
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: config.APIName + "." + e.ns + ".svc", MinVersion: tls.VersionTLS12}}
+	return &apiClient{base: fmt.Sprintf("https://%s:%d", podIP, config.APIPort), http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// do sends a request and decodes the answer into out, failing the test on
+// another status than want.
+func (c *apiClient) do(t *testing.T, token, method, path string, body any, want int, out any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+}
