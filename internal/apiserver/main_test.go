@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,25 +47,7 @@ type apiTest struct {
 	admin     string
 	nobody    string
 	// log is what the server logged.
-	log *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log *testenv.SyncBuffer
 }
 
 // newAPITest starts the server in-process on 127.0.0.1 over TLS with a
@@ -78,7 +59,7 @@ func newAPITest(t *testing.T) *apiTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := &apiTest{t: t, namespace: ns, log: &syncBuffer{}}
+	at := &apiTest{t: t, namespace: ns, log: &testenv.SyncBuffer{}}
 	at.admin = serviceAccountToken(t, clientset, ns, "installer", []rbacv1.PolicyRule{
 		{APIGroups: []string{"terrace.dev"}, Resources: []string{"stacks"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update"}},

@@ -31,24 +31,7 @@ type testRunner struct {
 	addr      string
 	base      string // parent of the work dir: nothing may appear here
 	workDir   string
-	echo      *syncBuffer
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	echo      *testenv.SyncBuffer
 }
 
 func newAuthority(t *testing.T) *pki.Authority {
@@ -102,7 +85,7 @@ func startRunnerWith(t *testing.T, authority *pki.Authority, tfMutate func(*tf.C
 		t.Fatalf("failed to create executor: %v", err)
 	}
 	runnerLeaf := issue(t, authority, testRunnerIdentity)
-	echo := &syncBuffer{}
+	echo := &testenv.SyncBuffer{}
 	cfg := Config{
 		Executor:    executor,
 		Certificate: certSource(t, runnerLeaf),

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -32,7 +31,7 @@ const operatorNamespace = "terrace-system"
 
 // controllerLog collects everything every controller started by the tests
 // logs (runner lines included), to check that no secret ever reaches it.
-var controllerLog = &syncBuffer{}
+var controllerLog = &testenv.SyncBuffer{}
 
 // captureControllerLog sends controller-runtime's log to controllerLog. It
 // must run before anything logs: controller-runtime replaces a logger that
@@ -41,23 +40,6 @@ func captureControllerLog() {
 	ctrl.SetLogger(funcr.New(func(prefix, args string) {
 		fmt.Fprintln(controllerLog, prefix, args)
 	}, funcr.Options{Verbosity: 1}))
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // controller is a Terrace controller running in the test process against
