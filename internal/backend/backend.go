@@ -124,13 +124,7 @@ func (b *Backends) For(ctx context.Context, namespace string) (*Set, error) {
 
 // forLocation returns the (cached) stores of namespace in backend current.
 func (b *Backends) forLocation(ctx context.Context, namespace string, eff config.Effective, current terracev1.StateBackend) (*Set, error) {
-	if eff.StateBackend != current {
-		eff.StateBackend = current
-		eff.PostgresConnection = nil
-		if current == terracev1.StateBackendPostgres {
-			eff.PostgresConnection = eff.NamedPostgresConnection
-		}
-	}
+	eff = storedIn(eff, current)
 	hash := eff.StorageHash()
 
 	b.mu.Lock()

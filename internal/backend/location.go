@@ -158,15 +158,26 @@ func (b *Backends) holdsState(ctx context.Context, namespace string, eff config.
 // namespace's other settings (encryption, history, the named PostgreSQL
 // connection). It bypasses the location record: it is for migrations.
 func (b *Backends) OpenBackend(ctx context.Context, namespace string, eff config.Effective, backend terracev1.StateBackend) (*Set, error) {
-	eff.StateBackend = backend
-	if backend == terracev1.StateBackendPostgres && eff.PostgresConnection == nil {
-		eff.PostgresConnection = eff.NamedPostgresConnection
-	}
-	opened, err := b.open(ctx, namespace, eff)
+	opened, err := b.open(ctx, namespace, storedIn(eff, backend))
 	if err != nil {
 		return nil, err
 	}
 	return opened.set, nil
+}
+
+// storedIn returns eff with its storage in backend: the other settings
+// (encryption, history) stay, and PostgreSQL is reached through the
+// connection the config names, whatever backend it now asks for.
+func storedIn(eff config.Effective, backend terracev1.StateBackend) config.Effective {
+	if eff.StateBackend == backend {
+		return eff
+	}
+	eff.StateBackend = backend
+	eff.PostgresConnection = nil
+	if backend == terracev1.StateBackendPostgres {
+		eff.PostgresConnection = eff.NamedPostgresConnection
+	}
+	return eff
 }
 
 // errNoConnection explains a migration away from postgres without a connection.
