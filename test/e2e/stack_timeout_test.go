@@ -38,10 +38,11 @@ output "generation" { value = terraform_data.slow.output }
 
 // Run timing: the timed-out run sleeps longer than its whole timeout, so it
 // cannot finish whatever the runner's start-up costs; the timeout leaves
-// the start-up (pod, init, plan: a few seconds here) room to reach apply.
+// the start-up (pod, init, plan: a few seconds here, several times that on
+// a loaded CI machine) room to reach apply.
 const (
-	shortRunTimeout = 10 * time.Second
-	slowApplySleep  = 15
+	shortRunTimeout = 20 * time.Second
+	slowApplySleep  = 45
 )
 
 // TestStackRunTimeout runs an apply longer than spec.timeout: the run is
@@ -106,7 +107,10 @@ func TestStackRunTimeout(t *testing.T) {
 		t.Errorf("the timed-out run changed the lineage: %s → %s", before.Lineage, mid.Lineage)
 	}
 
-	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Timeout = &metav1.Duration{Duration: 2 * time.Minute} })
+	e.updateStack(t, "slow", func(s *terracev1.Stack) {
+		s.Spec.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
+		s.Spec.Vars["sleep"] = apiextensionsv1.JSON{Raw: []byte("1")} // the retry need not wait out the long sleep
+	})
 	e.assertRecovered(t, before, "2")
 	if st := e.getStack(t, "slow"); st.Status.Failures != 0 {
 		t.Errorf("failures not reset after recovering: %d", st.Status.Failures)
