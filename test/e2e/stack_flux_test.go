@@ -43,10 +43,11 @@ var fluxPlurals = map[string]string{
 // Deadlines for the Stack to notice a change of its Flux source. While a
 // source is missing or has no artifact the controller looks again every
 // 30 s (sourceWait); a Stack that is Ready should react the way it reacts
-// to a Program change, in seconds, not at its next interval (10 m).
+// to a Program change, in seconds, not at its next interval (10 m). Both
+// leave room for a run on a loaded CI machine on top of that.
 const (
-	sourcePollDeadline   = 50 * time.Second
-	sourceChangeDeadline = 30 * time.Second
+	sourcePollDeadline   = 90 * time.Second
+	sourceChangeDeadline = 60 * time.Second
 )
 
 // fluxSourceCRD is the smallest CRD under which the API server stores a
