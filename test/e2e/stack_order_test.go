@@ -17,15 +17,8 @@ func TestStackDependsOnAndSuspend(t *testing.T) {
 	e.program(t, "bench", map[string]string{"main.tf": benchModule})
 
 	// The dependency starts suspended, so the dependent must wait.
-	base := &terracev1.Stack{
-		ObjectMeta: metav1.ObjectMeta{Name: "base"},
-		Spec: terracev1.StackSpec{
-			Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "bench"}},
-			Vars:        jsonVars(t, map[string]any{"n": 1}),
-			ApprovePlan: terracev1.ApprovePlanAuto,
-			Suspend:     true,
-		},
-	}
+	base := benchStack(t, "base", 1)
+	base.Spec.Suspend = true
 	app := base.DeepCopy()
 	app.Name = "app"
 	app.Spec.Suspend = false
@@ -61,15 +54,8 @@ func TestStackDependsOnAndSuspend(t *testing.T) {
 func TestStackCrossNamespaceDependencyIsRefused(t *testing.T) {
 	e := newStackEnv(t)
 	e.program(t, "bench", map[string]string{"main.tf": benchModule})
-	app := &terracev1.Stack{
-		ObjectMeta: metav1.ObjectMeta{Name: "app"},
-		Spec: terracev1.StackSpec{
-			Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "bench"}},
-			Vars:        jsonVars(t, map[string]any{"n": 1}),
-			ApprovePlan: terracev1.ApprovePlanAuto,
-			DependsOn:   []terracev1.DependencyReference{{Name: "network", Namespace: "platform"}},
-		},
-	}
+	app := benchStack(t, "app", 1)
+	app.Spec.DependsOn = []terracev1.DependencyReference{{Name: "network", Namespace: "platform"}}
 	e.create(t, app)
 	st := e.waitStack(t, "app", stackTimeout, "refused", conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "CrossNamespaceRefRefused"))
 	if msg := reconcile.Get(st, terracev1.ReadyCondition).Message; !strings.Contains(msg, "platform/network") || !strings.Contains(msg, "--allow-cross-namespace-refs") {
@@ -77,5 +63,17 @@ func TestStackCrossNamespaceDependencyIsRefused(t *testing.T) {
 	}
 	if st.Status.LastAttemptedRevision != "" {
 		t.Errorf("a refused Stack ran: %s", st.Status.LastAttemptedRevision)
+	}
+}
+
+// benchStack is an auto-applied Stack of the "bench" Program with n as its input.
+func benchStack(t *testing.T, name string, n int) *terracev1.Stack {
+	return &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: terracev1.StackSpec{
+			Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "bench"}},
+			Vars:        jsonVars(t, map[string]any{"n": n}),
+			ApprovePlan: terracev1.ApprovePlanAuto,
+		},
 	}
 }
