@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	kptr "k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -25,9 +27,12 @@ import (
 // The Installations API server of a namespace (spec.api.enabled): a
 // Deployment of `terrace api` under its own ServiceAccount, a Service, and
 // a serving certificate from the controller's CA. Its namespaced objects
-// are owned by the TerraceConfig; the one cluster-scoped binding (it needs
-// TokenReviews and SubjectAccessReviews to check its callers) is removed
-// through the finalizer.
+// are owned by the TerraceConfig. Its cluster-wide rights (TokenReviews and
+// SubjectAccessReviews to check its callers) come from the one
+// ClusterRoleBinding installed with the controller, whose subjects the
+// controller keeps to the running API servers: it may create or delete no
+// ClusterRoleBinding (docs/security.md, "Controller RBAC"). The finalizer
+// takes the namespace's subject out again.
 const (
 	// APIName names the Deployment, Service, ServiceAccount and RoleBinding.
 	APIName = "terrace-api"
@@ -38,7 +43,11 @@ const (
 	// APIAuthClusterRole is granted cluster-wide: TokenReviews,
 	// SubjectAccessReviews and reading TerraceConfigs.
 	APIAuthClusterRole = "terrace-api-auth"
-	// APIFinalizer removes the cluster-scoped binding when the config goes.
+	// APIAuthBindingName is the ClusterRoleBinding of APIAuthClusterRole,
+	// installed with the controller (config/rbac/api_roles.yaml) without
+	// subjects; the controller adds each API server's ServiceAccount.
+	APIAuthBindingName = "terrace-api-auth"
+	// APIFinalizer removes the namespace from the cluster-wide binding when the config goes.
 	APIFinalizer = "terrace.dev/api-server"
 	// APIPort is the container's HTTPS port; the Service serves 443.
 	APIPort = 8443
@@ -46,7 +55,6 @@ const (
 	apiCertValidity  = 24 * time.Hour
 	apiConfigHashKey = "terrace.dev/config-hash"
 	apiTLSHashKey    = "terrace.dev/tls-hash"
-	labelAPINS       = "terrace.dev/api-namespace"
 )
 
 // APIServerSettings let the controller run API servers.
@@ -66,11 +74,19 @@ func (a *APIServerSettings) now() time.Time {
 	return time.Now()
 }
 
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// Every object of an API server is named terrace-api, so reading, changing
+// and deleting are restricted to that name; create cannot be restricted by
+// name in Kubernetes RBAC. The Deployments are watched (metadata only) to
+// repair them. The cluster-wide binding is only read and updated.
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list;watch;create
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;update;delete,resourceNames=terrace-api
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=create
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;update;delete,resourceNames=terrace-api
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;update;delete,resourceNames=terrace-api
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;update,resourceNames=terrace-api-auth
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=terrace-api;terrace-api-auth
-// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=update
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/finalizers,verbs=update
 
 // apiEnabled reports whether cfg asks for an API server.
@@ -112,14 +128,8 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 	}); err != nil {
 		return err
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, crb, func() error {
-		crb.Labels = map[string]string{labelAPINS: ns, "app.kubernetes.io/managed-by": "terrace"}
-		crb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIAuthClusterRole}
-		crb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("failed to bind %s for the API server: %w", APIAuthClusterRole, err)
+	if err := r.bindAPIAuth(ctx, ns, true); err != nil {
+		return err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
 	if err := r.createOrUpdateOwned(ctx, cfg, svc, func() {
@@ -142,7 +152,40 @@ func apiLabels() map[string]string {
 	return map[string]string{"app.kubernetes.io/name": APIName, "app.kubernetes.io/managed-by": "terrace"}
 }
 
-func apiClusterBindingName(namespace string) string { return APIName + ":" + namespace }
+// bindAPIAuth adds (bound) or removes the namespace's API ServiceAccount
+// among the subjects of the installed binding APIAuthBindingName, with a
+// compare-and-swap update that is retried on conflict.
+func (r *Reconciler) bindAPIAuth(ctx context.Context, namespace string, bound bool) error {
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: namespace}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crb := &rbacv1.ClusterRoleBinding{}
+		err := r.Client.Get(ctx, client.ObjectKey{Name: APIAuthBindingName}, crb)
+		switch {
+		case apierrors.IsNotFound(err) && !bound:
+			return nil
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("ClusterRoleBinding %s is missing: install it with the controller (config/rbac/api_roles.yaml) so API servers may check their callers", APIAuthBindingName)
+		case err != nil:
+			return fmt.Errorf("failed to read ClusterRoleBinding %s: %w", APIAuthBindingName, err)
+		}
+		if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != APIAuthClusterRole {
+			return fmt.Errorf("ClusterRoleBinding %s grants %s %s, not ClusterRole %s: reinstall it from config/rbac/api_roles.yaml", APIAuthBindingName, crb.RoleRef.Kind, crb.RoleRef.Name, APIAuthClusterRole)
+		}
+		i := slices.Index(crb.Subjects, subject)
+		switch {
+		case bound == (i >= 0):
+			return nil
+		case bound:
+			crb.Subjects = append(crb.Subjects, subject)
+		default:
+			crb.Subjects = slices.Delete(crb.Subjects, i, i+1)
+		}
+		if err := r.Client.Update(ctx, crb); err != nil {
+			return fmt.Errorf("failed to update the subjects of ClusterRoleBinding %s: %w", APIAuthBindingName, err)
+		}
+		return nil
+	})
+}
 
 // configHash changes with the config's spec, so a change rolls the API pods.
 func configHash(cfg *terracev1.TerraceConfig) string {
@@ -273,11 +316,13 @@ func (r *Reconciler) removeAPI(ctx context.Context, cfg *terracev1.TerraceConfig
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APITLSSecretName}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}},
 	} {
 		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to remove %T %s of the API server: %w", obj, obj.GetName(), err)
 		}
+	}
+	if err := r.bindAPIAuth(ctx, ns, false); err != nil {
+		return err
 	}
 	controllerutil.RemoveFinalizer(cfg, APIFinalizer)
 	if err := r.Client.Update(ctx, cfg); err != nil && !apierrors.IsNotFound(err) {

@@ -75,7 +75,7 @@ type Options struct {
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/status,verbs=patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -73,8 +73,8 @@ type scope struct {
 // step is one stage of a reconcile; an error ends the reconcile.
 type step func(ctx context.Context, s *scope) error
 
-// +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=terrace.dev,resources=stacks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks/status,verbs=patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=terrace.dev,resources=programs;terraceconfigs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
