@@ -29,7 +29,6 @@
 package httpbackend
 
 import (
-	"bytes"
 	"crypto/md5" //nolint:gosec // Content-MD5 is what the tofu http backend sends; it checks transport integrity only.
 	"encoding/base64"
 	"encoding/json"
@@ -252,8 +251,9 @@ func readLockInfo(r *http.Request) (state.LockInfo, error) {
 	if err != nil || len(body) > maxLockBodyBytes {
 		return info, errors.New("failed to read the lock info body (at most 1 MiB)")
 	}
-	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&info); err != nil {
-		return info, errors.New("lock info must be a JSON object like tofu sends")
+	// Unmarshal, not a Decoder: the body must be one JSON value, nothing after it.
+	if err := json.Unmarshal(body, &info); err != nil {
+		return info, errors.New("lock info must be one JSON object like tofu sends")
 	}
 	if info.ID == "" {
 		return info, errors.New("lock info has no ID")
