@@ -11,6 +11,11 @@ require (
 )
 
 require (
+	github.com/google/go-containerregistry v0.22.1 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+)
+
+require (
 	github.com/agext/levenshtein v1.2.1 // indirect
 	github.com/apparentlymart/go-textseg/v15 v15.0.0 // indirect
 	github.com/apparentlymart/go-textseg/v17 v17.0.1 // indirect
