@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,24 +21,31 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/version"
 )
 
 // The Installations API server of a namespace (spec.api.enabled): a
 // Deployment of `terrace api` under its own ServiceAccount, a Service, and
 // a serving certificate from the controller's CA. Its namespaced objects
-// are owned by the TerraceConfig; the one cluster-scoped binding (it needs
-// TokenReviews and SubjectAccessReviews to check its callers) is removed
+// are owned by the TerraceConfig; the bindings outside the namespace (the
+// cluster-scoped one for TokenReviews and SubjectAccessReviews, and one in
+// the operator namespace to read the default TerraceConfig) are removed
 // through the finalizer.
 const (
 	// APIName names the Deployment, Service, ServiceAccount and RoleBinding.
 	APIName = "terrace-api"
 	// APITLSSecretName holds tls.crt, tls.key and ca.crt (the CA to trust).
 	APITLSSecretName = "terrace-api-tls"
-	// APIClusterRole is granted in the namespace (Stacks, their Secrets).
+	// APIClusterRole is granted in the namespace (Stacks, their Secrets,
+	// its TerraceConfig).
 	APIClusterRole = "terrace-api"
-	// APIAuthClusterRole is granted cluster-wide: TokenReviews,
-	// SubjectAccessReviews and reading TerraceConfigs.
+	// APIAuthClusterRole is granted cluster-wide: creating TokenReviews
+	// and SubjectAccessReviews, nothing else.
 	APIAuthClusterRole = "terrace-api-auth"
+	// APIOperatorConfigClusterRole is granted in the operator namespace:
+	// reading the default TerraceConfig, which may decide the namespace's
+	// state backend.
+	APIOperatorConfigClusterRole = "terrace-api-operator-config"
 	// APIFinalizer removes the cluster-scoped binding when the config goes.
 	APIFinalizer = "terrace.dev/api-server"
 	// APIPort is the container's HTTPS port; the Service serves 443.
@@ -55,8 +63,20 @@ type APIServerSettings struct {
 	Issuer interface {
 		Issue(pki.LeafRequest) (*pki.Leaf, error)
 	}
+	// Image is the controller's own image, which every API server runs:
+	// never a TerraceConfig's runner.image, which a namespace admin chooses
+	// and which would then see every caller's bearer token.
+	// version.ImageReference() when empty.
+	Image string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+}
+
+func (a *APIServerSettings) image() string {
+	if a.Image != "" {
+		return a.Image
+	}
+	return version.ImageReference()
 }
 
 func (a *APIServerSettings) now() time.Time {
@@ -69,7 +89,7 @@ func (a *APIServerSettings) now() time.Time {
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=terrace-api;terrace-api-auth
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=terrace-api;terrace-api-auth;terrace-api-operator-config
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=update;patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/finalizers,verbs=update
 
@@ -121,6 +141,9 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 	}); err != nil {
 		return fmt.Errorf("failed to bind %s for the API server: %w", APIAuthClusterRole, err)
 	}
+	if err := r.bindOperatorConfigReader(ctx, ns); err != nil {
+		return err
+	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
 	if err := r.createOrUpdateOwned(ctx, cfg, svc, func() {
 		svc.Labels = apiLabels()
@@ -134,8 +157,30 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 		dep.Labels = apiLabels()
 		dep.Spec.Replicas = kptr.To(kptr.Deref(cfg.Spec.API.Replicas, 1))
 		dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: apiLabels()}
-		dep.Spec.Template = apiPodTemplate(ns, s.effective, configHash(cfg), tlsHash, r.Resolver.OperatorNamespace)
+		dep.Spec.Template = apiPodTemplate(apiPod{
+			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, image: r.API.image(),
+			tokenAudiences: cfg.Spec.API.TokenAudiences, configHash: configHash(cfg), tlsHash: tlsHash,
+		})
 	})
+}
+
+// bindOperatorConfigReader lets the API server read the operator
+// namespace's TerraceConfig, and nothing else there.
+func (r *Reconciler) bindOperatorConfigReader(ctx context.Context, ns string) error {
+	opNS := r.Resolver.OperatorNamespace
+	if opNS == ns {
+		return nil // the namespace RoleBinding covers it
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: opNS, Name: apiClusterBindingName(ns)}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, rb, func() error {
+		rb.Labels = map[string]string{labelAPINS: ns, "app.kubernetes.io/managed-by": "terrace"}
+		rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIOperatorConfigClusterRole}
+		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("failed to bind %s for the API server: %w", APIOperatorConfigClusterRole, err)
+	}
+	return nil
 }
 
 func apiLabels() map[string]string {
@@ -149,15 +194,26 @@ func configHash(cfg *terracev1.TerraceConfig) string {
 	return hashJSON(cfg.Spec)
 }
 
-// apiPodTemplate runs `terrace api` from the runner image (it holds the
-// terrace binary), restricted, with its certificate mounted.
-func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operatorNamespace string) corev1.PodTemplateSpec {
-	image := ""
-	if eff != nil {
-		image = eff.RunnerImage
+// apiPod is what an API server's pod template is made from.
+type apiPod struct {
+	namespace, operatorNamespace string
+	// image is the controller's own (APIServerSettings.Image).
+	image          string
+	tokenAudiences []string
+	configHash     string
+	tlsHash        string
+}
+
+// apiPodTemplate runs `terrace api` from the controller's own image,
+// restricted, with its certificate mounted.
+func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
+	args := []string{"api", "--namespace=" + p.namespace, "--operator-namespace=" + p.operatorNamespace,
+		fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"}
+	if len(p.tokenAudiences) > 0 {
+		args = append(args, "--token-audiences="+strings.Join(p.tokenAudiences, ","))
 	}
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: apiLabels(), Annotations: map[string]string{apiConfigHashKey: cfgHash, apiTLSHashKey: tlsHash}},
+		ObjectMeta: metav1.ObjectMeta{Labels: apiLabels(), Annotations: map[string]string{apiConfigHashKey: p.configHash, apiTLSHashKey: p.tlsHash}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: APIName,
 			SecurityContext: &corev1.PodSecurityContext{
@@ -166,9 +222,8 @@ func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operator
 			},
 			Containers: []corev1.Container{{
 				Name:  "api",
-				Image: image,
-				Args: []string{"api", "--namespace=" + namespace, "--operator-namespace=" + operatorNamespace,
-					fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"},
+				Image: p.image,
+				Args:  args,
 				Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
@@ -274,6 +329,7 @@ func (r *Reconciler) removeAPI(ctx context.Context, cfg *terracev1.TerraceConfig
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APITLSSecretName}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: r.Resolver.OperatorNamespace, Name: apiClusterBindingName(ns)}},
 	} {
 		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to remove %T %s of the API server: %w", obj, obj.GetName(), err)
