@@ -77,7 +77,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 
-	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.RunnerImage)}
+	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.defaultRunnerImage())}
 	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
 	if err := mgr.Add(backends); err != nil {
 		return nil, err
@@ -108,11 +108,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
 	}
-	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.RunnerImage})
+	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.defaultRunnerImage()})
 	if err != nil {
 		return nil, err
 	}
-	apiServers := &config.APIServerSettings{Issuer: authority}
+	apiServers := &config.APIServerSettings{Issuer: authority, Image: opts.Image}
 	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers}); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+	"github.com/terrace-dev/terrace/internal/version"
 )
 
 // Options configure the controller process. They bind their own flags.
@@ -37,7 +38,12 @@ type Options struct {
 	// (ServingDNSNames).
 	ServerDNSNames []string
 	ServerIPs      []string
-	// RunnerImage is the runner image when no TerraceConfig names one.
+	// Image is the controller's own image: the Installations API servers
+	// run it, always (a TerraceConfig cannot change it). Default:
+	// version.ImageReference(), the image this binary was released as.
+	Image string
+	// RunnerImage is the runner image when no TerraceConfig names one;
+	// empty means Image.
 	RunnerImage string
 	// RunnerProviderMirror is a directory, inside runner pods, that
 	// providers are installed from exclusively (offline clusters, tests).
@@ -51,6 +57,14 @@ type Options struct {
 	Artifact artifact.ServerOptions
 	// State configures the Terraform http state server.
 	State httpbackend.Options
+}
+
+// defaultRunnerImage is the runner image when no TerraceConfig names one.
+func (o Options) defaultRunnerImage() string {
+	if o.RunnerImage != "" {
+		return o.RunnerImage
+	}
+	return o.Image
 }
 
 // stateServerURL is where runners reach the state server.
@@ -78,7 +92,7 @@ func DefaultOptions() Options {
 		LeaderElection:    true,
 		CASecretName:      "terrace-ca",
 		ServerIPs:         []string{"127.0.0.1"},
-		RunnerImage:       "ghcr.io/terrace-dev/terrace:latest",
+		Image:             version.ImageReference(),
 		SyncPeriod:        10 * time.Hour,
 		MaxConcurrentRuns: 4,
 		Artifact:          artifact.ServerOptions{ListenAddress: artifact.DefaultListenAddress, CacheBytes: artifact.DefaultCacheBytes},
@@ -108,7 +122,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CASecretName, "ca-secret", o.CASecretName, "name of the Secret, in --namespace, holding the controller CA")
 	fs.StringSliceVar(&o.ServerDNSNames, "server-dns-names", o.ServerDNSNames, "DNS names in the artifact and state servers' certificate (default: the Service terrace-controller's names in --namespace, and localhost)")
 	fs.StringSliceVar(&o.ServerIPs, "server-ips", o.ServerIPs, "IP addresses in the artifact and state servers' certificate")
-	fs.StringVar(&o.RunnerImage, "runner-image", o.RunnerImage, "runner image used when no TerraceConfig names one")
+	fs.StringVar(&o.Image, "image", o.Image, "the controller's own image, which the Installations API servers run (no TerraceConfig can change it)")
+	fs.StringVar(&o.RunnerImage, "runner-image", o.RunnerImage, "runner image used when no TerraceConfig names one (default: --image)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "longest time between full resyncs of the cache")
 	fs.StringVar(&o.RunnerProviderMirror, "runner-provider-mirror", o.RunnerProviderMirror, "directory in runner pods that providers are installed from, exclusively")
 	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", o.MaxConcurrentRuns, "how many Stacks may run at once")
@@ -126,7 +141,7 @@ func LocalOptions(namespace, artifactAddr, stateAddr string) Options {
 	o.MetricsAddr, o.HealthAddr = "0", "0"
 	o.LeaderElection = false
 	o.ServerIPs = []string{"127.0.0.1"}
-	o.RunnerImage = "ghcr.io/terrace-dev/terrace:dev"
+	o.Image = "ghcr.io/terrace-dev/terrace:dev"
 	o.Artifact.ListenAddress, o.Artifact.BaseURL = artifactAddr, "https://"+artifactAddr
 	o.State.ListenAddress, o.State.AdvertisedURL = stateAddr, "https://"+stateAddr
 	return o

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,6 +23,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/version"
 )
 
 // The Installations API server of a namespace (spec.api.enabled): a
@@ -38,10 +40,11 @@ const (
 	APIName = "terrace-api"
 	// APITLSSecretName holds tls.crt, tls.key and ca.crt (the CA to trust).
 	APITLSSecretName = "terrace-api-tls"
-	// APIClusterRole is granted in the namespace (Stacks, their Secrets).
+	// APIClusterRole is granted in the namespace (Stacks, their Secrets,
+	// its TerraceConfig).
 	APIClusterRole = "terrace-api"
-	// APIAuthClusterRole is granted cluster-wide: TokenReviews,
-	// SubjectAccessReviews and reading TerraceConfigs.
+	// APIAuthClusterRole is granted cluster-wide: creating TokenReviews
+	// and SubjectAccessReviews, nothing else.
 	APIAuthClusterRole = "terrace-api-auth"
 	// APIAuthBindingName is the ClusterRoleBinding of APIAuthClusterRole,
 	// installed with the controller (config/rbac/api_roles.yaml) without
@@ -63,8 +66,20 @@ type APIServerSettings struct {
 	Issuer interface {
 		Issue(pki.LeafRequest) (*pki.Leaf, error)
 	}
+	// Image is the controller's own image, which every API server runs:
+	// never a TerraceConfig's runner.image, which a namespace admin chooses
+	// and which would then see every caller's bearer token.
+	// version.ImageReference() when empty.
+	Image string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+}
+
+func (a *APIServerSettings) image() string {
+	if a.Image != "" {
+		return a.Image
+	}
+	return version.ImageReference()
 }
 
 func (a *APIServerSettings) now() time.Time {
@@ -144,7 +159,10 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 		dep.Labels = apiLabels()
 		dep.Spec.Replicas = kptr.To(kptr.Deref(cfg.Spec.API.Replicas, 1))
 		dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: apiLabels()}
-		dep.Spec.Template = apiPodTemplate(ns, s.effective, configHash(cfg), tlsHash, r.Resolver.OperatorNamespace)
+		dep.Spec.Template = apiPodTemplate(apiPod{
+			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, image: r.API.image(),
+			tokenAudiences: cfg.Spec.API.TokenAudiences, configHash: configHash(cfg), tlsHash: tlsHash,
+		})
 	})
 }
 
@@ -192,15 +210,26 @@ func configHash(cfg *terracev1.TerraceConfig) string {
 	return hashJSON(cfg.Spec)
 }
 
-// apiPodTemplate runs `terrace api` from the runner image (it holds the
-// terrace binary), restricted, with its certificate mounted.
-func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operatorNamespace string) corev1.PodTemplateSpec {
-	image := ""
-	if eff != nil {
-		image = eff.RunnerImage
+// apiPod is what an API server's pod template is made from.
+type apiPod struct {
+	namespace, operatorNamespace string
+	// image is the controller's own (APIServerSettings.Image).
+	image          string
+	tokenAudiences []string
+	configHash     string
+	tlsHash        string
+}
+
+// apiPodTemplate runs `terrace api` from the controller's own image,
+// restricted, with its certificate mounted.
+func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
+	args := []string{"api", "--namespace=" + p.namespace, "--operator-namespace=" + p.operatorNamespace,
+		fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"}
+	if len(p.tokenAudiences) > 0 {
+		args = append(args, "--token-audiences="+strings.Join(p.tokenAudiences, ","))
 	}
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: apiLabels(), Annotations: map[string]string{apiConfigHashKey: cfgHash, apiTLSHashKey: tlsHash}},
+		ObjectMeta: metav1.ObjectMeta{Labels: apiLabels(), Annotations: map[string]string{apiConfigHashKey: p.configHash, apiTLSHashKey: p.tlsHash}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: APIName,
 			SecurityContext: &corev1.PodSecurityContext{
@@ -209,9 +238,8 @@ func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operator
 			},
 			Containers: []corev1.Container{{
 				Name:  "api",
-				Image: image,
-				Args: []string{"api", "--namespace=" + namespace, "--operator-namespace=" + operatorNamespace,
-					fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"},
+				Image: p.image,
+				Args:  args,
 				Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,12 +50,18 @@ func eventuallyGone(t *testing.T, what string, obj client.Object) {
 
 func setAPI(t *testing.T, ns string, api *terracev1.APIConfig) {
 	t.Helper()
+	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.API = api })
+}
+
+// updateConfig changes the namespace's TerraceConfig, retrying conflicts.
+func updateConfig(t *testing.T, ns string, change func(*terracev1.TerraceConfig)) {
+	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
 		c := &terracev1.TerraceConfig{}
 		if err := env.Client.Get(ctx, configKey(ns), c); err != nil {
 			return false, err
 		}
-		c.Spec.API = api
+		change(c)
 		err := env.Client.Update(ctx, c)
 		return err == nil, nil // a conflict is retried
 	})
@@ -103,7 +110,7 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 	})
 	pod := dep.Spec.Template.Spec
 	c := pod.Containers[0]
-	if pod.ServiceAccountName != APIName || c.Image != "ghcr.io/terrace-dev/terrace:test" || !slices.Contains(c.Args, "--namespace="+ns) ||
+	if pod.ServiceAccountName != APIName || c.Image != controllerImage || !slices.Contains(c.Args, "--namespace="+ns) ||
 		!slices.Contains(c.Args, "--tls-cert-file=/etc/terrace/tls/tls.crt") || c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 		t.Errorf("pod template: sa %q image %q args %v", pod.ServiceAccountName, c.Image, c.Args)
 	}
@@ -212,4 +219,43 @@ func TestAPIServerWithoutTheInstalledBindingSaysWhatToInstall(t *testing.T) {
 	}
 	installAPIAuthBinding(t)
 	eventuallyObject(t, "the API ServiceAccount bound once the binding is installed", crb, apiSubject(crb, ns, true))
+}
+
+// TestAPIServerRunsTheControllersImage: a namespace admin who names a
+// runner image of their own does not get it into the API server, which
+// sees every caller's bearer token; the config says the image is refused.
+func TestAPIServerRunsTheControllersImage(t *testing.T) {
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{
+		Runner: &terracev1.RunnerConfig{Image: "evil/image"},
+		API:    &terracev1.APIConfig{Enabled: true, TokenAudiences: []string{"terrace.example", "other.example"}},
+	})
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the API Deployment", dep, nil)
+	c := dep.Spec.Template.Spec.Containers[0]
+	if c.Image != controllerImage {
+		t.Fatalf("the API server runs %q, want the controller's own %q", c.Image, controllerImage)
+	}
+	if !slices.Contains(c.Args, "--token-audiences=terrace.example,other.example") {
+		t.Errorf("args %q lack the token audiences", c.Args)
+	}
+	got := waitForConfig(t, ns, "RunnerPolicyNarrowed naming the image", func(c *terracev1.TerraceConfig) bool {
+		cond := meta.FindStatusCondition(c.Status.Conditions, RunnerPolicyNarrowedCondition)
+		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "spec.runner.image of TerraceConfig "+ns+"/default")
+	})
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, terracev1.ReadyCondition) {
+		t.Errorf("the rest of the config should work: %+v", got.Status.Conditions)
+	}
+	// An image the namespace may not use changes nothing when it changes either.
+	hash := dep.Spec.Template.Annotations[apiConfigHashKey]
+	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.Runner.Image = "evil/image:v2" })
+	eventuallyObject(t, "the Deployment rolled by the config change", dep, func() error {
+		if dep.Spec.Template.Annotations[apiConfigHashKey] == hash {
+			return fmt.Errorf("not rolled yet")
+		}
+		return nil
+	})
+	if img := dep.Spec.Template.Spec.Containers[0].Image; img != controllerImage {
+		t.Fatalf("after the change the API server runs %q", img)
+	}
 }

@@ -24,6 +24,10 @@ var (
 	cached client.Client
 )
 
+// controllerImage is the controller's own image in these tests; the
+// runner image (BuiltinDefaults) is deliberately another.
+const controllerImage = "ghcr.io/terrace-dev/terrace:controller-test"
+
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
@@ -64,7 +68,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "failed to create a CA:", err)
 		return 1
 	}
-	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority}}); err != nil {
+	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority, Image: controllerImage}}); err != nil {
 		fmt.Fprintln(os.Stderr, "failed to set up the terraceconfig controller:", err)
 		return 1
 	}

@@ -158,7 +158,7 @@ func (r *Reconciler) resolveConfig(ctx context.Context, s *scope) error {
 		return fmt.Errorf("failed to resolve the TerraceConfig for %s: %w", s.stack.Namespace, err)
 	}
 	s.config = eff
-	return nil
+	return checkRunnerPolicy(s)
 }
 
 // staleCacheRetry is how soon a reconcile that read a stale Stack looks
