@@ -127,7 +127,7 @@ func TestOutputsSecretNeverTakesOverAnotherSecret(t *testing.T) {
 	}{
 		{"a Secret Terrace did not make", victimSecret("victim"), "Terrace did not create it"},
 		{"another Stack's outputs Secret", ownedBy(other, "victim"), "belongs to Stack other"},
-		{"Terrace's labels without an owner", labelledOnly, "Terrace did not create it"},
+		{"Terrace's labels without an owner", labelledOnly, "Terrace keeps other data in it"},
 		{"another Stack's state", stateSecret, "Terrace keeps other data in it"},
 		{"owned by the Stack but not as controller", notController, "victim"},
 	}
