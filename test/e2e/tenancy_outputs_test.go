@@ -107,10 +107,7 @@ func (e *stackEnv) pointOutputsAt(t *testing.T, name, target string) {
 	if got := string(e.secretNow(t, name+"-outputs").Data["release"]); got != "v1" {
 		t.Fatalf("own outputs Secret: release=%q", got)
 	}
-	e.updateStack(t, name, func(s *terracev1.Stack) {
-		s.Spec.WriteOutputsToSecret.Name = target
-		s.Spec.Vars = jsonVars(t, map[string]any{"release": "v2"})
-	})
+	e.updateStack(t, name, func(s *terracev1.Stack) { s.Spec.WriteOutputsToSecret.Name = target })
 	e.waitStack(t, name, stackTimeout, "refused", refusedWith(stack.OutputsSecretConflictReason, "Secret "+target))
 }
 
@@ -156,15 +153,30 @@ func TestTenancyOutputsSecretCannotTakeOverASecret(t *testing.T) {
 	e.pointOutputsAt(t, "repointed", "victim")
 	e.assertUntouched(t, victim)
 
+	// Renamed to a free name, the outputs move there and the old Secret goes
+	// (a plan without changes: the outputs are synced, not re-applied).
+	e.updateStack(t, "repointed", func(s *terracev1.Stack) { s.Spec.WriteOutputsToSecret.Name = "repointed-renamed" })
+	e.waitStack(t, "repointed", stackTimeout, "Ready with the renamed outputs Secret", readyAt)
+	if got := string(e.secretNow(t, "repointed-renamed").Data["release"]); got != "v1" {
+		t.Fatalf("renamed outputs Secret: release=%q", got)
+	}
+	secretGone := func(name string) func() error {
+		return func() error {
+			return e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, &corev1.Secret{})
+		}
+	}
+	waitGone(t, 30*time.Second, "the outputs Secret of the old name removed", secretGone("repointed-outputs"))
+	// Pointed at the victim again and deleted with destroyOnDelete.
+	e.updateStack(t, "repointed", func(s *terracev1.Stack) { s.Spec.WriteOutputsToSecret.Name = "victim" })
+	e.waitStack(t, "repointed", stackTimeout, "refused again", refusedWith(stack.OutputsSecretConflictReason, "Secret victim"))
+
 	e.deleteStack(t, "direct")
 	e.deleteStack(t, "repointed")
 	e.assertUntouched(t, victim)
 	if string(e.secretNow(t, "victim").Data["password"]) != "do-not-touch" {
 		t.Fatal("the victim's value changed")
 	}
-	waitGone(t, 30*time.Second, "the Stack's own outputs Secret removed", func() error {
-		return e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "repointed-outputs"}, &corev1.Secret{})
-	})
+	waitGone(t, 30*time.Second, "the Stack's own outputs Secret removed on deletion", secretGone("repointed-renamed"))
 	assertStillServing(t)
 }
 
