@@ -98,7 +98,7 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 
 // readVarsObject returns the data and resourceVersion of a varsFrom object
 // (a Secret read directly, never cached) that the Stack's runner
-// ServiceAccount may read; see varsAccess.
+// ServiceAccount may read (checkVarsAccess).
 func (r *Reconciler) readVarsObject(ctx context.Context, s *scope, i int, ref terracev1.VarsReference) (map[string][]byte, string, error) {
 	if err := r.checkVarsAccess(ctx, s, i, ref); err != nil {
 		return nil, "", err
