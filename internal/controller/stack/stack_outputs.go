@@ -112,8 +112,9 @@ func ownedLabels() map[string]string {
 // syncOutputs brings the outputs Secret in line with the spec after a plan
 // without changes: writeOutputsToSecret may have been set, renamed or
 // removed since the last apply, which changes nothing tofu would plan.
+// planOnly Stacks never write outputs.
 func (r *Reconciler) syncOutputs(ctx context.Context, s *scope, cl *runner.Client, kind runKind) error {
-	if kind != runPlan {
+	if kind != runPlan || s.stack.Spec.PlanOnly {
 		return nil
 	}
 	if s.stack.Spec.WriteOutputsToSecret == nil {
