@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -176,6 +177,27 @@ func (e *stackEnv) create(t testing.TB, obj client.Object) {
 	obj.SetNamespace(e.ns)
 	if err := e.c.Create(context.Background(), obj); err != nil {
 		t.Fatalf("failed to create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// allowRunnerToRead lets the namespace's default ServiceAccount, which
+// runner pods run as, get the named Secrets: Terrace reads varsFrom objects
+// only when the runner's ServiceAccount may.
+func (e *stackEnv) allowRunnerToRead(t testing.TB, secrets ...string) {
+	t.Helper()
+	name := "read-" + strings.Join(secrets, ".")
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: secrets},
+	}}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: e.ns}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := e.c.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("failed to create %T %s: %v", obj, name, err)
+		}
 	}
 }
 

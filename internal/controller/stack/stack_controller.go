@@ -136,6 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.resolveSource,
 		r.resolveConfig,
 		r.gatherInputs,
+		r.checkOutputsSecret,
 		r.run,
 	} {
 		if err := st(ctx, s); err != nil {

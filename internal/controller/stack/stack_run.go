@@ -315,6 +315,9 @@ func (r *Reconciler) planAndMaybeApply(ctx context.Context, s *scope, cl *runner
 		driftDetectedTotal.WithLabelValues(s.stack.Namespace).Inc()
 	}
 	if !p.GetHasChanges() {
+		if err := r.syncOutputs(ctx, s, cl, kind); err != nil {
+			return err
+		}
 		s.stack.Status.LastAppliedInputsDigest = s.inputs.digest
 		s.stack.Status.LastPlannedRevision = s.source.revision
 		if s.stack.Status.LastAppliedRevision == "" || kind == runPlan {
