@@ -156,7 +156,7 @@ func (r *Reconciler) resolveFluxSource(ctx context.Context, s *scope, ref *terra
 func (r *Reconciler) checkArtifactHost(desc, rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact URL that is not a valid http(s) URL; only artifacts served by source-controller are fetched", desc)
+		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact URL without an http(s) host; only artifacts on the hosts of the controller flag --source-artifact-hosts (%s) are fetched", desc, r.Options.SourceArtifactHosts)
 	}
 	if !r.Options.SourceArtifactHosts.Allows(u) {
 		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact on host %s, which is not an allowed source host (%s); the operator may add it with the controller flag --source-artifact-hosts", desc, u.Host, r.Options.SourceArtifactHosts)
