@@ -86,7 +86,7 @@ type downloadBody struct {
 
 func (b *downloadBody) Read(p []byte) (int, error) {
 	n, err := b.limited.Read(p)
-	if err != nil && err != io.EOF && !errors.Is(err, ErrLimitExceeded) {
+	if err != nil && err != io.EOF && !errors.Is(err, ErrLimitExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: failed to read the artifact from %s: %w", ErrUnreachable, b.where, err)
 	}
 	return n, err
