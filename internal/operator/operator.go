@@ -116,6 +116,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers}); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
 	}
+	artifactHosts, err := artifact.ParseHostAllowlist(opts.SourceArtifactHosts)
+	if err != nil {
+		return nil, fmt.Errorf("--source-artifact-hosts: %w", err)
+	}
 	stacks := &stack.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -127,6 +131,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			OperatorNamespace:       opts.Namespace,
 			StateServerURL:          stateURL,
 			AllowCrossNamespaceRefs: opts.AllowCrossNamespaceRefs,
+			SourceArtifactHosts:     artifactHosts,
 			MaxConcurrentReconciles: opts.MaxConcurrentRuns,
 		},
 	}

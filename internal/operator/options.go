@@ -30,6 +30,9 @@ type Options struct {
 	LeaderElection bool
 	// AllowCrossNamespaceRefs lets Stacks reference sources and dependencies in other namespaces.
 	AllowCrossNamespaceRefs bool
+	// SourceArtifactHosts are the hosts (host or host:port) the controller
+	// downloads Flux artifacts from: source-controller's Service by default.
+	SourceArtifactHosts []string
 	// CASecretName is the Secret holding the controller CA.
 	CASecretName string
 	// ServerDNSNames and ServerIPs go into the serving certificate of the
@@ -85,7 +88,7 @@ func DefaultOptions() Options {
 	if ns == "" {
 		ns = "terrace-system"
 	}
-	return Options{
+	o := Options{
 		Namespace:         ns,
 		MetricsAddr:       ":8080",
 		HealthAddr:        ":8081",
@@ -98,6 +101,14 @@ func DefaultOptions() Options {
 		Artifact:          artifact.ServerOptions{ListenAddress: artifact.DefaultListenAddress, CacheBytes: artifact.DefaultCacheBytes},
 		State:             httpbackend.DefaultOptions(),
 	}
+	o.SourceArtifactHosts = DefaultSourceArtifactHosts()
+	return o
+}
+
+// DefaultSourceArtifactHosts are the names of Flux source-controller's
+// Service, which advertises artifact URLs under them.
+func DefaultSourceArtifactHosts() []string {
+	return []string{"source-controller.flux-system.svc.cluster.local", "source-controller.flux-system.svc"}
 }
 
 // ServingDNSNames are the DNS names of the serving certificate: the
@@ -119,6 +130,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "run reconcilers on the elected leader only (servers run on every replica)")
 	fs.BoolVar(&o.AllowCrossNamespaceRefs, "allow-cross-namespace-refs", o.AllowCrossNamespaceRefs, "allow Stacks to reference sources and Stacks in other namespaces")
+	fs.StringSliceVar(&o.SourceArtifactHosts, "source-artifact-hosts", o.SourceArtifactHosts, "hosts (host or host:port) the controller may download Flux artifacts from; a Flux source whose status.artifact.url names another host is refused before connecting")
 	fs.StringVar(&o.CASecretName, "ca-secret", o.CASecretName, "name of the Secret, in --namespace, holding the controller CA")
 	fs.StringSliceVar(&o.ServerDNSNames, "server-dns-names", o.ServerDNSNames, "DNS names in the artifact and state servers' certificate (default: the Service terrace-controller's names in --namespace, and localhost)")
 	fs.StringSliceVar(&o.ServerIPs, "server-ips", o.ServerIPs, "IP addresses in the artifact and state servers' certificate")

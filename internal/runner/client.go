@@ -145,6 +145,17 @@ func (c *Client) Fetch(ctx context.Context, url, digest string) (*runnerv1.Sourc
 	return resp.GetSource(), nil
 }
 
+// FetchExternal makes the runner download the source from a URL outside
+// the controller (a Stack's spec.source.url), from the runner pod's own
+// network position.
+func (c *Client) FetchExternal(ctx context.Context, url, digest string) (*runnerv1.SourceInfo, error) {
+	resp, err := c.rpc.Fetch(ctx, &runnerv1.FetchRequest{Url: url, Digest: digest, External: true})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetSource(), nil
+}
+
 // Init initialises the module.
 func (c *Client) Init(ctx context.Context, req *runnerv1.InitRequest, logf LogFunc) (*runnerv1.InitResult, error) {
 	stream, err := c.rpc.Init(ctx, req)

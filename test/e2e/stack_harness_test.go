@@ -30,6 +30,11 @@ import (
 // operatorNamespace holds the controller's CA and the default TerraceConfig.
 const operatorNamespace = "terrace-system"
 
+// fluxArtifactHost is the host the tests' controller allows Flux
+// artifacts from (--source-artifact-hosts): a name for the loopback
+// address, so a URL on 127.0.0.1 is a host the controller refuses.
+const fluxArtifactHost = "localhost"
+
 // controllerLog collects everything every controller started by the tests
 // logs (runner lines included), to check that no secret ever reaches it.
 var controllerLog = &testenv.SyncBuffer{}
@@ -128,6 +133,9 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	ports := freePorts(t, 2)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	opts.MaxConcurrentRuns = 8
+	// Flux artifacts come from the tests' artifactHost, as from
+	// source-controller; every other host stays refused (tenancy tests).
+	opts.SourceArtifactHosts = []string{fluxArtifactHost}
 	mgr, err := operator.NewManager(dev.Cluster.Config, opts)
 	if err != nil {
 		t.Fatalf("failed to create the controller: %v", err)

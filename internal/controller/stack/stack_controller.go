@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 )
@@ -38,6 +39,9 @@ type Options struct {
 	StateServerURL string
 	// AllowCrossNamespaceRefs permits sources and dependencies in other namespaces.
 	AllowCrossNamespaceRefs bool
+	// SourceArtifactHosts are the hosts Flux artifacts are downloaded
+	// from (source-controller's Service); nil allows none.
+	SourceArtifactHosts *artifact.HostAllowlist
 	// MaxConcurrentReconciles bounds parallel runs.
 	MaxConcurrentReconciles int
 	// DependencyRequeue is how often a Stack waiting on dependencies looks again.
