@@ -96,7 +96,15 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	stateTLS := pki.ServerTLSConfig(serving, authority, nil)
-	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, stateTLS)); err != nil {
+	runnerPods, err := httpbackend.NewRunnerPodCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(runnerPods); err != nil {
+		return nil, err
+	}
+	currentRuns := &httpbackend.StackRuns{Stacks: mgr.GetClient(), Pods: runnerPods, Live: mgr.GetAPIReader()}
+	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, currentRuns, stateTLS)); err != nil {
 		return nil, err
 	}
 
