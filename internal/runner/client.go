@@ -41,11 +41,12 @@ type Limits struct {
 	PlanFileBytes int64
 }
 
-// DefaultLimits fit a few concurrent runs (--max-concurrent-runs) next to
-// the state server in the controller's 1 GiB: a plan of thousands of
-// resources stays well under them.
+// DefaultLimits keep --max-concurrent-runs (4) runs at their worst, about
+// 120 MiB each with the copies the plan store makes, inside the memory
+// budget of config/manager; a plan of thousands of resources stays well
+// under them.
 func DefaultLimits() Limits {
-	return Limits{PlanJSONBytes: 16 << 20, ShowPlanBytes: 16 << 20, OutputsBytes: 4 << 20, PlanFileBytes: 32 << 20}
+	return Limits{PlanJSONBytes: 16 << 20, ShowPlanBytes: 16 << 20, OutputsBytes: 8 << 20, PlanFileBytes: 32 << 20}
 }
 
 // TooLargeError says a runner's answer went over one of the Limits.
