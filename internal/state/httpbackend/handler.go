@@ -49,6 +49,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -89,7 +90,8 @@ type Handler struct {
 	MaxStateBytes int64
 	Log           logr.Logger
 
-	admit *admission
+	admitOnce sync.Once
+	admit     *admission
 }
 
 // Address returns the backend address of key under baseURL (the advertised
@@ -226,10 +228,12 @@ func (h *Handler) maxStateBytes() int64 {
 // admission returns the server's admission, or one of the defaults for a
 // Handler built without NewServer.
 func (h *Handler) admission() *admission {
-	if h.admit == nil {
-		d := DefaultOptions()
-		h.admit = newAdmission(d.MaxInflightBytes, d.MaxInflightBytesPerNamespace, d.AdmissionWait)
-	}
+	h.admitOnce.Do(func() {
+		if h.admit == nil {
+			d := DefaultOptions()
+			h.admit = newAdmission(d.MaxInflightBytes, d.MaxInflightBytesPerNamespace, d.AdmissionWait)
+		}
+	})
 	return h.admit
 }
 
