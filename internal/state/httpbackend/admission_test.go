@@ -53,7 +53,7 @@ func TestAdmissionBoundsBytesInFlight(t *testing.T) {
 		t.Fatalf("a transfer waiting for room released by another: %v", err)
 	}
 	second()
-	if a.total.TryAcquire(10<<20) {
+	if a.total.TryAcquire(10 << 20) {
 		a.total.Release(10 << 20)
 	} else {
 		t.Fatal("bytes were not all given back")
