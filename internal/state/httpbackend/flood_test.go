@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
@@ -272,5 +274,74 @@ func TestStateServerMemoryUnderFlood(t *testing.T) {
 		if r := do(t, w.client, http.MethodGet, w.url, nil); r.code == http.StatusOK && int64(len(r.body)) < 7<<20 {
 			t.Fatalf("a stored state came back with %d bytes", len(r.body))
 		}
+	}
+}
+
+// The attack: a client is admitted for a large upload, then trickles its
+// body to hold the budget of bytes in flight. It is cut off at its
+// transfer deadline, and another namespace's large upload, waiting for
+// room, goes through.
+func TestTrickledUploadLosesItsAdmission(t *testing.T) {
+	f := newFixture(t, httpbackend.Options{MaxInflightBytes: 3 << 20, MaxInflightBytesPerNamespace: 3 << 20, AdmissionWait: time.Minute})
+	slowNS, otherNS := uniqueName("trickle-"), uniqueName("other-")
+	f.runs.startRun(t, slowNS, "app", "run-1")
+	f.runs.startRun(t, otherNS, "app", "run-1")
+	slowURL := httpbackend.Address(f.baseURL, state.Key{Namespace: slowNS, Stack: "app", Workspace: "default"})
+	otherURL := httpbackend.Address(f.baseURL, state.Key{Namespace: otherNS, Stack: "app", Workspace: "default"})
+
+	// The trickler sends 1 KiB of a 2 MiB state, then nothing.
+	stalled := make(chan struct{})
+	body, writer := io.Pipe()
+	trickle := make(chan error, 1)
+	trickler := f.client(t, pki.RunnerIdentity(slowNS, "app", "run-1"))
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, slowURL, body)
+		req.ContentLength = 2 << 20
+		resp, err := trickler.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("answered %d", resp.StatusCode)
+		}
+		trickle <- err
+	}()
+	go func() {
+		_, _ = writer.Write(make([]byte, 1<<10))
+		close(stalled)
+	}()
+	<-stalled
+	// Once the trickler is admitted, the other namespace's 2 MiB state
+	// does not fit until the trickler's deadline passes.
+	waitInflight(t, 2<<20)
+	code, err := upload(f.client(t, pki.RunnerIdentity(otherNS, "app", "run-1")), otherURL, 1, 2<<20)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("the other namespace's upload while a client trickled: %d %v", code, err)
+	}
+	_ = writer.Close()
+	if err := <-trickle; err == nil {
+		t.Fatal("the trickled upload was stored")
+	}
+	if st, err := f.store.Get(t.Context(), state.Key{Namespace: slowNS, Stack: "app", Workspace: "default"}); err == nil {
+		t.Fatalf("the trickled upload left a state: serial %d", st.Serial)
+	}
+}
+
+// waitInflight waits until the state server has admitted n bytes.
+func waitInflight(t *testing.T, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		families, err := ctrlmetrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range families {
+			if mf.GetName() == "terrace_state_inflight_bytes" && mf.GetMetric()[0].GetGauge().GetValue() >= n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the state server never admitted %.0f bytes", n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -74,6 +74,18 @@ const DefaultMaxStateBytes = 64 << 20
 // retryAfterSeconds is the Retry-After of a 503 for a busy server.
 const retryAfterSeconds = "5"
 
+// A large state admitted must move at least this fast, so a client that
+// trickles its bytes cannot hold the budget of bytes in flight for long.
+const (
+	minTransferBytesPerSecond = 1 << 20
+	minTransferTime           = 15 * time.Second
+)
+
+// transferDeadline is when a transfer of size bytes must be done.
+func transferDeadline(size int64) time.Time {
+	return time.Now().Add(minTransferTime + time.Duration(size/minTransferBytesPerSecond)*time.Second)
+}
+
 const maxLockBodyBytes = 1 << 20
 
 // IdentityFunc returns the verified identity of a request's client.
@@ -129,6 +141,9 @@ type statusRecorder struct {
 }
 
 func (w *statusRecorder) WriteHeader(code int) { w.code = code; w.ResponseWriter.WriteHeader(code) }
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (w *statusRecorder) Write(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
@@ -201,6 +216,9 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id pki.Identity, k
 		return
 	}
 	defer release()
+	if versions[0].Size > smallBodyBytes {
+		_ = http.NewResponseController(w).SetWriteDeadline(transferDeadline(versions[0].Size))
+	}
 	st, err := h.Store.Get(r.Context(), key)
 	if errors.Is(err, state.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)
@@ -262,6 +280,9 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, id pki.Identity, k
 		return
 	}
 	defer release()
+	if size > smallBodyBytes {
+		_ = http.NewResponseController(w).SetReadDeadline(transferDeadline(size))
+	}
 	body, err := readBody(w, r, limit, size)
 	if err != nil {
 		var tooBig *http.MaxBytesError

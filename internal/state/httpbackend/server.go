@@ -48,7 +48,7 @@ func DefaultOptions() Options {
 		MaxStateBytes:                DefaultMaxStateBytes,
 		MaxInflightBytes:             2 * DefaultMaxStateBytes,
 		MaxInflightBytesPerNamespace: DefaultMaxStateBytes,
-		AdmissionWait:                5 * time.Second,
+		AdmissionWait:                10 * time.Second,
 		ShutdownTimeout:              30 * time.Second,
 	}
 }
