@@ -88,7 +88,18 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(artifact.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)); err != nil {
+	// A runner's certificate works only while its run is its Stack's current run.
+	runnerPods, err := httpbackend.NewRunnerPodCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(runnerPods); err != nil {
+		return nil, err
+	}
+	currentRuns := &httpbackend.StackRuns{Stacks: mgr.GetClient(), Pods: runnerPods, Live: mgr.GetAPIReader()}
+	artifacts := artifact.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)
+	artifacts.CheckRuns(currentRuns)
+	if err := mgr.Add(artifacts); err != nil {
 		return nil, err
 	}
 	stateURL, err := opts.stateServerURL()
@@ -96,7 +107,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	stateTLS := pki.ServerTLSConfig(serving, authority, nil)
-	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, stateTLS)); err != nil {
+	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, currentRuns, stateTLS)); err != nil {
 		return nil, err
 	}
 

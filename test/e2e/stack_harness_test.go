@@ -53,6 +53,8 @@ func captureControllerLog() {
 type controller struct {
 	stop context.CancelFunc
 	done chan error
+	// stateURL is where runners reach the controller's state server.
+	stateURL string
 }
 
 // stackEnv is what a Stack test needs: the dev cluster, clients, a
@@ -141,7 +143,7 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 		t.Fatalf("failed to create the controller: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &controller{stop: cancel, done: make(chan error, 1)}
+	c := &controller{stop: cancel, done: make(chan error, 1), stateURL: opts.State.AdvertisedURL}
 	go func() { c.done <- mgr.Start(ctx) }()
 	return c
 }

@@ -32,9 +32,13 @@ type LauncherRuns struct {
 
 // Start creates the run's pod and connects to it.
 func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, error) {
+	runID := req.RunID
+	if runID == "" {
+		runID = launcher.NewRunID() // not announced: the state server will refuse it
+	}
 	spec := launcher.RunSpec{
 		Stack:              req.Stack,
-		RunID:              launcher.NewRunID(),
+		RunID:              runID,
 		Image:              req.Config.RunnerImage,
 		Binary:             req.Config.Binary,
 		ServiceAccountName: req.Config.ServiceAccountName,

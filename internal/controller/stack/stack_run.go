@@ -194,6 +194,9 @@ func (r *Reconciler) announceRun(ctx context.Context, s *scope, kind runKind) er
 		msg = "planning " + s.source.revision
 	}
 	reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", msg)
+	// Recorded before the runner exists: its certificate opens the state
+	// only while this is the Stack's current run.
+	s.stack.Status.CurrentRun = launcher.NewRunID()
 	return patcher.Patch(ctx, s.stack, terracev1.ReadyCondition, terracev1.ReconcilingCondition)
 }
 
