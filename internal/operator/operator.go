@@ -79,6 +79,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 
 	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.RunnerImage)}
 	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
+	postgresHosts := &config.PostgresHostPolicy{OperatorNamespace: opts.Namespace, Allowed: opts.PostgresAllowedHosts, Reader: mgr.GetAPIReader()}
+	backends.PostgresHosts = postgresHosts
 	if err := mgr.Add(backends); err != nil {
 		return nil, err
 	}
@@ -113,7 +115,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	apiServers := &config.APIServerSettings{Issuer: authority}
-	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers}); err != nil {
+	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers, PostgresHosts: postgresHosts}); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
 	}
 	stacks := &stack.Reconciler{

@@ -63,6 +63,9 @@ type Reconciler struct {
 	// API runs the Installations API server of configs that enable it; nil
 	// leaves spec.api alone.
 	API *APIServerSettings
+	// PostgresHosts refuses PostgreSQL servers the operator does not allow;
+	// nil allows any.
+	PostgresHosts *PostgresHostPolicy
 }
 
 // Options are what the TerraceConfig controller needs besides the manager.
@@ -72,6 +75,8 @@ type Options struct {
 	Migrator StateMigrator
 	Runs     RunCounter
 	API      *APIServerSettings
+	// PostgresHosts: see Reconciler.PostgresHosts.
+	PostgresHosts *PostgresHostPolicy
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
@@ -94,6 +99,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Migrator:     opts.Migrator,
 		Runs:         opts.Runs,
 		API:          opts.API,
+
+		PostgresHosts: opts.PostgresHosts,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("terraceconfig").
@@ -224,6 +231,9 @@ func (r *Reconciler) checkSecrets(ctx context.Context, s *configScope) error {
 		}
 		if err := ref.check(value); err != nil {
 			return reconcile.Terminalf(ref.invalidReason, "Secret %s/%s key %q named by %s: %v", ns, ref.name, ref.key, ref.field, err)
+		}
+		if err := r.checkPostgresHost(ctx, ns, ref, value); err != nil {
+			return err
 		}
 	}
 	return nil
