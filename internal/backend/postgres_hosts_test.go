@@ -160,6 +160,8 @@ func activeConnections(t *testing.T, admin *pgxpool.Pool, application string) in
 func waitConnections(t *testing.T, admin *pgxpool.Pool, application string, want func(int) bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		n := activeConnections(t, admin, application)
 		if want(n) {
@@ -168,7 +170,7 @@ func waitConnections(t *testing.T, admin *pgxpool.Pool, application string, want
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %d connections of %s", what, n, application)
 		}
-		time.Sleep(50 * time.Millisecond) // polling a real server, bounded by the deadline
+		<-tick.C
 	}
 }
 

@@ -127,6 +127,9 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	ports := freePorts(t, 2)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	opts.MaxConcurrentRuns = 8
+	// Namespace configs of these tests may use the shared PostgreSQL, as an
+	// operator would allow its database server.
+	opts.PostgresAllowedHosts = []string{sharedPostgresHost(t)}
 	mgr, err := operator.NewManager(dev.Cluster.Config, opts)
 	if err != nil {
 		t.Fatalf("failed to create the controller: %v", err)
