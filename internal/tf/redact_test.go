@@ -308,3 +308,22 @@ func TestContainsSecret(t *testing.T) {
 		}
 	}
 }
+
+// A runner that applies a plan another runner made learns the values of
+// the variables named as from Secrets from the plan file itself, so the
+// apply's "Outputs: echo_pin = 7" is masked.
+func TestApplyingRunnerLearnsSecretValuesFromThePlan(t *testing.T) {
+	r := NewRedactor()
+	plan := `{"variables": {"pin": {"value": 7}, "flag": {"value": true}, "short": {"value": "ab"}, "label": {"value": "x"}}}`
+	if _, err := r.RedactPlanJSON([]byte(plan), []string{"pin", "flag", "short"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"echo_pin = 7", "echo_flag = true", `echo_short = "ab"`} {
+		if out := r.String(line); !strings.Contains(out, Redacted) {
+			t.Errorf("apply output %q not masked: %q", line, out)
+		}
+	}
+	if out := r.String(`label = "x"`); out != `label = "x"` {
+		t.Errorf("a variable from no Secret was masked: %q", out)
+	}
+}

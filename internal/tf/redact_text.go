@@ -284,3 +284,13 @@ func (r *Redactor) containsSecret(v any) bool {
 	s, ok := v.(string)
 	return ok && r.String(s) != s
 }
+
+// MarkSensitive names variables whose values must be redacted even if the
+// module does not declare them sensitive (values from Secrets), for an
+// executor that applies a plan it did not make: Apply reads their values
+// from the plan file and masks them before tofu prints anything.
+func (e *Executor) MarkSensitive(names []string) {
+	for _, name := range names {
+		e.extraSensitive[name] = true
+	}
+}

@@ -21,3 +21,12 @@ func (in *inputs) secretValues() release.SecretValues {
 	}
 	return r
 }
+
+// sensitiveNames are the variables that came from Secrets, for a runner
+// applying a plan another runner made.
+func (in *inputs) sensitiveNames() []string {
+	if in == nil {
+		return nil
+	}
+	return in.sensitive
+}
