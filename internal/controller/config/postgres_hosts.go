@@ -77,7 +77,7 @@ func (p *PostgresHostPolicy) Check(ctx context.Context, configNamespace, connStr
 				return err
 			}
 		}
-		if !slices.Contains(operatorHosts, h) {
+		if !slices.ContainsFunc(operatorHosts, h.same) {
 			return fmt.Errorf("%w: %s is neither the operator config's PostgreSQL server nor in the controller's --postgres-allowed-hosts (%s); use an allowed server or ask the cluster admin to allow this one", ErrPostgresHostNotAllowed, h, p.allowedText())
 		}
 	}
@@ -91,6 +91,14 @@ type hostPort struct {
 
 func (h hostPort) socket() bool { return strings.HasPrefix(h.host, "/") }
 
+// same compares host names without case (DNS does), socket paths exactly.
+func (h hostPort) same(o hostPort) bool {
+	if h.socket() || o.socket() {
+		return h == o
+	}
+	return strings.EqualFold(h.host, o.host) && h.port == o.port
+}
+
 func (h hostPort) String() string {
 	if h.socket() {
 		return h.host
@@ -99,9 +107,9 @@ func (h hostPort) String() string {
 }
 
 func connectionHosts(cfg *pgconn.Config) []hostPort {
-	hosts := []hostPort{{strings.ToLower(cfg.Host), cfg.Port}}
+	hosts := []hostPort{{cfg.Host, cfg.Port}}
 	for _, f := range cfg.Fallbacks {
-		hosts = append(hosts, hostPort{strings.ToLower(f.Host), f.Port})
+		hosts = append(hosts, hostPort{f.Host, f.Port})
 	}
 	return hosts
 }
