@@ -13,8 +13,6 @@ package backend
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -73,12 +71,19 @@ type Backends struct {
 	resolve ResolveFunc
 	// SecretRecheck overrides DefaultSecretRecheck; set before first use.
 	SecretRecheck time.Duration
+	// PostgresHosts refuses PostgreSQL servers the operator does not
+	// allow, before any connection; nil allows any (the controller always
+	// sets one). Set before first use.
+	PostgresHosts *config.PostgresHostPolicy
 
 	mu     sync.Mutex
 	sets   map[string]*cachedSet
-	pools  map[string]*pgxpool.Pool // by hash of the connection string
+	pools  *poolCache
 	closed bool
 }
+
+// SetPoolCloseGrace overrides DefaultPoolCloseGrace; call before first use.
+func (b *Backends) SetPoolCloseGrace(d time.Duration) { b.pools.grace = d }
 
 // cachedSet is a Set with what it was opened from.
 type cachedSet struct {
@@ -88,13 +93,17 @@ type cachedSet struct {
 	// secretVersions are the resourceVersions of the Secrets read.
 	secretVersions map[types.NamespacedName]string
 	checkedAt      time.Time
+	// release lets go of the PostgreSQL pool the stores use (a no-op for Secrets).
+	release func()
 }
 
 // New returns Backends reading Secrets (state, plans, releases, keys and
 // connection strings) through c, which should not cache Secrets (the
 // manager's client, configured so, or an uncached client).
 func New(c client.Client, resolve ResolveFunc) *Backends {
-	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, pools: map[string]*pgxpool.Pool{}}
+	pools := newPoolCache()
+	pools.grace = DefaultPoolCloseGrace
+	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, pools: pools}
 }
 
 // For returns the stores of namespace in the backend that holds its data,
@@ -160,8 +169,18 @@ func (b *Backends) forLocation(ctx context.Context, namespace string, eff config
 		return nil, err
 	}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		opened.release()
+		return nil, errors.New("state backends are closed")
+	}
+	replaced := b.sets[namespace]
 	b.sets[namespace] = opened
 	b.mu.Unlock()
+	if replaced != nil {
+		// The settings or a Secret changed: the old connection is no longer the configured one.
+		replaced.release()
+	}
 	return withEffective(opened.set, eff), nil
 }
 
@@ -196,6 +215,7 @@ func (b *Backends) open(ctx context.Context, namespace string, eff config.Effect
 	}
 	history := int(eff.History)
 	set := &Set{Effective: eff}
+	releasePool := func() {}
 	switch eff.StateBackend {
 	case terracev1.StateBackendSecrets, "":
 		st := secrets.New(b.client, secrets.Options{History: history, Keys: state.StaticKey(key)})
@@ -209,20 +229,22 @@ func (b *Backends) open(ctx context.Context, namespace string, eff config.Effect
 		if err != nil {
 			return nil, err
 		}
-		pool, err := b.pool(ctx, string(url), *ref)
+		pool, release, err := b.pool(ctx, string(url), *ref)
 		if err != nil {
 			return nil, err
 		}
 		st, err := postgres.New(ctx, pool, postgres.Options{History: history, Keys: state.StaticKey(key)})
 		if err != nil {
+			release()
 			return nil, fmt.Errorf("failed to open the PostgreSQL state store for namespace %s: %w", namespace, err)
 		}
+		releasePool = release
 		set.States, set.Plans, set.Releases = st, st, st
 	default:
 		return nil, fmt.Errorf("%w: unknown state backend %q", ErrMisconfigured, eff.StateBackend)
 	}
 	set.History = release.History{Store: set.Releases, Limit: history}
-	return &cachedSet{set: set, storageHash: eff.StorageHash(), secretVersions: versions, checkedAt: time.Now()}, nil
+	return &cachedSet{set: set, storageHash: eff.StorageHash(), secretVersions: versions, checkedAt: time.Now(), release: releasePool}, nil
 }
 
 // readSecretValue reads one Secret key and records the Secret's resourceVersion.
@@ -261,39 +283,35 @@ func (b *Backends) secretsUnchanged(ctx context.Context, versions map[types.Name
 	return true, nil
 }
 
-// pool returns the shared pool for a connection string, creating it once.
-func (b *Backends) pool(ctx context.Context, url string, ref config.SecretKeyRef) (*pgxpool.Pool, error) {
-	sum := sha256.Sum256([]byte(url))
-	id := hex.EncodeToString(sum[:])
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p, ok := b.pools[id]; ok {
-		return p, nil
-	}
+// pool returns the shared pool for a connection string, after checking
+// that the config that named it may use its server, and the func that
+// releases this use of it.
+func (b *Backends) pool(ctx context.Context, url string, ref config.SecretKeyRef) (*pgxpool.Pool, func(), error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx's parse errors may quote the string, password included: say less.
-		return nil, fmt.Errorf("%w: Secret %s/%s key %q is not a valid PostgreSQL connection string", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key)
+		return nil, nil, fmt.Errorf("%w: Secret %s/%s key %q is not a valid PostgreSQL connection string", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key)
 	}
-	// The pool connects lazily, so holding the lock here costs no round trip.
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err := b.PostgresHosts.Check(ctx, ref.Namespace, url); err != nil {
+		if errors.Is(err, config.ErrPostgresHostNotAllowed) {
+			return nil, nil, fmt.Errorf("%w: Secret %s/%s key %q: %w", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key, err)
+		}
+		return nil, nil, err
+	}
+	p, release, err := b.pools.acquire(ctx, url, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("failed to create the PostgreSQL pool for Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, nil, fmt.Errorf("failed to create the PostgreSQL pool for Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	b.pools[id] = p
-	return p, nil
+	return p, release, nil
 }
 
 // Close closes every PostgreSQL pool; For fails afterwards.
 func (b *Backends) Close() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.closed = true
-	for id, p := range b.pools {
-		p.Close()
-		delete(b.pools, id)
-	}
 	clear(b.sets)
+	b.mu.Unlock()
+	b.pools.closeAll()
 }
 
 // Start waits for ctx to end and closes the pools: add Backends to the

@@ -134,10 +134,11 @@ func (b *Backends) discover(ctx context.Context, namespace string, eff config.Ef
 // holdsState reports whether backend has a state of namespace that was not
 // migrated away.
 func (b *Backends) holdsState(ctx context.Context, namespace string, eff config.Effective, backend terracev1.StateBackend) (bool, error) {
-	set, err := b.OpenBackend(ctx, namespace, eff, backend)
+	set, release, err := b.OpenBackend(ctx, namespace, eff, backend)
 	if err != nil {
 		return false, err
 	}
+	defer release()
 	keys, err := set.States.List(ctx, namespace)
 	if err != nil {
 		return false, err
@@ -157,12 +158,13 @@ func (b *Backends) holdsState(ctx context.Context, namespace string, eff config.
 // OpenBackend opens namespace's stores in the given backend with the
 // namespace's other settings (encryption, history, the named PostgreSQL
 // connection). It bypasses the location record: it is for migrations.
-func (b *Backends) OpenBackend(ctx context.Context, namespace string, eff config.Effective, backend terracev1.StateBackend) (*Set, error) {
+// Call release when done with the stores, so an unused pool can close.
+func (b *Backends) OpenBackend(ctx context.Context, namespace string, eff config.Effective, backend terracev1.StateBackend) (set *Set, release func(), err error) {
 	opened, err := b.open(ctx, namespace, storedIn(eff, backend))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return opened.set, nil
+	return opened.set, opened.release, nil
 }
 
 // storedIn returns eff with its storage in backend: the other settings

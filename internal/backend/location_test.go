@@ -106,10 +106,11 @@ func TestChangingTheBackendMovesStateOnlyWhenMigrated(t *testing.T) {
 	assertEverything(t, b, ns, latest, terracev1.StateBackendPostgres)
 
 	// The Secrets copy is kept, marked, and refuses writes.
-	secretsOnly, err := b.OpenBackend(ctx(t), ns, set.Effective, terracev1.StateBackendSecrets)
+	secretsOnly, release, err := b.OpenBackend(ctx(t), ns, set.Effective, terracev1.StateBackendSecrets)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer release()
 	if mark, err := secretsOnly.States.Migrated(ctx(t), stateKey(ns)); err != nil || mark == nil || mark.To != string(terracev1.StateBackendPostgres) {
 		t.Errorf("source mark: %+v %v", mark, err)
 	}

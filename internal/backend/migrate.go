@@ -31,14 +31,16 @@ func (b *Backends) MigrateNamespace(ctx context.Context, namespace string, log l
 	if err := checkLocation(namespace, loc, eff); err != nil {
 		return loc, migrate.Report{}, err
 	}
-	from, err := b.OpenBackend(ctx, namespace, eff, loc.Current)
+	from, releaseFrom, err := b.OpenBackend(ctx, namespace, eff, loc.Current)
 	if err != nil {
 		return loc, migrate.Report{}, fmt.Errorf("failed to open the %s backend of namespace %s: %w", loc.Current, namespace, err)
 	}
-	to, err := b.OpenBackend(ctx, namespace, eff, loc.Desired)
+	defer releaseFrom()
+	to, releaseTo, err := b.OpenBackend(ctx, namespace, eff, loc.Desired)
 	if err != nil {
 		return loc, migrate.Report{}, fmt.Errorf("failed to open the %s backend of namespace %s: %w", loc.Desired, namespace, err)
 	}
+	defer releaseTo()
 	report, err := migrate.Migrate(ctx, migrationBackend(string(loc.Current), from), migrationBackend(string(loc.Desired), to), migrate.Options{Namespace: namespace, Log: log})
 	if err != nil {
 		return loc, report, err
@@ -55,9 +57,13 @@ func migrationBackend(name string, set *Set) migrate.Backend {
 	return migrate.Backend{Name: name, States: set.States, Plans: set.Plans, Releases: set.Releases}
 }
 
-// forget drops the cached stores of namespace.
+// forget drops the cached stores of namespace and lets go of their pool.
 func (b *Backends) forget(namespace string) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	dropped := b.sets[namespace]
 	delete(b.sets, namespace)
+	b.mu.Unlock()
+	if dropped != nil {
+		dropped.release()
+	}
 }

@@ -79,6 +79,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 
 	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.defaultRunnerImage())}
 	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
+	postgresHosts := &config.PostgresHostPolicy{OperatorNamespace: opts.Namespace, Allowed: opts.PostgresAllowedHosts, Reader: mgr.GetAPIReader()}
+	backends.PostgresHosts = postgresHosts
 	if err := mgr.Add(backends); err != nil {
 		return nil, err
 	}
@@ -124,7 +126,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	apiServers := &config.APIServerSettings{Issuer: authority, Image: opts.Image}
-	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers}); err != nil {
+	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers, PostgresHosts: postgresHosts}); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
 	}
 	artifactHosts, err := artifact.ParseHostAllowlist(opts.SourceArtifactHosts)

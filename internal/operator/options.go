@@ -55,6 +55,10 @@ type Options struct {
 	MaxConcurrentRuns int
 	// SyncPeriod bounds how long the cache may go without a full resync.
 	SyncPeriod time.Duration
+	// PostgresAllowedHosts are the PostgreSQL servers ("host", "host:port"
+	// or a unix socket directory) a namespace's TerraceConfig may name,
+	// besides the operator config's own server (config.PostgresHostPolicy).
+	PostgresAllowedHosts []string
 
 	// Artifact configures the Program artifact server.
 	Artifact artifact.ServerOptions
@@ -139,6 +143,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "longest time between full resyncs of the cache")
 	fs.StringVar(&o.RunnerProviderMirror, "runner-provider-mirror", o.RunnerProviderMirror, "directory in runner pods that providers are installed from, exclusively")
 	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", o.MaxConcurrentRuns, "how many Stacks may run at once")
+	fs.StringSliceVar(&o.PostgresAllowedHosts, "postgres-allowed-hosts", o.PostgresAllowedHosts, "PostgreSQL servers (host, host:port, or a unix socket directory) a namespace's TerraceConfig may name, besides the TCP server of the operator namespace's config; unix sockets only when listed")
 	o.Artifact.BindFlags(fs)
 	o.State.BindFlags(fs)
 }

@@ -29,7 +29,8 @@ func (h History) Record(ctx context.Context, r Release) (*Release, error) {
 	if n := len(all); n > 0 {
 		r.Revision = all[n-1].Revision + 1
 	}
-	r.Outputs = Redacted(r.Outputs)
+	r.Outputs = HoldBack(r.Outputs, r.SecretInputs)
+	r.SecretInputs = nil
 	r.Migrated = nil
 	if err := r.Validate(); err != nil {
 		return nil, err

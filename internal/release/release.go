@@ -55,6 +55,14 @@ type Output struct {
 	Name      string          `json:"name"`
 	Sensitive bool            `json:"sensitive,omitempty"`
 	Value     json.RawMessage `json:"value,omitempty"`
+	// FromSecret says the output was held back because its value contained
+	// a value from a Secret; Sensitive is set too, so every reader masks it.
+	FromSecret bool `json:"fromSecret,omitempty"`
+}
+
+// SecretValues recognises values that came from Secrets (*tf.Redactor is one).
+type SecretValues interface {
+	ContainsSecret(value json.RawMessage) bool
 }
 
 // Release is one applied revision of a Stack.
@@ -74,6 +82,14 @@ type Release struct {
 	// Message says why a failed release failed (no secrets).
 	Message string `json:"message,omitempty"`
 
+	// SecretInputs recognises the Stack's inputs from Secrets. tofu marks
+	// an output sensitive only when the module declares it so, so an
+	// output that merely passes a Secret's value on (`value = var.pin`)
+	// is not; the rule here is that an output whose value contains any
+	// value from a Secret (whole, or as text inside a string) is recorded
+	// like a sensitive one, without its value. It is not stored.
+	SecretInputs SecretValues `json:"-"`
+
 	// Migrated is set when the record was copied to another backend; it is
 	// kept by the store, outside the body.
 	Migrated *state.MigrationMark `json:"-"`
@@ -81,10 +97,20 @@ type Release struct {
 
 // Redacted returns the outputs with every sensitive value removed.
 func Redacted(outputs []Output) []Output {
+	return HoldBack(outputs, nil)
+}
+
+// HoldBack returns the outputs with every sensitive value removed, and
+// every value that contains a value from a Secret (secrets may be nil)
+// removed and its output marked sensitive and FromSecret.
+func HoldBack(outputs []Output, secrets SecretValues) []Output {
 	out := make([]Output, len(outputs))
 	for i, o := range outputs {
 		out[i] = o
-		if o.Sensitive {
+		if !o.Sensitive && o.Value != nil && secrets != nil && secrets.ContainsSecret(o.Value) {
+			out[i].Sensitive, out[i].FromSecret = true, true
+		}
+		if out[i].Sensitive {
 			out[i].Value = nil
 		}
 	}
@@ -107,10 +133,11 @@ func (r *Release) Validate() error {
 	return nil
 }
 
-// Encode returns the gzip JSON body of r, with sensitive output values removed.
+// Encode returns the gzip JSON body of r, with sensitive output values and
+// those built from Secret values removed.
 func Encode(r *Release) ([]byte, error) {
 	c := *r
-	c.Outputs = Redacted(r.Outputs)
+	c.Outputs = HoldBack(r.Outputs, r.SecretInputs)
 	raw, err := json.Marshal(&c)
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode release: %w", err)
@@ -147,7 +174,7 @@ func Decode(body []byte, what string) (*Release, error) {
 // verifying a copy.
 func Digest(r *Release) string {
 	c := *r
-	c.Outputs = Redacted(r.Outputs)
+	c.Outputs = HoldBack(r.Outputs, r.SecretInputs)
 	c.StartedAt, c.FinishedAt = c.StartedAt.UTC(), c.FinishedAt.UTC()
 	raw, _ := json.Marshal(&c)
 	return state.Digest(raw)

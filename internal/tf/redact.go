@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -12,71 +11,103 @@ import (
 // Redacted replaces every sensitive value that leaves the runner.
 const Redacted = "(sensitive value)"
 
-// minSecretLength is the shortest value scrubbed from free text. Shorter
-// sensitive values are still redacted structurally (in plan JSON by
-// tofu's sensitivity marks, in human output by tofu itself); scrubbing
-// every "a" or "1" from logs would make them unreadable.
+// minSecretLength is the shortest secret text replaced wherever it occurs;
+// shorter secret text is replaced only where it stands alone as a token
+// (see redact_text.go for why).
 const minSecretLength = 4
 
-// Redactor scrubs known sensitive strings from text. It only learns: a
-// value once seen as sensitive stays secret for the runner's lifetime.
-// Safe for concurrent use.
+// Redactor scrubs known sensitive values from text and JSON. It only
+// learns: a value once seen as sensitive stays secret for the runner's
+// lifetime. Safe for concurrent use.
 type Redactor struct {
 	mu       sync.RWMutex
-	secrets  map[string]struct{}
+	values   maskedValues
 	replacer *strings.Replacer
 }
 
 // NewRedactor returns a redactor that knows no secret yet.
 func NewRedactor() *Redactor {
-	return &Redactor{secrets: map[string]struct{}{}}
+	return &Redactor{values: newMaskedValues()}
 }
 
-// AddValue learns every string inside a sensitive value (a JSON-decoded
-// value: string, number, bool, []any, map[string]any).
+// AddValue learns every part of a secret value (a JSON-decoded value:
+// string, json.Number or float64, bool, []any, map[string]any): strings of
+// any length, numbers and booleans. Values from Secrets come this way.
 func (r *Redactor) AddValue(v any) {
-	var leaves []string
-	collectStrings(v, &leaves)
-	r.Add(leaves...)
+	var leaves []any
+	collectScalars(v, &leaves)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed := false
+	for _, leaf := range leaves {
+		changed = r.values.learn(leaf) || changed
+	}
+	if changed {
+		r.rebuild()
+	}
 }
 
-func collectStrings(v any, out *[]string) {
+// AddJSON learns a secret value given as JSON; text that is not JSON is
+// learnt as a string.
+func (r *Redactor) AddJSON(raw []byte) {
+	v, err := decodeJSON(raw)
+	if err != nil {
+		r.Add(string(raw))
+		return
+	}
+	r.AddValue(v)
+}
+
+func decodeJSON(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func collectScalars(v any, out *[]any) {
 	switch t := v.(type) {
-	case string:
-		*out = append(*out, t)
 	case []any:
 		for _, e := range t {
-			collectStrings(e, out)
+			collectScalars(e, out)
 		}
 	case map[string]any:
 		for _, e := range t {
-			collectStrings(e, out)
+			collectScalars(e, out)
 		}
+	case nil:
+	default:
+		*out = append(*out, t)
 	}
 }
 
 // Add learns secret strings, in every form they may be printed in: as is,
 // line by line, JSON-escaped and Go-quoted.
 func (r *Redactor) Add(secrets ...string) {
-	var forms []string
-	for _, s := range secrets {
-		forms = append(forms, s)
-		forms = append(forms, strings.Split(s, "\n")...)
-		forms = append(forms, jsonForms(s)...)
-		if q := strconv.Quote(s); len(q) >= 2 {
-			forms = append(forms, q[1:len(q)-1])
-		}
+	values := make([]any, len(secrets))
+	for i, s := range secrets {
+		values[i] = s
 	}
+	r.AddValue(values)
+}
+
+// learnMarked learns the long strings of a value tofu marks sensitive in a
+// plan. Those values are replaced where the plan marks them; their long
+// strings are also scrubbed elsewhere. Their short parts and numbers are
+// not learnt as tokens: unlike values from Secrets, marked values include
+// whole provider attributes full of ordinary flags and counts.
+func (r *Redactor) learnMarked(v any) {
+	var leaves []any
+	collectScalars(v, &leaves)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
-	for _, f := range forms {
-		if len(strings.TrimSpace(f)) < minSecretLength {
-			continue
-		}
-		if _, ok := r.secrets[f]; !ok {
-			r.secrets[f] = struct{}{}
-			changed = true
+	for _, leaf := range leaves {
+		if s, ok := leaf.(string); ok && len(strings.TrimSpace(s)) >= minSecretLength {
+			changed = r.values.learn(s) || changed
 		}
 	}
 	if changed {
@@ -103,11 +134,11 @@ func jsonForms(s string) []string {
 	return forms
 }
 
-// rebuild makes the replacer; longer secrets first so a secret containing
-// another is replaced whole.
+// rebuild makes the replacer of long texts; longer secrets first so a
+// secret containing another is replaced whole. Callers hold r.mu.
 func (r *Redactor) rebuild() {
-	list := make([]string, 0, len(r.secrets))
-	for s := range r.secrets {
+	list := make([]string, 0, len(r.values.long))
+	for s := range r.values.long {
 		list = append(list, s)
 	}
 	sort.Slice(list, func(i, j int) bool {
@@ -123,31 +154,21 @@ func (r *Redactor) rebuild() {
 	r.replacer = strings.NewReplacer(pairs...)
 }
 
-// String returns s with every known secret replaced.
+// String returns s with every known secret replaced: long ones wherever
+// they occur, short ones and numbers and booleans where they stand alone.
 func (r *Redactor) String(s string) string {
 	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.replacer == nil {
-		return s
+	rep, tokens := r.replacer, r.values.tokenList
+	r.mu.RUnlock()
+	if rep != nil {
+		s = rep.Replace(s)
 	}
-	return r.replacer.Replace(s)
+	return maskTokens(s, tokens)
 }
 
-// Bytes returns b with every known secret replaced.
+// Bytes returns b with every known secret replaced, as String does.
 func (r *Redactor) Bytes(b []byte) []byte {
-	r.mu.RLock()
-	rep := r.replacer
-	r.mu.RUnlock()
-	if rep == nil {
-		return b
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(b))
-	if _, err := rep.WriteString(&buf, string(b)); err != nil {
-		// Writing to a bytes.Buffer cannot fail.
-		panic(err)
-	}
-	return buf.Bytes()
+	return []byte(r.String(string(b)))
 }
 
 // redactMarked replaces the parts of value that mask marks sensitive. The
@@ -158,7 +179,7 @@ func (r *Redactor) redactMarked(value, mask any) any {
 	switch m := mask.(type) {
 	case bool:
 		if m && value != nil {
-			r.AddValue(value)
+			r.learnMarked(value)
 			return Redacted
 		}
 		return value
@@ -260,13 +281,123 @@ func (r *Redactor) RedactPlanJSON(raw []byte, extraSensitive []string) ([]byte, 
 			r.redactChange(change, sensitiveOutputs[name])
 		}
 	}
-	// Sensitive values were taught above; now scrub copies anywhere else,
-	// including the configuration's constant values.
-	out, err := json.Marshal(plan)
-	if err != nil {
-		return nil, err
+	// Sensitive values were taught above; now replace copies anywhere else:
+	// whole values equal to a secret where the plan holds values, secret
+	// text in every string.
+	r.maskPlanValues(plan)
+	return json.Marshal(r.maskPlanText(plan))
+}
+
+// maskPlanValues applies maskJSON where a plan holds values (variables,
+// resource and output values before and after, prior state, constants and
+// defaults of the configuration, instance keys), so a number or boolean
+// equal to a secret is replaced there but never in the plan's own
+// structure (versions, counts, the booleans of sensitivity masks).
+func (r *Redactor) maskPlanValues(plan map[string]any) {
+	maskField := func(obj map[string]any, keys ...string) {
+		for _, k := range keys {
+			if v, ok := obj[k]; ok {
+				obj[k] = r.maskJSON(v)
+			}
+		}
 	}
-	return r.Bytes(out), nil
+	for _, v := range asMap(plan["variables"]) {
+		maskField(asMap(v), "value")
+	}
+	for _, values := range []map[string]any{asMap(plan["planned_values"]), asMap(asMap(plan["prior_state"])["values"])} {
+		for _, o := range asMap(values["outputs"]) {
+			maskField(asMap(o), "value")
+		}
+		r.maskModuleValues(asMap(values["root_module"]), maskField)
+	}
+	for _, key := range []string{"resource_changes", "resource_drift"} {
+		for _, c := range asSlice(plan[key]) {
+			rc := asMap(c)
+			maskField(rc, "index")
+			maskField(asMap(rc["change"]), "before", "after")
+		}
+	}
+	for _, c := range asMap(plan["output_changes"]) {
+		maskField(asMap(c), "before", "after")
+	}
+	r.maskConfigValues(plan["configuration"])
+}
+
+func (r *Redactor) maskModuleValues(mod map[string]any, maskField func(map[string]any, ...string)) {
+	for _, res := range asSlice(mod["resources"]) {
+		maskField(asMap(res), "values", "index")
+	}
+	for _, c := range asSlice(mod["child_modules"]) {
+		r.maskModuleValues(asMap(c), maskField)
+	}
+}
+
+// maskConfigValues masks every constant_value and default in the configuration.
+func (r *Redactor) maskConfigValues(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			if k == "constant_value" || k == "default" {
+				t[k] = r.maskJSON(e)
+				continue
+			}
+			r.maskConfigValues(e)
+		}
+	case []any:
+		for _, e := range t {
+			r.maskConfigValues(e)
+		}
+	}
+}
+
+// planVersionFields hold tofu's versions ("1.2", "1.12.6"), never a value
+// of the module: a short secret such as "1" must not rewrite them.
+var planVersionFields = map[string]bool{"format_version": true, "terraform_version": true}
+
+// maskPlanText scrubs secret text from every string of the plan, and long
+// secret text from object keys (addresses, map keys).
+func (r *Redactor) maskPlanText(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			if s, ok := e.(string); ok && planVersionFields[k] {
+				out[k] = s
+				continue
+			}
+			out[r.longOnly(k)] = r.maskPlanText(e)
+		}
+		return out
+	case []any:
+		for i := range t {
+			t[i] = r.maskPlanText(t[i])
+		}
+		return t
+	case string:
+		return r.String(t)
+	}
+	return v
+}
+
+// longOnly replaces long secret text only.
+func (r *Redactor) longOnly(s string) string {
+	r.mu.RLock()
+	rep := r.replacer
+	r.mu.RUnlock()
+	if rep == nil {
+		return s
+	}
+	return rep.Replace(s)
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
 }
 
 // outputSensitivity reads which root outputs are declared sensitive.
@@ -321,7 +452,7 @@ func (r *Redactor) redactStateValues(values map[string]any) {
 			so, _ := o.(map[string]any)
 			if s, _ := so["sensitive"].(bool); s {
 				if v, ok := so["value"]; ok && v != nil {
-					r.AddValue(v)
+					r.learnMarked(v)
 					so["value"] = Redacted
 				}
 			}

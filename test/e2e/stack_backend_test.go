@@ -31,7 +31,7 @@ var sharedPostgres struct {
 func postgresURL(t testing.TB) string {
 	t.Helper()
 	sharedPostgres.once.Do(func() {
-		sharedPostgres.url, sharedPostgres.stop, sharedPostgres.err = pgtest.Start()
+		sharedPostgres.url, sharedPostgres.stop, sharedPostgres.err = pgtest.StartIn(sharedPostgresDir())
 	})
 	if sharedPostgres.err != nil {
 		t.Fatal(sharedPostgres.err)

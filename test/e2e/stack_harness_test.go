@@ -138,6 +138,9 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	// Flux artifacts come from the tests' artifactHost, as from
 	// source-controller; every other host stays refused (tenancy tests).
 	opts.SourceArtifactHosts = []string{fluxArtifactHost}
+	// Namespace configs of these tests may use the shared PostgreSQL, as an
+	// operator would allow its database server.
+	opts.PostgresAllowedHosts = []string{sharedPostgresHost(t)}
 	mgr, err := operator.NewManager(dev.Cluster.Config, opts)
 	if err != nil {
 		t.Fatalf("failed to create the controller: %v", err)

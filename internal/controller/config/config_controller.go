@@ -77,6 +77,9 @@ type Reconciler struct {
 	// API runs the Installations API server of configs that enable it; nil
 	// leaves spec.api alone.
 	API *APIServerSettings
+	// PostgresHosts refuses PostgreSQL servers the operator does not allow;
+	// nil allows any.
+	PostgresHosts *PostgresHostPolicy
 }
 
 // Options are what the TerraceConfig controller needs besides the manager.
@@ -86,6 +89,8 @@ type Options struct {
 	Migrator StateMigrator
 	Runs     RunCounter
 	API      *APIServerSettings
+	// PostgresHosts: see Reconciler.PostgresHosts.
+	PostgresHosts *PostgresHostPolicy
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
@@ -108,6 +113,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Migrator:     opts.Migrator,
 		Runs:         opts.Runs,
 		API:          opts.API,
+
+		PostgresHosts: opts.PostgresHosts,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("terraceconfig").
@@ -238,6 +245,9 @@ func (r *Reconciler) checkSecrets(ctx context.Context, s *configScope) error {
 		}
 		if err := ref.check(value); err != nil {
 			return reconcile.Terminalf(ref.invalidReason, "Secret %s/%s key %q named by %s: %v", ns, ref.name, ref.key, ref.field, err)
+		}
+		if err := r.checkPostgresHost(ctx, ns, ref, value); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -68,7 +68,8 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "failed to create a CA:", err)
 		return 1
 	}
-	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority, Image: controllerImage}}); err != nil {
+	postgresHosts := &PostgresHostPolicy{OperatorNamespace: opNS, Allowed: []string{"db"}, Reader: mgr.GetAPIReader()}
+	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority, Image: controllerImage}, PostgresHosts: postgresHosts}); err != nil {
 		fmt.Fprintln(os.Stderr, "failed to set up the terraceconfig controller:", err)
 		return 1
 	}

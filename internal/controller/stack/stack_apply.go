@@ -23,6 +23,10 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, cl *runner.Client, sto
 		SourceRevision: s.source.revision, PlanID: planID, StartedAt: started,
 		Plan: release.PlanSummary{Add: int(summary.GetAdd()), Change: int(summary.GetChange()), Destroy: int(summary.GetDestroy())},
 	}
+	rel.SecretInputs = s.inputs.secretValues()
+	if err := cl.SetSensitiveVariables(ctx, s.inputs.sensitiveNames()); err != nil {
+		return fmt.Errorf("failed to tell the runner which variables came from Secrets: %w", err)
+	}
 	if err := cl.Apply(ctx, planID, logf); err != nil {
 		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
 		rel.Message = "apply failed; see the Stack's Ready condition"

@@ -38,6 +38,7 @@
 package httpbackend
 
 import (
+	"bytes"
 	"crypto/md5" //nolint:gosec // Content-MD5 is what the tofu http backend sends; it checks transport integrity only.
 	"encoding/base64"
 	"encoding/json"

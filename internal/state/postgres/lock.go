@@ -156,7 +156,7 @@ func (s *Store) ReplaceHistory(ctx context.Context, key state.Key, versions []st
 			if err != nil {
 				return fmt.Errorf("version %d: %w", v.Version, err)
 			}
-			sealed, encoding, err := state.Seal(v.Data, encKey)
+			sealed, encoding, err := state.SealFor(v.Data, encKey, state.StateBinding(key, v.Version))
 			if err != nil {
 				return err
 			}

@@ -38,14 +38,14 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 	if err != nil {
 		return state.PlanMeta{}, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
-	sealed, encoding, err := state.Seal(plan.Binary, encKey)
+	sealed, encoding, err := state.SealFor(plan.Binary, encKey, state.PlanBinding(key, false))
 	if err != nil {
 		return state.PlanMeta{}, err
 	}
 	var readableSealed []byte
 	var readableEncoding, readableDigest string
 	if plan.Readable != nil {
-		if readableSealed, readableEncoding, err = state.Seal(plan.Readable, encKey); err != nil {
+		if readableSealed, readableEncoding, err = state.SealFor(plan.Readable, encKey, state.PlanBinding(key, true)); err != nil {
 			return state.PlanMeta{}, err
 		}
 		readableDigest = state.Digest(plan.Readable)
@@ -91,19 +91,19 @@ func (s *Store) GetPlan(ctx context.Context, key state.PlanKey) (*state.Plan, er
 		return nil, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
 	plan := &state.Plan{PlanMeta: meta}
-	if plan.Binary, err = openVerified(sealed, encoding, encKey, meta.Digest, "plan file "+key.String()); err != nil {
+	if plan.Binary, err = openVerified(sealed, encoding, encKey, state.PlanBinding(key, false), meta.Digest, "plan file "+key.String()); err != nil {
 		return nil, err
 	}
 	if readableSealed != nil {
-		if plan.Readable, err = openVerified(readableSealed, readableEncoding, encKey, meta.ReadableDigest, "readable plan "+key.String()); err != nil {
+		if plan.Readable, err = openVerified(readableSealed, readableEncoding, encKey, state.PlanBinding(key, true), meta.ReadableDigest, "readable plan "+key.String()); err != nil {
 			return nil, err
 		}
 	}
 	return plan, nil
 }
 
-func openVerified(sealed []byte, encoding string, key *state.EncryptionKey, digest, what string) ([]byte, error) {
-	data, err := state.Open(sealed, encoding, key, what)
+func openVerified(sealed []byte, encoding string, key *state.EncryptionKey, owner state.Binding, digest, what string) ([]byte, error) {
+	data, err := state.OpenFor(sealed, encoding, key, owner, what)
 	if err != nil {
 		return nil, err
 	}

@@ -257,7 +257,7 @@ func (s *Store) readVersion(ctx context.Context, key state.Key, query, what stri
 	if err != nil {
 		return nil, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
-	data, err := state.Open(sealed, encoding, encKey, what)
+	data, err := state.OpenFor(sealed, encoding, encKey, state.StateBinding(key, meta.Version), what)
 	if err != nil {
 		return nil, err
 	}
@@ -317,10 +317,6 @@ func (s *Store) Put(ctx context.Context, key state.Key, data []byte, opts state.
 	if err != nil {
 		return state.StateMeta{}, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
-	sealed, encoding, err := state.Seal(data, encKey)
-	if err != nil {
-		return state.StateMeta{}, err
-	}
 	var meta state.StateMeta
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		h, err := lockHead(ctx, tx, key, true)
@@ -341,6 +337,12 @@ func (s *Store) Put(ctx context.Context, key state.Key, data []byte, opts state.
 			return err
 		}
 		if err := state.CheckSuccessor(key.String(), cur, header, opts.Force); err != nil {
+			return err
+		}
+		// Sealed inside the transaction: the version it is bound to is
+		// known only once the head row is locked.
+		sealed, encoding, err := state.SealFor(data, encKey, state.StateBinding(key, state.Version(h.next)))
+		if err != nil {
 			return err
 		}
 		meta = state.StateMeta{Key: key, Version: state.Version(h.next), Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(data), Size: int64(len(data)), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}

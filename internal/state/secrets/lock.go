@@ -128,7 +128,7 @@ func (s *Store) ReplaceHistory(ctx context.Context, key state.Key, versions []st
 			cleanup()
 			return fmt.Errorf("version %d: %w", v.Version, err)
 		}
-		sealed, encoding, err := state.Seal(v.Data, encKey)
+		sealed, encoding, err := state.SealFor(v.Data, encKey, state.StateBinding(key, v.Version))
 		if err != nil {
 			cleanup()
 			return err

@@ -91,7 +91,7 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 	}
 	writeID := newWriteID()
 	chunkMeta := metav1.ObjectMeta{Labels: planLabels(key, KindPlanChunk), Annotations: planAnnotations(key)}
-	sealed, encoding, err := state.Seal(plan.Binary, encKey)
+	sealed, encoding, err := state.SealFor(plan.Binary, encKey, state.PlanBinding(key, false))
 	if err != nil {
 		return state.PlanMeta{}, err
 	}
@@ -103,7 +103,7 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 	}
 	written := idx.Binary.Chunks
 	if plan.Readable != nil {
-		sealed, encoding, err := state.Seal(plan.Readable, encKey)
+		sealed, encoding, err := state.SealFor(plan.Readable, encKey, state.PlanBinding(key, true))
 		if err != nil {
 			s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, written)
 			return state.PlanMeta{}, err
@@ -161,18 +161,22 @@ func (s *Store) GetPlan(ctx context.Context, key state.PlanKey) (*state.Plan, er
 		return nil, err
 	}
 	plan := &state.Plan{PlanMeta: meta}
-	if plan.Binary, err = s.readPlanBlob(ctx, key, idx.Binary, idx.Digest, "plan file"); err != nil {
+	if plan.Binary, err = s.readPlanBlob(ctx, key, idx.Binary, idx.Digest, false); err != nil {
 		return nil, err
 	}
 	if idx.Readable != nil {
-		if plan.Readable, err = s.readPlanBlob(ctx, key, *idx.Readable, idx.ReadableDigest, "readable plan"); err != nil {
+		if plan.Readable, err = s.readPlanBlob(ctx, key, *idx.Readable, idx.ReadableDigest, true); err != nil {
 			return nil, err
 		}
 	}
 	return plan, nil
 }
 
-func (s *Store) readPlanBlob(ctx context.Context, key state.PlanKey, ref blobRef, digest, what string) ([]byte, error) {
+func (s *Store) readPlanBlob(ctx context.Context, key state.PlanKey, ref blobRef, digest string, readable bool) ([]byte, error) {
+	what := "plan file"
+	if readable {
+		what = "readable plan"
+	}
 	sealed, err := s.readBlob(ctx, key.Namespace, ref)
 	if err != nil {
 		return nil, err
@@ -182,7 +186,7 @@ func (s *Store) readPlanBlob(ctx context.Context, key state.PlanKey, ref blobRef
 		return nil, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
 	label := what + " " + key.String()
-	data, err := state.Open(sealed, ref.Encoding, encKey, label)
+	data, err := state.OpenFor(sealed, ref.Encoding, encKey, state.PlanBinding(key, readable), label)
 	if err != nil {
 		return nil, err
 	}

@@ -351,7 +351,7 @@ func (s *Store) readVersion(ctx context.Context, key state.Key, e versionEntry) 
 		return nil, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
 	what := fmt.Sprintf("state %s version %d", key, e.Version)
-	data, err := state.Open(sealed, e.Blob.Encoding, encKey, what)
+	data, err := state.OpenFor(sealed, e.Blob.Encoding, encKey, state.StateBinding(key, state.Version(e.Version)), what)
 	if err != nil {
 		return nil, err
 	}
@@ -390,24 +390,51 @@ func (s *Store) Put(ctx context.Context, key state.Key, data []byte, opts state.
 	if err != nil {
 		return state.StateMeta{}, fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
-	sealed, encoding, err := state.Seal(data, encKey)
-	if err != nil {
-		return state.StateMeta{}, err
+	for range maxAttempts {
+		entry, dropped, err := s.putVersion(ctx, key, data, header, encKey, opts)
+		if errors.Is(err, errVersionMoved) {
+			continue
+		}
+		if err != nil {
+			return state.StateMeta{}, err
+		}
+		for _, d := range dropped {
+			s.deleteChunks(ctx, key.Namespace, d.Blob.Chunks)
+		}
+		if entry.Version%sweepEvery == 0 {
+			s.sweepOrphans(ctx, key)
+		}
+		return entry.meta(key), nil
 	}
+	return state.StateMeta{}, fmt.Errorf("failed to write state %s: other writes kept taking its next version during %d attempts", key, maxAttempts)
+}
+
+// errVersionMoved: another write took the version a Put sealed its blob for.
+var errVersionMoved = errors.New("the next version was taken")
+
+// putVersion writes data as the index's next version. The blob is sealed
+// for that version before the index is swapped, so when another write takes
+// the version first it returns errVersionMoved and Put seals again.
+func (s *Store) putVersion(ctx context.Context, key state.Key, data []byte, header state.Header, encKey *state.EncryptionKey, opts state.PutOptions) (versionEntry, []versionEntry, error) {
 	// Check the preconditions before writing chunks, so a refused write costs one read.
 	x, err := s.loadIndex(ctx, key)
 	if err != nil {
-		return state.StateMeta{}, err
+		return versionEntry{}, nil, err
 	}
 	if err := checkPut(key, x, header, opts); err != nil {
-		return state.StateMeta{}, err
+		return versionEntry{}, nil, err
+	}
+	version := x.index.NextVersion
+	sealed, encoding, err := state.SealFor(data, encKey, state.StateBinding(key, state.Version(version)))
+	if err != nil {
+		return versionEntry{}, nil, err
 	}
 	writeID := newWriteID()
 	blob, err := s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
 		return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-%d", writeID, i))
 	}, metav1.ObjectMeta{Labels: stateLabels(key, KindStateChunk), Annotations: stateAnnotations(key)})
 	if err != nil {
-		return state.StateMeta{}, err
+		return versionEntry{}, nil, err
 	}
 	var (
 		entry   versionEntry
@@ -417,7 +444,10 @@ func (s *Store) Put(ctx context.Context, key state.Key, data []byte, opts state.
 		if err := checkPut(key, x, header, opts); err != nil {
 			return err
 		}
-		entry = versionEntry{Version: x.index.NextVersion, Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(data), Size: int64(len(data)), CreatedAt: time.Now().UTC().Truncate(time.Microsecond), Blob: blob}
+		if x.index.NextVersion != version {
+			return errVersionMoved
+		}
+		entry = versionEntry{Version: version, Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(data), Size: int64(len(data)), CreatedAt: time.Now().UTC().Truncate(time.Microsecond), Blob: blob}
 		x.index.NextVersion++
 		x.index.Versions = append([]versionEntry{entry}, x.index.Versions...)
 		dropped = nil
@@ -429,15 +459,9 @@ func (s *Store) Put(ctx context.Context, key state.Key, data []byte, opts state.
 	})
 	if err != nil {
 		s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, blob.Chunks)
-		return state.StateMeta{}, err
+		return versionEntry{}, nil, err
 	}
-	for _, d := range dropped {
-		s.deleteChunks(ctx, key.Namespace, d.Blob.Chunks)
-	}
-	if entry.Version%sweepEvery == 0 {
-		s.sweepOrphans(ctx, key)
-	}
-	return entry.meta(key), nil
+	return entry, dropped, nil
 }
 
 func checkPut(key state.Key, x *indexObject, header state.Header, opts state.PutOptions) error {

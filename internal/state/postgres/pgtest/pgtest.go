@@ -22,12 +22,24 @@ const EnvURL = "TERRACE_TEST_POSTGRES_URL"
 // Start returns a connection URL and a func that stops what Start started.
 // Call it from TestMain.
 func Start() (url string, stop func(), err error) {
+	return StartIn("")
+}
+
+// StartIn is Start with the throwaway server's directory (its unix socket
+// directory too) chosen by the caller, e.g. to allow it by name before it
+// exists; "" makes a new one. The directory should be named
+// /tmp/terrace-pg.* so stop removes it.
+func StartIn(dir string) (url string, stop func(), err error) {
 	if url := os.Getenv(EnvURL); url != "" {
 		return url, func() {}, nil
 	}
 	script := filepath.Join(testenv.RepoRoot(), "hack", "postgres.sh")
 	var stderr bytes.Buffer
-	cmd := exec.Command("bash", script, "start")
+	args := []string{script, "start"}
+	if dir != "" {
+		args = append(args, dir)
+	}
+	cmd := exec.Command("bash", args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -40,11 +52,11 @@ func Start() (url string, stop func(), err error) {
 			vars[k] = strings.Trim(v, "'")
 		}
 	}
-	url, dir := vars["TERRACE_TEST_POSTGRES_URL"], vars["TERRACE_TEST_POSTGRES_DIR"]
-	if url == "" || dir == "" {
+	url, started := vars["TERRACE_TEST_POSTGRES_URL"], vars["TERRACE_TEST_POSTGRES_DIR"]
+	if url == "" || started == "" {
 		return "", nil, fmt.Errorf("hack/postgres.sh printed no URL: %s", out)
 	}
-	return url, func() { _ = exec.Command("bash", script, "stop", dir).Run() }, nil
+	return url, func() { _ = exec.Command("bash", script, "stop", started).Run() }, nil
 }
 
 // Main is a TestMain body for packages that need only PostgreSQL.

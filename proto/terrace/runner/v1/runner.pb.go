@@ -2197,6 +2197,86 @@ func (x *UploadPlanResponse) GetPlanId() string {
 	return ""
 }
 
+type SetSensitiveVariablesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSensitiveVariablesRequest) Reset() {
+	*x = SetSensitiveVariablesRequest{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSensitiveVariablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSensitiveVariablesRequest) ProtoMessage() {}
+
+func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
+func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SetSensitiveVariablesRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type SetSensitiveVariablesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSensitiveVariablesResponse) Reset() {
+	*x = SetSensitiveVariablesResponse{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSensitiveVariablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSensitiveVariablesResponse) ProtoMessage() {}
+
+func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
+func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+}
+
 var File_terrace_runner_v1_runner_proto protoreflect.FileDescriptor
 
 const file_terrace_runner_v1_runner_proto_rawDesc = "" +
@@ -2326,7 +2406,10 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
 	"\x04part\"-\n" +
 	"\x12UploadPlanResponse\x12\x17\n" +
-	"\aplan_id\x18\x01 \x01(\tR\x06planId*U\n" +
+	"\aplan_id\x18\x01 \x01(\tR\x06planId\"4\n" +
+	"\x1cSetSensitiveVariablesRequest\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"\x1f\n" +
+	"\x1dSetSensitiveVariablesResponse*U\n" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
@@ -2335,7 +2418,7 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"PlanFormat\x12\x1b\n" +
 	"\x17PLAN_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PLAN_FORMAT_JSON\x10\x01\x12\x15\n" +
-	"\x11PLAN_FORMAT_HUMAN\x10\x022\xaa\a\n" +
+	"\x11PLAN_FORMAT_HUMAN\x10\x022\xa6\b\n" +
 	"\rRunnerService\x12O\n" +
 	"\x06Upload\x12 .terrace.runner.v1.UploadRequest\x1a!.terrace.runner.v1.UploadResponse(\x01\x12J\n" +
 	"\x05Fetch\x12\x1f.terrace.runner.v1.FetchRequest\x1a .terrace.runner.v1.FetchResponse\x12I\n" +
@@ -2348,7 +2431,8 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\vForceUnlock\x12%.terrace.runner.v1.ForceUnlockRequest\x1a&.terrace.runner.v1.ForceUnlockResponse\x12a\n" +
 	"\fDownloadPlan\x12&.terrace.runner.v1.DownloadPlanRequest\x1a'.terrace.runner.v1.DownloadPlanResponse0\x01\x12[\n" +
 	"\n" +
-	"UploadPlan\x12$.terrace.runner.v1.UploadPlanRequest\x1a%.terrace.runner.v1.UploadPlanResponse(\x01BAZ?github.com/terrace-dev/terrace/proto/terrace/runner/v1;runnerv1b\x06proto3"
+	"UploadPlan\x12$.terrace.runner.v1.UploadPlanRequest\x1a%.terrace.runner.v1.UploadPlanResponse(\x01\x12z\n" +
+	"\x15SetSensitiveVariables\x12/.terrace.runner.v1.SetSensitiveVariablesRequest\x1a0.terrace.runner.v1.SetSensitiveVariablesResponseBAZ?github.com/terrace-dev/terrace/proto/terrace/runner/v1;runnerv1b\x06proto3"
 
 var (
 	file_terrace_runner_v1_runner_proto_rawDescOnce sync.Once
@@ -2363,44 +2447,46 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
-	(LogStream)(0),               // 0: terrace.runner.v1.LogStream
-	(PlanFormat)(0),              // 1: terrace.runner.v1.PlanFormat
-	(*LogLine)(nil),              // 2: terrace.runner.v1.LogLine
-	(*SourceInfo)(nil),           // 3: terrace.runner.v1.SourceInfo
-	(*UploadRequest)(nil),        // 4: terrace.runner.v1.UploadRequest
-	(*UploadHeader)(nil),         // 5: terrace.runner.v1.UploadHeader
-	(*UploadResponse)(nil),       // 6: terrace.runner.v1.UploadResponse
-	(*FetchRequest)(nil),         // 7: terrace.runner.v1.FetchRequest
-	(*FetchResponse)(nil),        // 8: terrace.runner.v1.FetchResponse
-	(*InitRequest)(nil),          // 9: terrace.runner.v1.InitRequest
-	(*HTTPBackend)(nil),          // 10: terrace.runner.v1.HTTPBackend
-	(*InitResponse)(nil),         // 11: terrace.runner.v1.InitResponse
-	(*InitResult)(nil),           // 12: terrace.runner.v1.InitResult
-	(*Variables)(nil),            // 13: terrace.runner.v1.Variables
-	(*PlanRequest)(nil),          // 14: terrace.runner.v1.PlanRequest
-	(*PlanResponse)(nil),         // 15: terrace.runner.v1.PlanResponse
-	(*PlanResult)(nil),           // 16: terrace.runner.v1.PlanResult
-	(*PlanSummary)(nil),          // 17: terrace.runner.v1.PlanSummary
-	(*ShowPlanRequest)(nil),      // 18: terrace.runner.v1.ShowPlanRequest
-	(*ShowPlanResponse)(nil),     // 19: terrace.runner.v1.ShowPlanResponse
-	(*ApplyRequest)(nil),         // 20: terrace.runner.v1.ApplyRequest
-	(*ApplyResponse)(nil),        // 21: terrace.runner.v1.ApplyResponse
-	(*ApplyResult)(nil),          // 22: terrace.runner.v1.ApplyResult
-	(*OutputRequest)(nil),        // 23: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),       // 24: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),       // 25: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),      // 26: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),        // 27: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),   // 28: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),  // 29: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),  // 30: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil), // 31: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),       // 32: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),    // 33: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),   // 34: terrace.runner.v1.UploadPlanResponse
-	nil,                          // 35: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
+	(PlanFormat)(0),                       // 1: terrace.runner.v1.PlanFormat
+	(*LogLine)(nil),                       // 2: terrace.runner.v1.LogLine
+	(*SourceInfo)(nil),                    // 3: terrace.runner.v1.SourceInfo
+	(*UploadRequest)(nil),                 // 4: terrace.runner.v1.UploadRequest
+	(*UploadHeader)(nil),                  // 5: terrace.runner.v1.UploadHeader
+	(*UploadResponse)(nil),                // 6: terrace.runner.v1.UploadResponse
+	(*FetchRequest)(nil),                  // 7: terrace.runner.v1.FetchRequest
+	(*FetchResponse)(nil),                 // 8: terrace.runner.v1.FetchResponse
+	(*InitRequest)(nil),                   // 9: terrace.runner.v1.InitRequest
+	(*HTTPBackend)(nil),                   // 10: terrace.runner.v1.HTTPBackend
+	(*InitResponse)(nil),                  // 11: terrace.runner.v1.InitResponse
+	(*InitResult)(nil),                    // 12: terrace.runner.v1.InitResult
+	(*Variables)(nil),                     // 13: terrace.runner.v1.Variables
+	(*PlanRequest)(nil),                   // 14: terrace.runner.v1.PlanRequest
+	(*PlanResponse)(nil),                  // 15: terrace.runner.v1.PlanResponse
+	(*PlanResult)(nil),                    // 16: terrace.runner.v1.PlanResult
+	(*PlanSummary)(nil),                   // 17: terrace.runner.v1.PlanSummary
+	(*ShowPlanRequest)(nil),               // 18: terrace.runner.v1.ShowPlanRequest
+	(*ShowPlanResponse)(nil),              // 19: terrace.runner.v1.ShowPlanResponse
+	(*ApplyRequest)(nil),                  // 20: terrace.runner.v1.ApplyRequest
+	(*ApplyResponse)(nil),                 // 21: terrace.runner.v1.ApplyResponse
+	(*ApplyResult)(nil),                   // 22: terrace.runner.v1.ApplyResult
+	(*OutputRequest)(nil),                 // 23: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                // 24: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                // 25: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),               // 26: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                 // 27: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),            // 28: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),           // 29: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),           // 30: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),          // 31: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                // 32: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),             // 33: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),            // 34: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),  // 35: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil), // 36: terrace.runner.v1.SetSensitiveVariablesResponse
+	nil,                                   // 37: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
@@ -2410,7 +2496,7 @@ var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	10, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
 	2,  // 5: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
 	12, // 6: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	35, // 7: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	37, // 7: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
 	13, // 8: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
 	2,  // 9: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
 	16, // 10: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
@@ -2434,19 +2520,21 @@ var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	28, // 28: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
 	30, // 29: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
 	33, // 30: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	6,  // 31: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	8,  // 32: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	11, // 33: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	15, // 34: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	19, // 35: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	21, // 36: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	24, // 37: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	26, // 38: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	29, // 39: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	31, // 40: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	34, // 41: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	31, // [31:42] is the sub-list for method output_type
-	20, // [20:31] is the sub-list for method input_type
+	35, // 31: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	6,  // 32: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	8,  // 33: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	11, // 34: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	15, // 35: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	19, // 36: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	21, // 37: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	24, // 38: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	26, // 39: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	29, // 40: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	31, // 41: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	34, // 42: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	36, // 43: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	32, // [32:44] is the sub-list for method output_type
+	20, // [20:32] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -2492,7 +2580,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

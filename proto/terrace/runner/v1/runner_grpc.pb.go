@@ -36,17 +36,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RunnerService_Upload_FullMethodName       = "/terrace.runner.v1.RunnerService/Upload"
-	RunnerService_Fetch_FullMethodName        = "/terrace.runner.v1.RunnerService/Fetch"
-	RunnerService_Init_FullMethodName         = "/terrace.runner.v1.RunnerService/Init"
-	RunnerService_Plan_FullMethodName         = "/terrace.runner.v1.RunnerService/Plan"
-	RunnerService_ShowPlan_FullMethodName     = "/terrace.runner.v1.RunnerService/ShowPlan"
-	RunnerService_Apply_FullMethodName        = "/terrace.runner.v1.RunnerService/Apply"
-	RunnerService_Output_FullMethodName       = "/terrace.runner.v1.RunnerService/Output"
-	RunnerService_Destroy_FullMethodName      = "/terrace.runner.v1.RunnerService/Destroy"
-	RunnerService_ForceUnlock_FullMethodName  = "/terrace.runner.v1.RunnerService/ForceUnlock"
-	RunnerService_DownloadPlan_FullMethodName = "/terrace.runner.v1.RunnerService/DownloadPlan"
-	RunnerService_UploadPlan_FullMethodName   = "/terrace.runner.v1.RunnerService/UploadPlan"
+	RunnerService_Upload_FullMethodName                = "/terrace.runner.v1.RunnerService/Upload"
+	RunnerService_Fetch_FullMethodName                 = "/terrace.runner.v1.RunnerService/Fetch"
+	RunnerService_Init_FullMethodName                  = "/terrace.runner.v1.RunnerService/Init"
+	RunnerService_Plan_FullMethodName                  = "/terrace.runner.v1.RunnerService/Plan"
+	RunnerService_ShowPlan_FullMethodName              = "/terrace.runner.v1.RunnerService/ShowPlan"
+	RunnerService_Apply_FullMethodName                 = "/terrace.runner.v1.RunnerService/Apply"
+	RunnerService_Output_FullMethodName                = "/terrace.runner.v1.RunnerService/Output"
+	RunnerService_Destroy_FullMethodName               = "/terrace.runner.v1.RunnerService/Destroy"
+	RunnerService_ForceUnlock_FullMethodName           = "/terrace.runner.v1.RunnerService/ForceUnlock"
+	RunnerService_DownloadPlan_FullMethodName          = "/terrace.runner.v1.RunnerService/DownloadPlan"
+	RunnerService_UploadPlan_FullMethodName            = "/terrace.runner.v1.RunnerService/UploadPlan"
+	RunnerService_SetSensitiveVariables_FullMethodName = "/terrace.runner.v1.RunnerService/SetSensitiveVariables"
 )
 
 // RunnerServiceClient is the client API for RunnerService service.
@@ -85,6 +86,11 @@ type RunnerServiceClient interface {
 	// runner (after Upload/Fetch and Init of the same source), so Apply can
 	// apply it.
 	UploadPlan(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadPlanRequest, UploadPlanResponse], error)
+	// SetSensitiveVariables names variables whose values must be redacted even
+	// if the module does not declare them sensitive (values from Secrets), for
+	// a runner that applies a plan it did not make: their values are read
+	// from the plan file and masked in everything the apply prints.
+	SetSensitiveVariables(ctx context.Context, in *SetSensitiveVariablesRequest, opts ...grpc.CallOption) (*SetSensitiveVariablesResponse, error)
 }
 
 type runnerServiceClient struct {
@@ -274,6 +280,16 @@ func (c *runnerServiceClient) UploadPlan(ctx context.Context, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunnerService_UploadPlanClient = grpc.ClientStreamingClient[UploadPlanRequest, UploadPlanResponse]
 
+func (c *runnerServiceClient) SetSensitiveVariables(ctx context.Context, in *SetSensitiveVariablesRequest, opts ...grpc.CallOption) (*SetSensitiveVariablesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSensitiveVariablesResponse)
+	err := c.cc.Invoke(ctx, RunnerService_SetSensitiveVariables_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility.
@@ -310,6 +326,11 @@ type RunnerServiceServer interface {
 	// runner (after Upload/Fetch and Init of the same source), so Apply can
 	// apply it.
 	UploadPlan(grpc.ClientStreamingServer[UploadPlanRequest, UploadPlanResponse]) error
+	// SetSensitiveVariables names variables whose values must be redacted even
+	// if the module does not declare them sensitive (values from Secrets), for
+	// a runner that applies a plan it did not make: their values are read
+	// from the plan file and masked in everything the apply prints.
+	SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error)
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -352,6 +373,9 @@ func (UnimplementedRunnerServiceServer) DownloadPlan(*DownloadPlanRequest, grpc.
 }
 func (UnimplementedRunnerServiceServer) UploadPlan(grpc.ClientStreamingServer[UploadPlanRequest, UploadPlanResponse]) error {
 	return status.Error(codes.Unimplemented, "method UploadPlan not implemented")
+}
+func (UnimplementedRunnerServiceServer) SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSensitiveVariables not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 func (UnimplementedRunnerServiceServer) testEmbeddedByValue()                       {}
@@ -501,6 +525,24 @@ func _RunnerService_UploadPlan_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunnerService_UploadPlanServer = grpc.ClientStreamingServer[UploadPlanRequest, UploadPlanResponse]
 
+func _RunnerService_SetSensitiveVariables_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSensitiveVariablesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).SetSensitiveVariables(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_SetSensitiveVariables_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).SetSensitiveVariables(ctx, req.(*SetSensitiveVariablesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunnerService_ServiceDesc is the grpc.ServiceDesc for RunnerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -515,6 +557,10 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForceUnlock",
 			Handler:    _RunnerService_ForceUnlock_Handler,
+		},
+		{
+			MethodName: "SetSensitiveVariables",
+			Handler:    _RunnerService_SetSensitiveVariables_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
