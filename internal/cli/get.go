@@ -26,22 +26,28 @@ import (
 const statusColumnWidth = 64
 
 func newGetCommand() *cobra.Command {
-	var allNamespaces bool
+	var allNamespaces, watchFlag bool
 	var output string
 	cmd := &cobra.Command{
 		Use:   "get [STACK]",
 		Short: "List Stacks with their readiness, pending plan and applied revision",
 		Example: "  terrace get -n team\n" +
 			"  terrace get web -n team -o yaml\n" +
-			"  terrace get -A",
+			"  terrace get -A\n" +
+			"  terrace get -w -n team",
 		Args: cobra.MaximumNArgs(1),
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list the Stacks of every namespace")
+	cmd.Flags().BoolVarP(&watchFlag, "watch", "w", false, "after the list, print a row for every change until Ctrl-C (table output only)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide (full messages and digests), yaml or json (default: a table)")
 	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
 		if err := checkOutputFormat(output, "wide", "yaml", "json"); err != nil {
 			return err
 		}
+		if watchFlag && (output == "yaml" || output == "json") {
+			return fmt.Errorf("--watch prints table rows: use it without -o %s, or with -o wide", output)
+		}
+		resourceVersion := ""
 		var stacks []terracev1.Stack
 		if len(args) == 1 {
 			if allNamespaces {
@@ -52,6 +58,7 @@ func newGetCommand() *cobra.Command {
 				return err
 			}
 			stacks = []terracev1.Stack{*stack}
+			resourceVersion = stack.ResourceVersion
 		} else {
 			list := &terracev1.StackList{}
 			var opts []client.ListOption
@@ -64,7 +71,8 @@ func newGetCommand() *cobra.Command {
 				return describeAPIError(err, "Stacks in "+where, k.namespace)
 			}
 			stacks = list.Items
-			if len(stacks) == 0 && (output == "" || output == "wide") {
+			resourceVersion = list.ResourceVersion
+			if len(stacks) == 0 && (output == "" || output == "wide") && !watchFlag {
 				fmt.Fprintf(s.err, "No Stacks found in %s.\n", where)
 				return nil
 			}
@@ -78,7 +86,14 @@ func newGetCommand() *cobra.Command {
 		if output == "yaml" || output == "json" {
 			return printStacks(s.out, stacks, output, len(args) == 1)
 		}
-		return printStackTable(s.out, stacks, allNamespaces, output == "wide", time.Now())
+		if err := printStackTable(s.out, stacks, allNamespaces, output == "wide", time.Now()); err != nil || !watchFlag {
+			return err
+		}
+		w := stackWatch{namespace: k.namespace, allNamespaces: allNamespaces, resourceVersion: resourceVersion, wide: output == "wide"}
+		if len(args) == 1 {
+			w.name = args[0]
+		}
+		return w.run(ctx, k, s.out)
 	})
 }
 
