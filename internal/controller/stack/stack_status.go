@@ -38,6 +38,8 @@ type observations struct {
 	driftChecked     bool
 	drifted          bool
 	release          *release.Release
+	// tool is the tofu version and runner image of the run, for its release.
+	tool runTool
 	// staleCache: a run was due but the cached Stack was older than the
 	// API server's; nothing was done and the reconcile is retried.
 	staleCache   bool
