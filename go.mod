@@ -10,6 +10,8 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
+require sigs.k8s.io/cli-utils v0.37.2
+
 require (
 	github.com/VictoriaMetrics/metrics v1.35.3 // indirect
 	github.com/VictoriaMetrics/metricsql v0.87.3
