@@ -117,7 +117,6 @@ func fmtAny(any) string { return "" }
 // alertTemplateVars are the variables Prometheus defines before an annotation.
 const alertTemplateVars = "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$externalURL := .ExternalURL}}{{$value := .Value}}"
 
-
 func TestPrometheusRuleNamesOnlyExportedMetrics(t *testing.T) {
 	data, err := os.ReadFile("prometheusrule.yaml")
 	if err != nil {
