@@ -40,7 +40,7 @@ func TestForceUnlockIsRefusedWhileARunMayHoldTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err = verb(t, "force-unlock", "web", "-n", ns)
-	mustFail(t, err, "refused: runner pod web-run-7", "lock lock-1", "held by runner@web-run-7", "(1h")
+	mustFail(t, err, "refused: runner pod web-run-7", "lock lock-1", "held by runner@web-run-7", "(60m ago)")
 	if held, _ := states.GetLock(ctx, key); held == nil {
 		t.Fatal("a refused force-unlock released the lock")
 	}
