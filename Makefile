@@ -11,7 +11,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION) \
            -X github.com/terrace-dev/terrace/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build test test-e2e fuzz tools generate verify fmt vet demo codegen-tools clean
+.PHONY: all build deps deps-demo test test-e2e fuzz tools generate verify fmt vet demo codegen-tools clean
 
 all: build
 
@@ -48,12 +48,18 @@ fmt:
 vet:
 	go vet ./...
 
-test: ## The whole suite: verify, unit, envtest and end-to-end tests, with the tools from `make tools`.
+deps: ## Install the Debian packages the tests need (protoc, PostgreSQL) unless present.
+	@bash hack/install-deps.sh test
+
+deps-demo:
+	@bash hack/install-deps.sh demo
+
+test: deps ## The whole suite: verify, unit, envtest and end-to-end tests, with the tools from `make tools`.
 	hack/tools/build.sh >/dev/null
 	$(MAKE) verify
 	env $$(hack/tools/build.sh --env) go test ./... -count=1 -timeout 45m
 
-test-e2e: ## The end-to-end tier alone: dev cluster, runner pods, real tofu.
+test-e2e: deps ## The end-to-end tier alone: dev cluster, runner pods, real tofu.
 	hack/tools/build.sh >/dev/null
 	env $$(hack/tools/build.sh --env) go test ./test/e2e/ -count=1 -timeout 40m
 
@@ -78,7 +84,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s); a failure leaves its i
 	    go test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
 	done
 
-demo: tools build ## A local cluster, the operator, a real Stack planned and applied, results printed.
+demo: deps-demo tools build ## A local cluster, the operator, a real Stack planned and applied, results printed.
 	$(LOCALBIN)/terrace dev --demo
 
 clean:

@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Terrace's build and tests need on a fresh
-# machine: protoc (make generate) and PostgreSQL (the postgres state store's
-# tests). Idempotent; quiet when everything is present.
+# Installs the Debian packages a make target needs on a fresh machine, and
+# nothing when they are present (idempotent, silent then). The Makefile calls
+# it first in `make test` and `make demo`, so neither needs a set-up step.
+#
+#   hack/install-deps.sh test   protoc (make generate/verify), PostgreSQL (the
+#                               postgres store's tests), git
+#   hack/install-deps.sh demo   git (version stamping); the control plane and
+#                               tofu are built from Go modules by `make tools`
+#
+# TERRACE_DEPS_DRY_RUN=1 prints the packages it would install and installs none.
 set -euo pipefail
 
+profile=${1:-test}
 need=()
-command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
-ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v git >/dev/null 2>&1 || need+=(git)
+case "$profile" in
+  test)
+    command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+    compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
+    ;;
+  demo) ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (want test or demo)" >&2; exit 2 ;;
+esac
 
-if [ ${#need[@]} -gt 0 ]; then
-  echo "[deps] installing ${need[*]} from Debian's packages" >&2
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ -n "${TERRACE_DEPS_DRY_RUN:-}" ]; then
+  echo "${need[*]}"
+  exit 0
 fi
+
+echo "[deps] installing ${need[*]} from Debian's packages (make $profile needs them)" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo=sudo
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

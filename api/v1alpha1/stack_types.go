@@ -443,7 +443,7 @@ type StackStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
 // +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message"
 // +kubebuilder:printcolumn:name="Plan",type="string",JSONPath=".status.plan.pending"
-// +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.lastAppliedRevision"
+// +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.lastAppliedRevision",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 type Stack struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/terrace-dev/terrace/internal/devcluster"
@@ -83,7 +84,8 @@ func newDevCommand() *cobra.Command {
 	f.StringVar(&o.nodeName, "node-name", "devnode", "name of the Node devnode registers")
 	f.StringVar(&o.podSubnet, "pod-subnet", "", "loopback range for pod addresses, such as 127.0.0.0/24 (default: a random 127.x.y.0/24)")
 	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "directory runner pods install providers from, exclusively [TERRACE_PROVIDER_MIRROR]")
-	f.IntVarP(&o.verbose, "verbose", "v", 0, "log verbosity")
+	f.IntVarP(&o.verbose, "verbose", "v", 0, "also print the log on stderr, at this verbosity (-v is 1); it is always in <dir>/"+devLogName)
+	f.Lookup("verbose").NoOptDefVal = "1"
 	cmd.AddCommand(newDevLogsCommand(), newDevPodFixtureCommand())
 	return cmd
 }
@@ -117,9 +119,45 @@ func devLogger(w io.Writer, verbosity int) logr.Logger {
 	}, funcr.Options{Verbosity: verbosity})
 }
 
+// devLogName is the file in the dev directory that receives the full log
+// of the control plane, devnode and controller (truncated on start).
+const devLogName = "terrace-dev.log"
+
+// openDevLog creates dir and its log file. The log goes only to the file
+// unless verbose, so the terminal shows progress and results; with -v it
+// goes to stderr too.
+func openDevLog(dir string, verbose int) (logr.Logger, string, func(), error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return logr.Logger{}, "", nil, fmt.Errorf("failed to create %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, devLogName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return logr.Logger{}, "", nil, fmt.Errorf("failed to create the log file: %w", err)
+	}
+	var w io.Writer = f
+	if verbose > 0 {
+		w = io.MultiWriter(os.Stderr, f)
+	}
+	// The file keeps the run logs (V(1)) whatever the terminal shows.
+	log := devLogger(w, max(verbose, 1))
+	// client-go and controller-runtime internals log through klog.
+	klog.SetLogger(log)
+	return log, path, func() { _ = f.Close() }, nil
+}
+
 func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	begin := time.Now()
-	log := devLogger(os.Stderr, o.verbose)
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	log, logPath, closeLog, err := openDevLog(dir, o.verbose)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	fmt.Fprintf(out, "terrace dev: starting etcd, kube-apiserver, kube-controller-manager, devnode and the controller (full log: %s)\n", logPath)
 	if o.terraceBinary == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -141,16 +179,12 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	dir, err := filepath.Abs(o.dir)
-	if err != nil {
-		return err
-	}
 	// Pods find tofu on PATH, next to the terrace binary.
 	path := []string{filepath.Dir(o.terraceBinary)}
 	if tofu := devcluster.FindTofu(); tofu != "" {
 		path = append(path, filepath.Dir(tofu))
 	} else {
-		log.Info("no tofu binary found: runner pods will fail until `make tools` builds it")
+		fmt.Fprintln(out, "warning: no tofu binary found: runner pods will fail until `make tools` builds it")
 	}
 	path = append(path, os.Getenv("PATH"))
 
@@ -246,54 +280,6 @@ func freeLoopbackPorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-func runDemo(ctx context.Context, out io.Writer, dev *devcluster.Dev, examples string, timeout time.Duration, controllerDone chan error) error {
-	objs, err := devcluster.ReadManifests(examples)
-	if err != nil {
-		return err
-	}
-	if len(objs) == 0 {
-		return fmt.Errorf("no manifests in %s", examples)
-	}
-	progress := func(line string) { fmt.Fprintln(out, "demo:", line) }
-	if err := devcluster.Apply(ctx, dev.Cluster.Config, objs, progress); err != nil {
-		return err
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	go func() {
-		// A controller that dies ends the wait early: nothing will change.
-		// Its result goes back for runDev, which waits for it on the way out.
-		select {
-		case err := <-controllerDone:
-			controllerDone <- err
-			if err != nil {
-				progress("controller stopped: " + err.Error())
-			}
-			cancel()
-		case <-waitCtx.Done():
-		}
-	}()
-	outcomes, waitErr := devcluster.WaitAll(waitCtx, dev.Cluster.Config, objs, progress)
-	fmt.Fprintln(out, "\nresults:")
-	if err := devcluster.Report(ctx, dev.Cluster.Config, outcomes, out); err != nil {
-		return err
-	}
-	ready, failed := 0, 0
-	for _, o := range outcomes {
-		switch o.Health {
-		case devcluster.Current:
-			ready++
-		case devcluster.Failed:
-			failed++
-		}
-	}
-	fmt.Fprintf(out, "\ndemo: %d of %d objects Ready, %d failed\n", ready, len(outcomes), failed)
-	if waitErr != nil || ready != len(outcomes) {
-		return fmt.Errorf("the demo did not fully work: %d of %d objects Ready", ready, len(outcomes))
-	}
-	return nil
 }
 
 func newDevLogsCommand() *cobra.Command {

@@ -21,26 +21,33 @@ import (
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
-// statusColumnWidth keeps the table readable; -o yaml shows the whole message.
-const statusColumnWidth = 72
+// statusColumnWidth keeps a row of `terrace get -A` under 160 columns for
+// ordinary names; -o wide, describe and -o yaml show the whole message.
+const statusColumnWidth = 64
 
 func newGetCommand() *cobra.Command {
-	var allNamespaces bool
+	var allNamespaces, watchFlag bool
 	var output string
 	cmd := &cobra.Command{
 		Use:   "get [STACK]",
 		Short: "List Stacks with their readiness, pending plan and applied revision",
 		Example: "  terrace get -n team\n" +
 			"  terrace get web -n team -o yaml\n" +
-			"  terrace get -A",
+			"  terrace get -A\n" +
+			"  terrace get -w -n team",
 		Args: cobra.MaximumNArgs(1),
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list the Stacks of every namespace")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml or json (default: a table)")
+	cmd.Flags().BoolVarP(&watchFlag, "watch", "w", false, "after the list, print a row for every change until Ctrl-C (table output only)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide (full messages and digests), yaml or json (default: a table)")
 	return userCommand(cmd, func(ctx context.Context, k *kube, s streams, args []string) error {
-		if err := checkOutputFormat(output, "yaml", "json"); err != nil {
+		if err := checkOutputFormat(output, "wide", "yaml", "json"); err != nil {
 			return err
 		}
+		if watchFlag && (output == "yaml" || output == "json") {
+			return fmt.Errorf("--watch prints table rows: use it without -o %s, or with -o wide", output)
+		}
+		resourceVersion := ""
 		var stacks []terracev1.Stack
 		if len(args) == 1 {
 			if allNamespaces {
@@ -51,6 +58,7 @@ func newGetCommand() *cobra.Command {
 				return err
 			}
 			stacks = []terracev1.Stack{*stack}
+			resourceVersion = stack.ResourceVersion
 		} else {
 			list := &terracev1.StackList{}
 			var opts []client.ListOption
@@ -63,7 +71,8 @@ func newGetCommand() *cobra.Command {
 				return describeAPIError(err, "Stacks in "+where, k.namespace)
 			}
 			stacks = list.Items
-			if len(stacks) == 0 && output == "" {
+			resourceVersion = list.ResourceVersion
+			if len(stacks) == 0 && (output == "" || output == "wide") && !watchFlag {
 				fmt.Fprintf(s.err, "No Stacks found in %s.\n", where)
 				return nil
 			}
@@ -74,10 +83,17 @@ func newGetCommand() *cobra.Command {
 			}
 			return stacks[i].Name < stacks[j].Name
 		})
-		if output != "" {
+		if output == "yaml" || output == "json" {
 			return printStacks(s.out, stacks, output, len(args) == 1)
 		}
-		return printStackTable(s.out, stacks, allNamespaces, time.Now())
+		if err := printStackTable(s.out, stacks, allNamespaces, output == "wide", time.Now()); err != nil || !watchFlag {
+			return err
+		}
+		w := stackWatch{namespace: k.namespace, allNamespaces: allNamespaces, resourceVersion: resourceVersion, wide: output == "wide"}
+		if len(args) == 1 {
+			w.name = args[0]
+		}
+		return w.run(ctx, k, s.out)
 	})
 }
 
@@ -94,8 +110,9 @@ func checkOutputFormat(output string, allowed ...string) error {
 	return fmt.Errorf("unknown output format %q: use %s", output, strings.Join(allowed, " or "))
 }
 
-// printStackTable prints the columns of the CRD's printer columns.
-func printStackTable(out io.Writer, stacks []terracev1.Stack, withNamespace bool, now time.Time) error {
+// printStackTable prints the columns of the CRD's printer columns, with
+// short digests (1@sha256:e3f62017) unless wide.
+func printStackTable(out io.Writer, stacks []terracev1.Stack, withNamespace, wide bool, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
 	header := "NAME\tREADY\tSTATUS\tPLAN\tREVISION\tAGE"
 	if withNamespace {
@@ -103,21 +120,30 @@ func printStackTable(out io.Writer, stacks []terracev1.Stack, withNamespace bool
 	}
 	fmt.Fprintln(tw, header)
 	for i := range stacks {
-		st := &stacks[i]
-		ready, message := "Unknown", ""
-		if c := stackview.Condition(st, terracev1.ReadyCondition); c != nil {
-			ready, message = string(c.Status), c.Message
-		}
-		if st.Spec.Suspend {
-			message = "suspended; " + message
-		}
-		row := []string{st.Name, ready, truncate(oneLine(message), statusColumnWidth), stackview.PendingPlan(st), st.Status.LastAppliedRevision, age(st.CreationTimestamp, now)}
-		if withNamespace {
-			row = append([]string{st.Namespace}, row...)
-		}
-		fmt.Fprintln(tw, tableRow(row))
+		fmt.Fprintln(tw, tableRow(stackRow(&stacks[i], withNamespace, wide, now)))
 	}
 	return tw.Flush()
+}
+
+// stackRow is one Stack's cells of the get table.
+func stackRow(st *terracev1.Stack, withNamespace, wide bool, now time.Time) []string {
+	ready, message := "Unknown", ""
+	if c := stackview.Condition(st, terracev1.ReadyCondition); c != nil {
+		ready, message = string(c.Status), c.Message
+	}
+	if st.Spec.Suspend {
+		message = "suspended; " + message
+	}
+	message, revision := oneLine(message), st.Status.LastAppliedRevision
+	if !wide {
+		message = truncate(stackview.ShortRevision(message), statusColumnWidth)
+		revision = stackview.ShortRevision(revision)
+	}
+	row := []string{st.Name, ready, message, stackview.PendingPlan(st), revision, age(st.CreationTimestamp, now)}
+	if withNamespace {
+		row = append([]string{st.Namespace}, row...)
+	}
+	return row
 }
 
 // printStacks writes one Stack, or a StackList, as YAML or JSON, without

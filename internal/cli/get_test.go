@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
@@ -57,8 +60,8 @@ func TestGetPrintsTheStacksOfTheNamespace(t *testing.T) {
 
 	_, _, err = verb(t, "get", "nope", "-n", ns)
 	mustFail(t, err, "Stack "+ns+"/nope not found in namespace "+ns)
-	_, _, err = verb(t, "get", "-n", ns, "-o", "wide")
-	mustFail(t, err, `unknown output format "wide"`)
+	_, _, err = verb(t, "get", "-n", ns, "-o", "name")
+	mustFail(t, err, `unknown output format "name"`)
 
 	empty := env.Namespace(t)
 	out, errOut, err := verb(t, "get", "-n", empty)
@@ -71,4 +74,47 @@ func TestGetPrintsTheStacksOfTheNamespace(t *testing.T) {
 func TestGetDefaultsToTheDefaultNamespace(t *testing.T) {
 	_, _, err := verb(t, "get", "no-such-stack")
 	mustFail(t, err, "Stack default/no-such-stack not found in namespace default")
+}
+
+// A listing of Stacks with real digests, long messages and pending plans
+// fits a 160-column terminal; -o wide has the full digest and message.
+func TestGetListingFitsA160ColumnTerminal(t *testing.T) {
+	env, _ := apiServer(t)
+	ns := env.Namespace(t)
+	digest := "sha256:e3f62017" + strings.Repeat("9a", 28)
+	revision := "12@" + digest
+	newStack(t, ns, "network-core", nil, func(st *terracev1.StackStatus) {
+		setCondition(st, terracev1.ReadyCondition, metav1.ConditionTrue, "Applied", "applied "+revision+" (release 12)")
+		st.LastAppliedRevision = revision
+	})
+	newStack(t, ns, "payments-api", nil, func(st *terracev1.StackStatus) {
+		setCondition(st, terracev1.ReadyCondition, metav1.ConditionFalse, "AwaitingApproval", "plan plan-13-0123456789 (+12 ~3 -1) awaits approval: set spec.approvePlan to it")
+		st.Plan = &terracev1.PlanStatus{ID: "plan-13-0123456789", Pending: "plan-13-0123456789"}
+		st.LastAppliedRevision = revision
+	})
+	long := "plan failed: Error: No value for required variable " + strings.Repeat("and a long diagnostic ", 10) + "at " + revision
+	newStack(t, ns, "dns-zones", nil, func(st *terracev1.StackStatus) {
+		setCondition(st, terracev1.ReadyCondition, metav1.ConditionFalse, "PlanFailed", long)
+		st.LastAppliedRevision = revision
+	})
+
+	out, _, err := verb(t, "get", "-A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "get -A", out, "12@sha256:e3f62017 ", "network-core", "plan-13-0123456789")
+	if strings.Contains(out, digest) {
+		t.Errorf("get -A shows a full digest:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > 160 {
+			t.Errorf("a line of get -A is %d columns wide, want at most 160:\n%s", n, line)
+		}
+	}
+
+	out, _, err = verb(t, "get", "-n", ns, "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "get -o wide", out, revision+" ", long)
 }

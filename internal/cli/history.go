@@ -22,7 +22,7 @@ func newHistoryCommand() *cobra.Command {
 		Example: "  terrace history web -n team\n  terrace history web -o json",
 		Args:    cobra.ExactArgs(1),
 	}
-	return stackVerb(cmd, "output format: json (default: a table)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
+	return stackVerb(cmd, "output format: json or yaml (default: a table)", []string{"json", "yaml"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		set, closeStores, err := k.stores(ctx)
 		if err != nil {
 			return err
@@ -32,11 +32,11 @@ func newHistoryCommand() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("failed to list the releases of Stack %s/%s: %w", stack.Namespace, stack.Name, err)
 		}
-		if output == "json" {
+		if output != "" {
 			if releases == nil {
 				releases = []release.Release{}
 			}
-			return writeFormatted(s.out, releases, "json")
+			return writeFormatted(s.out, releases, output)
 		}
 		if len(releases) == 0 {
 			fmt.Fprintf(s.err, "Stack %s/%s has no releases yet: one is recorded per apply.\n", stack.Namespace, stack.Name)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -153,7 +154,33 @@ func userCommand(cmd *cobra.Command, run func(ctx context.Context, k *kube, s st
 		}
 		return run(ctx, k, streams{out: cmd.OutOrStdout(), err: cmd.ErrOrStderr()}, args)
 	}
+	if strings.Contains(cmd.Use, "STACK") {
+		cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return stackNames(cmd.Context(), flags), cobra.ShellCompDirectiveNoFileComp
+		}
+	}
 	return cmd
+}
+
+// stackNames completes a STACK argument with the namespace's Stacks;
+// nothing when the cluster cannot be read.
+func stackNames(ctx context.Context, flags kubeFlags) []cobra.Completion {
+	k, err := flags.connect()
+	if err != nil {
+		return nil
+	}
+	list := &terracev1.StackList{}
+	if err := k.client.List(ctx, list, client.InNamespace(k.namespace)); err != nil {
+		return nil
+	}
+	names := make([]cobra.Completion, 0, len(list.Items))
+	for _, st := range list.Items {
+		names = append(names, st.Name)
+	}
+	return names
 }
 
 // stackRun is a verb's work on the Stack its first argument names; output

@@ -22,7 +22,7 @@ import (
 const runnerContainer = "runner"
 
 func newLogsCommand() *cobra.Command {
-	var follow bool
+	var follow, previous bool
 	var tail int64
 	cmd := &cobra.Command{
 		Use:   "logs STACK",
@@ -31,22 +31,30 @@ func newLogsCommand() *cobra.Command {
 			"Runner pods are deleted when their run ends unless the TerraceConfig sets spec.runner.retain: true,\n" +
 			"so between runs there is usually nothing to show: the Stack's events and `terrace get` say how the\n" +
 			"last run ended.",
-		Example: "  terrace logs web -n team -f",
+		Example: "  terrace logs web -n team -f\n  terrace logs web -n team --previous",
 		Args:    cobra.ExactArgs(1),
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the log until the pod ends or Ctrl-C")
 	cmd.Flags().Int64Var(&tail, "tail", -1, "lines from the end to show (default: all)")
+	cmd.Flags().BoolVarP(&previous, "previous", "p", false, "the runner pod of the run before the latest one (kept when spec.runner.retain is on)")
 	return stackVerb(cmd, "", nil, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, _ string) error {
 		cs, err := k.clientset()
 		if err != nil {
 			return err
 		}
-		pod, err := findRunnerPod(ctx, cs, stack)
+		pods, err := runnerPods(ctx, cs, stack)
 		if err != nil {
 			return err
 		}
-		if pod == nil {
+		if len(pods) == 0 {
 			return noRunnerPodError(ctx, k, stack)
+		}
+		pod := pods[0]
+		if previous {
+			if len(pods) < 2 {
+				return fmt.Errorf("Stack %s/%s has no runner pod before %s: only pods kept with spec.runner.retain: true remain after their run", stack.Namespace, stack.Name, pod.Name)
+			}
+			pod = pods[1]
 		}
 		fmt.Fprintf(s.err, "runner pod %s/%s (%s, run %s, created %s ago)\n", pod.Namespace, pod.Name, pod.Status.Phase, pod.Labels[launcher.LabelRun], age(pod.CreationTimestamp, time.Now()))
 		opts := &corev1.PodLogOptions{Container: runnerContainer, Follow: follow}
@@ -65,11 +73,11 @@ func newLogsCommand() *cobra.Command {
 	})
 }
 
-// findRunnerPod returns the Stack's running or pending runner pod, else its
-// newest one, or nil when it has none. Pods must be owned by this Stack
-// (its UID), so a deleted and recreated Stack of the same name, or a long
-// name sharing a shortened label, never shows another's log.
-func findRunnerPod(ctx context.Context, cs kubernetes.Interface, stack *terracev1.Stack) (*corev1.Pod, error) {
+// runnerPods returns the Stack's runner pods, the running or pending one
+// first, then newest first. Pods must be owned by this Stack (its UID), so a
+// deleted and recreated Stack of the same name, or a long name sharing a
+// shortened label, never shows another's log.
+func runnerPods(ctx context.Context, cs kubernetes.Interface, stack *terracev1.Stack) ([]*corev1.Pod, error) {
 	selector := labels.SelectorFromSet(labels.Set{
 		launcher.LabelManagedBy: launcher.ManagedByTerrace,
 		launcher.LabelComponent: launcher.ComponentRunner,
@@ -85,9 +93,6 @@ func findRunnerPod(ctx context.Context, cs kubernetes.Interface, stack *terracev
 			pods = append(pods, &list.Items[i])
 		}
 	}
-	if len(pods) == 0 {
-		return nil, nil
-	}
 	sort.SliceStable(pods, func(i, j int) bool {
 		ai, aj := isActivePod(pods[i]), isActivePod(pods[j])
 		if ai != aj {
@@ -95,7 +100,7 @@ func findRunnerPod(ctx context.Context, cs kubernetes.Interface, stack *terracev
 		}
 		return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp)
 	})
-	return pods[0], nil
+	return pods, nil
 }
 
 func ownedBy(pod *corev1.Pod, stack *terracev1.Stack) bool {

@@ -27,7 +27,7 @@ func newOutputsCommand() *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 	}
 	cmd.Flags().BoolVar(&showSensitive, "show-sensitive", false, "print sensitive values instead of masking them")
-	return stackVerb(cmd, "output format: json (default: name=value lines)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
+	return stackVerb(cmd, "output format: json or yaml (default: name=value lines)", []string{"json", "yaml"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		deployed, releaseErr := deployedRelease(ctx, k, stack)
 		var shown []stackview.Output
 		if spec := stack.Spec.WriteOutputsToSecret; spec != nil {
@@ -53,8 +53,8 @@ func newOutputsCommand() *cobra.Command {
 			}
 			fmt.Fprintln(s.err, "note: "+where)
 		}
-		if output == "json" {
-			return writeFormatted(s.out, shown, "json")
+		if output != "" {
+			return writeFormatted(s.out, shown, output)
 		}
 		if len(shown) == 0 {
 			fmt.Fprintf(s.err, "Stack %s/%s has no outputs.\n", stack.Namespace, stack.Name)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -19,25 +20,26 @@ func newPlanCommand() *cobra.Command {
 		Long: "Shows the Stack's pending plan: its id, counts and, when spec.storeReadablePlan is json or human,\n" +
 			"the readable plan from the plan store. A planOnly Stack shows its latest plan. With nothing to\n" +
 			"show it says why and exits 1.",
-		Example: "  terrace plan web -n team\n  terrace plan web -o json",
+		Example: "  terrace plan web -n team\n  terrace plan web -o json\n  terrace plan web -o yaml",
 		Args:    cobra.ExactArgs(1),
 	}
-	return stackVerb(cmd, "output format: json (status.plan with the readable plan)", []string{"json"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
+	return stackVerb(cmd, "output format: json or yaml (status.plan with the readable plan, redacted; a json readable plan is embedded as an object)", []string{"json", "yaml"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
 		p := stack.Status.Plan
 		planID := stackview.ShownPlan(stack)
 		if planID == "" {
 			return &stackview.NoPendingPlanError{Stack: stack}
 		}
 		readable, note := readablePlan(ctx, k, stack, planID)
-		if output == "json" {
+		if output != "" {
 			return writeFormatted(s.out, struct {
 				Namespace      string                `json:"namespace"`
 				Stack          string                `json:"stack"`
 				Plan           *terracev1.PlanStatus `json:"plan"`
 				Approvable     bool                  `json:"approvable"`
 				ReadableFormat string                `json:"readableFormat,omitempty"`
-				Readable       string                `json:"readable,omitempty"`
-			}{stack.Namespace, stack.Name, p, p.Pending != "", stackview.ReadableFormat(stack), string(readable)}, "json")
+				Readable       any                   `json:"readable,omitempty"`
+				Note           string                `json:"note,omitempty"`
+			}{stack.Namespace, stack.Name, p, p.Pending != "", stackview.ReadableFormat(stack), machineReadable(readable), note}, output)
 		}
 		printPlanSummary(s.out, stack, planID, time.Now())
 		if note != "" {
@@ -98,4 +100,17 @@ func readablePlan(ctx context.Context, k *kube, stack *terracev1.Stack, planID s
 	}
 	defer closeStores()
 	return stackview.ReadablePlan(ctx, set.Plans, stack, planID)
+}
+
+// machineReadable embeds a JSON rendering (storeReadablePlan: json) as an
+// object, so `-o json | jq .readable.resource_changes` works; text stays a
+// string. Both were redacted by the runner before they were stored.
+func machineReadable(readable []byte) any {
+	switch {
+	case len(readable) == 0:
+		return nil
+	case json.Valid(readable):
+		return json.RawMessage(readable)
+	}
+	return string(readable)
 }

@@ -37,28 +37,34 @@ func newReconcileCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&waitFlag, "wait", true, "wait until the controller handled the request and print the Ready condition")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	return stackVerb(cmd, "", nil, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, _ string) error {
-		if stack.Spec.Suspend {
-			return fmt.Errorf("Stack %s/%s is suspended, so nothing runs: resume it with `terrace resume %s -n %s`", stack.Namespace, stack.Name, stack.Name, stack.Namespace)
-		}
-		requested := time.Now().UTC()
-		value := requested.Format(time.RFC3339Nano)
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, terracev1.ReconcileRequestAnnotation, value)
-		if err := k.client.Patch(ctx, stack, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			return describeAPIError(err, "Stack "+stack.Namespace+"/"+stack.Name, stack.Namespace)
-		}
-		fmt.Fprintf(s.err, "requested a reconcile of Stack %s/%s at %s\n", stack.Namespace, stack.Name, value)
-		if !waitFlag {
-			return nil
-		}
-		if stalled := stackview.Condition(stack, terracev1.StalledCondition); stackview.IsTrue(stalled) {
-			fmt.Fprintf(s.err, "note: the Stack is stalled (%s); unless its inputs changed the run ends the same way\n", stalled.Message)
-		}
-		handled, err := waitHandled(ctx, k, stack.Name, value, requested, timeout, s)
-		if err != nil {
+		handled, err := requestAndWait(ctx, k, s, stack, waitFlag, timeout)
+		if err != nil || handled == nil {
 			return err
 		}
 		return reportReady(s, handled)
 	})
+}
+
+// requestAndWait sets terrace.dev/requestedAt and, when wait, returns the
+// Stack once the controller handled that request (nil when not waiting).
+func requestAndWait(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, wait bool, timeout time.Duration) (*terracev1.Stack, error) {
+	if stack.Spec.Suspend {
+		return nil, fmt.Errorf("Stack %s/%s is suspended, so nothing runs: resume it with `terrace resume %s -n %s`", stack.Namespace, stack.Name, stack.Name, stack.Namespace)
+	}
+	requested := time.Now().UTC()
+	value := requested.Format(time.RFC3339Nano)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, terracev1.ReconcileRequestAnnotation, value)
+	if err := k.client.Patch(ctx, stack, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return nil, describeAPIError(err, "Stack "+stack.Namespace+"/"+stack.Name, stack.Namespace)
+	}
+	fmt.Fprintf(s.err, "requested a reconcile of Stack %s/%s at %s\n", stack.Namespace, stack.Name, value)
+	if !wait {
+		return nil, nil
+	}
+	if stalled := stackview.Condition(stack, terracev1.StalledCondition); stackview.IsTrue(stalled) {
+		fmt.Fprintf(s.err, "note: the Stack is stalled (%s); unless its inputs changed the run ends the same way\n", stalled.Message)
+	}
+	return waitHandled(ctx, k, stack.Name, value, requested, timeout, s)
 }
 
 // waitHandled polls until the controller echoes value in

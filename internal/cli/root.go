@@ -22,6 +22,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newStateCommand())
 	root.AddCommand(newAPICommand())
 	root.AddCommand(newGetCommand(), newPlanCommand(), newApproveCommand(), newOutputsCommand(), newHistoryCommand(),
-		newLogsCommand(), newReconcileCommand(), newSuspendCommand(), newResumeCommand())
+		newLogsCommand(), newReconcileCommand(), newSuspendCommand(), newResumeCommand(),
+		newDescribeCommand(), newReplanCommand(), newForceUnlockCommand())
 	return root
 }

@@ -184,6 +184,7 @@ func NewAuthorityWithOptions(opts Options) (*Authority, error) {
 	if err != nil {
 		return nil, err
 	}
+	recordCAExpiry(ca)
 	return &Authority{opts: opts, current: ca}, nil
 }
 
@@ -218,6 +219,7 @@ func (a *Authority) SetCAs(current, previous *CA) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.current, a.previous = current, previous
+	recordCAExpiry(current)
 	return nil
 }
 

@@ -79,6 +79,9 @@ type Release struct {
 	StartedAt      time.Time   `json:"startedAt"`
 	FinishedAt     time.Time   `json:"finishedAt"`
 	ToolVersion    string      `json:"toolVersion,omitempty"`
+	// RunnerImage is the runner image that applied it, by digest
+	// (repository@sha256:...) when the node reported one.
+	RunnerImage string `json:"runnerImage,omitempty"`
 	// Message says why a failed release failed (no secrets).
 	Message string `json:"message,omitempty"`
 

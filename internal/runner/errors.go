@@ -41,6 +41,10 @@ const (
 	ReasonFetchFailed = "FETCH_FAILED"
 	// ReasonInterrupted: the call was cancelled and tofu interrupted.
 	ReasonInterrupted = "INTERRUPTED"
+	// ReasonUndeclaredVariable: the variables set a name the module does not
+	// declare, and it matters: a YAML-boolean key, or tofu missed a required
+	// value (InvalidArgument).
+	ReasonUndeclaredVariable = "UNDECLARED_VARIABLE"
 )
 
 func statusError(code codes.Code, reason, msg string) error {
@@ -73,6 +77,8 @@ func (s *Server) toStatus(err error) error {
 		return statusError(codes.Canceled, ReasonInterrupted, msg)
 	case errors.Is(err, context.DeadlineExceeded):
 		return statusError(codes.DeadlineExceeded, ReasonInterrupted, msg)
+	case errors.Is(err, tf.ErrUndeclaredVariable):
+		return statusError(codes.InvalidArgument, ReasonUndeclaredVariable, msg)
 	case errors.As(err, &cmdErr):
 		return statusError(codes.Unknown, ReasonCommandFailed, msg)
 	case errors.Is(err, tf.ErrNotInitialized), errors.Is(err, tf.ErrNoSource):

@@ -219,6 +219,10 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 		return nil, err
 	}
 	defer cleanup()
+	undeclared, declared := e.undeclaredVariables(opts.Variables)
+	if err := checkDeclared(undeclared, declared); err != nil {
+		return nil, err
+	}
 
 	planOpts := []tfexec.PlanOption{tfexec.Out(out), tfexec.Destroy(opts.Destroy), tfexec.RefreshOnly(opts.RefreshOnly)}
 	for _, f := range varFiles {
@@ -231,7 +235,7 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 	flush()
 	if err != nil {
 		_ = os.Remove(out)
-		return nil, e.commandError("plan", ctx, err)
+		return nil, explainUndeclared(e.commandError("plan", ctx, err), undeclared, declared)
 	}
 	id := opts.PlanID
 	if id == "" {
@@ -376,6 +380,10 @@ func (e *Executor) Destroy(ctx context.Context, opts DestroyOptions, logf LogFun
 		return err
 	}
 	defer cleanup()
+	undeclared, declared := e.undeclaredVariables(opts.Variables)
+	if err := checkDeclared(undeclared, declared); err != nil {
+		return err
+	}
 	var destroyOpts []tfexec.DestroyOption
 	for _, f := range varFiles {
 		destroyOpts = append(destroyOpts, tfexec.VarFile(f))
@@ -386,7 +394,7 @@ func (e *Executor) Destroy(ctx context.Context, opts DestroyOptions, logf LogFun
 	err = tf.Destroy(ctx, destroyOpts...)
 	flush()
 	if err != nil {
-		return e.commandError("destroy", ctx, err)
+		return explainUndeclared(e.commandError("destroy", ctx, err), undeclared, declared)
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func (e *Executor) prepareVariables(vars Variables) ([]string, func(), error) {
 		files = append(files, p)
 	}
 
-	decls := parseVariableBlocks(e.moduleDir)
+	decls, _ := parseVariableBlocks(e.moduleDir)
 	sensitive := map[string]bool{}
 	for _, name := range vars.Sensitive {
 		sensitive[name] = true
@@ -154,15 +154,19 @@ type variableDecl struct {
 var variableSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "variable", LabelNames: []string{"name"}}}}
 var variableBodySchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "sensitive"}, {Name: "default"}}}
 
-func parseVariableBlocks(moduleDir string) map[string]variableDecl {
-	res := map[string]variableDecl{}
+// parseVariableBlocks reads the root variable blocks; complete says whether
+// every configuration file parsed, that is whether these are all the module
+// declares.
+func parseVariableBlocks(moduleDir string) (res map[string]variableDecl, complete bool) {
+	res = map[string]variableDecl{}
 	if moduleDir == "" {
-		return res
+		return res, false
 	}
 	entries, err := os.ReadDir(moduleDir)
 	if err != nil {
-		return res
+		return res, false
 	}
+	complete = true
 	parser := hclparse.NewParser()
 	for _, entry := range entries {
 		if entry.IsDir() {
@@ -180,6 +184,7 @@ func parseVariableBlocks(moduleDir string) map[string]variableDecl {
 			continue
 		}
 		if diags.HasErrors() || file == nil {
+			complete = false
 			continue
 		}
 		content, _, _ := file.Body.PartialContent(variableSchema)
@@ -204,7 +209,7 @@ func parseVariableBlocks(moduleDir string) map[string]variableDecl {
 			res[block.Labels[0]] = decl
 		}
 	}
-	return res
+	return res, complete
 }
 
 // varFileValues reads a .tfvars or .tfvars.json file's literal values.

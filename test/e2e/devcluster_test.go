@@ -496,50 +496,58 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 }
 
 // TestTerraceDevDemoAppliesExamplesAndReportsResults runs `terrace dev
-// --demo` over a directory of manifests: the in-process controller must
-// make the Program Ready and the demo must print its artifact and exit 0.
+// --demo` over the repository's examples, as `make demo` does: the
+// in-process controller must make the Program and Stack Ready, and the
+// terminal must show progress and results only (under 40 lines), with the
+// full log in a file whose path it prints.
 func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
 	tools, err := testenv.FindTools()
 	if err != nil {
 		t.Fatal(err)
 	}
-	examples := t.TempDir()
-	manifest := `apiVersion: v1
-kind: ConfigMap
-metadata: {name: settings, namespace: demo-e2e}
-data: {greeting: hello}
----
-apiVersion: terrace.dev/v1alpha1
-kind: Program
-metadata: {name: hello, namespace: demo-e2e}
-spec:
-  files:
-    main.tf: |
-      output "greeting" { value = "hello" }
-`
-	if err := os.WriteFile(filepath.Join(examples, "hello.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, terraceBinary, "dev", "--demo", "--demo-timeout=90s", "--dir", t.TempDir(),
-		"--examples", examples, "--crds", filepath.Join(testenv.RepoRoot(), "config", "crd", "bases"))
-	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+tools.KubebuilderAssets)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("terrace dev --demo failed: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	dir := t.TempDir()
+	root := testenv.RepoRoot()
+	cmd := exec.CommandContext(ctx, terraceBinary, "dev", "--demo", "--demo-timeout=150s", "--dir", dir,
+		"--examples", filepath.Join(root, "examples"), "--crds", filepath.Join(root, "config", "crd", "bases"))
+	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+tools.KubebuilderAssets, "TERRACE_TOFU="+tools.Tofu)
+	var terminal testenv.SyncBuffer // stdout and stderr interleaved, as a user sees them
+	cmd.Stdout, cmd.Stderr = &terminal, &terminal
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("terrace dev --demo failed: %v\n%s", err, terminal.String())
 	}
+	out := terminal.String()
+	logPath := filepath.Join(dir, "terrace-dev.log")
 	for _, want := range []string{
-		"created namespace demo-e2e",
-		"applied Program demo-e2e/hello",
-		"Program demo-e2e/hello: Current",
+		"full log: " + logPath,
+		"created namespace demo",
+		"Program demo/web-app: Current",
+		"Stack demo/web-app: Current",
 		"  digest   sha256:",
-		"demo: 2 of 2 objects Ready, 0 failed",
+		"web-demo-app",
+		"demo: 4 of 4 objects Ready, 0 failed",
 	} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if lines := strings.Count(out, "\n"); lines >= 40 {
+		t.Errorf("the demo printed %d lines, want under 40:\n%s", lines, out)
+	}
+	if strings.Contains(out, "demo-token-do-not-print") {
+		t.Errorf("the demo printed the Secret's value:\n%s", out)
+	}
+	logText, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatalf("the full log: %v", err)
+	}
+	for _, want := range []string{"starting the Terrace controller", "Starting EventSource"} {
+		if !strings.Contains(string(logText), want) {
+			t.Errorf("the full log lacks %q", want)
+		}
+		if strings.Contains(out, want) {
+			t.Errorf("the terminal shows the log line %q without -v", want)
 		}
 	}
 }

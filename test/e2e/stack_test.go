@@ -179,6 +179,10 @@ func TestStackAutoApply(t *testing.T) {
 	if len(rs) != 1 || rs[0].Revision != 1 || rs[0].Status != release.StatusDeployed || rs[0].Plan.Add != 1 {
 		t.Fatalf("releases: %+v", rs)
 	}
+	// What applied it: `terrace history` shows these.
+	if !strings.HasPrefix(rs[0].ToolVersion, "1.") || rs[0].RunnerImage == "" {
+		t.Errorf("the release does not say what applied it: tool version %q, runner image %q", rs[0].ToolVersion, rs[0].RunnerImage)
+	}
 	if st.Status.Release == nil || st.Status.Release.Revision != 1 || st.Status.Release.Status != "deployed" {
 		t.Errorf("status.release: %+v", st.Status.Release)
 	}

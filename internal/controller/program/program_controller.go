@@ -22,6 +22,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // ControllerName names the controller in logs, metrics and events.
@@ -164,7 +165,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *programScope, stepErr err
 	}
 	readyMessage := ""
 	if s.artifact != nil {
-		readyMessage = fmt.Sprintf("serving artifact for revision %s", s.artifact.Revision)
+		readyMessage = fmt.Sprintf("serving artifact for revision %s", stackview.ShortRevision(s.artifact.Revision))
 	}
 	out := reconcile.Summarize(p, stepErr, terracev1.ArtifactReadyReason, readyMessage, 0)
 	if out.Final {

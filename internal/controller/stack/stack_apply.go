@@ -21,6 +21,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, cl *runner.Client, sto
 	rel := release.Release{
 		Namespace: s.stack.Namespace, Stack: s.stack.Name,
 		SourceRevision: s.source.revision, PlanID: planID, StartedAt: started,
+		ToolVersion: s.observed.tool.version, RunnerImage: s.observed.tool.image,
 		Plan: release.PlanSummary{Add: int(summary.GetAdd()), Change: int(summary.GetChange()), Destroy: int(summary.GetDestroy())},
 	}
 	rel.SecretInputs = s.inputs.secretValues()

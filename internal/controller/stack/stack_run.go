@@ -167,9 +167,11 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope, kind runKind, st
 	if err := r.loadSource(rctx, s, cl); err != nil {
 		return err
 	}
-	if _, err := cl.Init(rctx, r.initRequest(s, sess.ID()), logf); err != nil {
+	initResult, err := cl.Init(rctx, r.initRequest(s, sess.ID()), logf)
+	if err != nil {
 		return classify(sess, err, PlanFailedReason, "init failed")
 	}
+	s.observed.tool = r.runTool(ctx, sess, initResult)
 
 	switch kind {
 	case runApplyPending:

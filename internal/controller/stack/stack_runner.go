@@ -117,7 +117,7 @@ func classify(sess runSession, err error, reason, what string) error {
 		if isLockContention(msg) {
 			return fmt.Errorf("%s: the state is locked: %s", what, msg)
 		}
-		return reconcile.Terminalf(reason, "%s: %s", what, msg)
+		return reconcile.Terminalf(runnerFailureReason(err, reason), "%s: %s", what, msg)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -13,6 +13,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // ownedConditions are the conditions the Stack controller writes.
@@ -37,6 +38,8 @@ type observations struct {
 	driftChecked     bool
 	drifted          bool
 	release          *release.Release
+	// tool is the tofu version and runner image of the run, for its release.
+	tool runTool
 	// staleCache: a run was due but the cached Stack was older than the
 	// API server's; nothing was done and the reconcile is retried.
 	staleCache   bool
@@ -169,7 +172,8 @@ func readyMessage(s *scope) string {
 	case s.observed.drifted && !s.observed.applied:
 		return fmt.Sprintf("drift detected (%s), not repaired: approvePlan is not auto or driftDetection is warn", planCounts(s.stack))
 	}
-	rev := st.LastAppliedRevision
+	// The message is the Status column of `kubectl get stacks`: short digest.
+	rev := stackview.ShortRevision(st.LastAppliedRevision)
 	if st.Release != nil && st.Release.Revision > 0 {
 		return fmt.Sprintf("applied %s (release %d)", rev, st.Release.Revision)
 	}

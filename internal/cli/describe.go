@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/stackview"
+)
+
+// describeRuns is how many of the latest releases describe lists.
+const describeRuns = 5
+
+// description is everything describe shows; -o json|yaml prints it whole.
+type description struct {
+	Stack    *terracev1.Stack  `json:"stack"`
+	Releases []release.Release `json:"releases"`
+	Events   []describedEvent  `json:"events"`
+	// Notes say what could not be read (a store, the events).
+	Notes []string `json:"notes,omitempty"`
+}
+
+type describedEvent struct {
+	Type    string    `json:"type"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Count   int32     `json:"count,omitempty"`
+	Last    time.Time `json:"last"`
+}
+
+func newDescribeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "describe STACK",
+		Short: "Show a Stack in full: source, conditions, pending plan, last runs with their times, events",
+		Long: "Shows what a person on call needs about one Stack: its source and settings, every condition, the\n" +
+			"pending plan, the latest releases (runs that applied) with their start and end times, the runner\n" +
+			"pods and the Stack's events. Digests are shown in full.",
+		Example: "  terrace describe web -n team\n  terrace describe web -o yaml",
+		Args:    cobra.ExactArgs(1),
+	}
+	return stackVerb(cmd, "output format: json or yaml (default: text)", []string{"json", "yaml"}, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, output string) error {
+		d := gatherDescription(ctx, k, stack)
+		if output != "" {
+			stack.ManagedFields = nil
+			stack.APIVersion, stack.Kind = terracev1.GroupVersion.String(), "Stack"
+			return writeFormatted(s.out, d, output)
+		}
+		return printDescription(s.out, d, time.Now())
+	})
+}
+
+// gatherDescription reads releases and events; what cannot be read becomes a note.
+func gatherDescription(ctx context.Context, k *kube, stack *terracev1.Stack) *description {
+	d := &description{Stack: stack, Releases: []release.Release{}, Events: []describedEvent{}}
+	if set, closeStores, err := k.stores(ctx); err != nil {
+		d.Notes = append(d.Notes, err.Error())
+	} else {
+		releases, err := set.History.List(ctx, stack.Namespace, stack.Name)
+		closeStores()
+		if err != nil {
+			d.Notes = append(d.Notes, fmt.Sprintf("failed to list the releases: %v", err))
+		}
+		if n := len(releases); n > describeRuns {
+			releases = releases[n-describeRuns:]
+		}
+		for _, r := range releases {
+			r.Outputs = release.Redacted(r.Outputs)
+			d.Releases = append(d.Releases, r)
+		}
+	}
+	events := &corev1.EventList{}
+	err := k.client.List(ctx, events, client.InNamespace(stack.Namespace),
+		client.MatchingFields{"involvedObject.kind": "Stack", "involvedObject.name": stack.Name})
+	if err != nil {
+		d.Notes = append(d.Notes, fmt.Sprintf("failed to list the events: %v", err))
+	}
+	for _, e := range events.Items {
+		last := e.LastTimestamp.Time
+		if e.Series != nil {
+			last = e.Series.LastObservedTime.Time
+		}
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		d.Events = append(d.Events, describedEvent{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count, Last: last})
+	}
+	sort.SliceStable(d.Events, func(i, j int) bool { return d.Events[i].Last.Before(d.Events[j].Last) })
+	return d
+}
+
+func printDescription(out io.Writer, d *description, now time.Time) error {
+	st := d.Stack
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	field := func(name, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", name, value)
+		}
+	}
+	field("Name", st.Name)
+	field("Namespace", st.Namespace)
+	field("Source", sourceText(st))
+	field("Path", st.Spec.Path)
+	field("Workspace", workspaceOf(st))
+	field("Approve plan", valueOr(st.Spec.ApprovePlan, "(empty: every plan waits for approval)"))
+	field("Suspended", map[bool]string{true: "yes", false: ""}[st.Spec.Suspend])
+	field("Generation", fmt.Sprintf("%d (observed %d)", st.Generation, st.Status.ObservedGeneration))
+	field("Applied revision", st.Status.LastAppliedRevision)
+	field("Attempted revision", st.Status.LastAttemptedRevision)
+	field("Planned revision", st.Status.LastPlannedRevision)
+	if r := st.Status.Release; r != nil {
+		field("Release", fmt.Sprintf("%d (%s)", r.Revision, r.Status))
+	}
+	field("Outputs", strings.Join(st.Status.Outputs, ", "))
+	if st.Status.LastDriftCheckAt != nil {
+		field("Last drift check", fmt.Sprintf("%s ago", age(*st.Status.LastDriftCheckAt, now)))
+	}
+	if p := st.Status.Plan; p != nil && p.ID != "" {
+		plan := fmt.Sprintf("%s (%s)", p.ID, stackview.PlanCounts(p))
+		if p.Pending != "" {
+			plan += ", awaiting approval: terrace approve " + st.Name + " " + p.Pending + " -n " + st.Namespace
+		}
+		field("Plan", plan)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	section(out, "Conditions", len(st.Status.Conditions), func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
+		for _, c := range st.Status.Conditions {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(c.LastTransitionTime, now), oneLine(c.Message))
+		}
+	})
+	section(out, "Last runs (releases)", len(d.Releases), func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "  REVISION\tSTATUS\tSOURCE REVISION\tPLAN\tSTARTED\tDURATION\tTOOL")
+		for _, r := range d.Releases {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t+%d ~%d -%d\t%s\t%s\t%s\n", r.Revision, r.Status, r.SourceRevision,
+				r.Plan.Add, r.Plan.Change, r.Plan.Destroy, timestamp(r.StartedAt), runDuration(r), valueOr(r.ToolVersion, "-"))
+		}
+	})
+	section(out, "Events", len(d.Events), func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "  TYPE\tREASON\tAGE\tMESSAGE")
+		for _, e := range d.Events {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", e.Type, e.Reason, age(metav1.NewTime(e.Last), now), oneLine(e.Message))
+		}
+	})
+	for _, n := range d.Notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+	return nil
+}
+
+// section prints a titled table, or "<none>" when it has no rows.
+func section(out io.Writer, title string, rows int, body func(*tabwriter.Writer)) {
+	if rows == 0 {
+		fmt.Fprintf(out, "%s: <none>\n", title)
+		return
+	}
+	fmt.Fprintf(out, "%s:\n", title)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	body(tw)
+	_ = tw.Flush()
+}
+
+func sourceText(st *terracev1.Stack) string {
+	src := st.Spec.Source
+	switch {
+	case src.ProgramRef != nil:
+		return "Program " + src.ProgramRef.Name
+	case src.SourceRef != nil:
+		ns := src.SourceRef.Namespace
+		if ns == "" {
+			ns = st.Namespace
+		}
+		return fmt.Sprintf("%s %s/%s", src.SourceRef.Kind, ns, src.SourceRef.Name)
+	case src.URL != "":
+		return src.URL + " (" + src.Digest + ")"
+	}
+	return ""
+}
+
+func runDuration(r release.Release) string {
+	if r.StartedAt.IsZero() || r.FinishedAt.IsZero() {
+		return "-"
+	}
+	return r.FinishedAt.Sub(r.StartedAt).Round(100 * time.Millisecond).String()
+}
+
+func valueOr(v, fallback string) string {
+	if v == "" {
+		return fallback
+	}
+	return v
+}

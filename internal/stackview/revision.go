@@ -1,0 +1,17 @@
+package stackview
+
+import "regexp"
+
+// shortDigestHex is how many hex digits of a digest a listing shows, as
+// Flux does (main@sha1:e3f62017): enough to tell revisions apart by eye.
+const shortDigestHex = 8
+
+// digestPattern matches a sha256 or sha1 digest anywhere in a text.
+var digestPattern = regexp.MustCompile(`\b(sha256|sha1):([0-9a-f]{8})[0-9a-f]{24,56}\b`)
+
+// ShortRevision shortens every digest in s to its first 8 hex digits:
+// "1@sha256:e3f62017…" becomes "1@sha256:e3f62017". Listings and condition
+// messages use it; describe, -o wide and -o yaml keep the full digest.
+func ShortRevision(s string) string {
+	return digestPattern.ReplaceAllString(s, "${1}:${2}")
+}
