@@ -11,12 +11,38 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION) \
            -X github.com/terrace-dev/terrace/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build test test-e2e tools generate verify fmt vet demo codegen-tools clean
+.PHONY: all build test test-e2e tools generate verify fmt vet demo codegen-tools clean image push
 
 all: build
 
 build: ## Build the terrace binary into bin/.
 	go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace ./cmd/terrace
+
+# The image: one OCI index of linux/amd64 and linux/arm64, built without a
+# container engine (hack/image, internal/image). One commit gives one digest:
+# the binaries are built with -trimpath and the commit's version, and every
+# timestamp in the image is the commit's time.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_SOURCE ?= https://github.com/terrace-dev/terrace
+IMAGE_CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_LAYOUT := $(LOCALBIN)/image
+
+image: ## Build the terrace image (static terrace + tofu per platform) as an OCI layout in bin/image; prints its digest.
+	@args=""; for p in $(IMAGE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; out=$(LOCALBIN)/$${os}_$${arch}; \
+	  echo "terrace for $$p" >&2; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch nice go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS) -s -w' -o $$out/terrace ./cmd/terrace; \
+	  tofu=$$(hack/tools/build.sh --tofu-for $$p); \
+	  args="$$args --platform $$p=$$out/terrace,$$tofu"; \
+	done; \
+	go run ./hack/image build --out $(IMAGE_LAYOUT) --created $(IMAGE_CREATED) \
+	  --source $(IMAGE_SOURCE) --revision $(IMAGE_REVISION) --version $(VERSION) $$args
+
+push: ## Push bin/image to IMAGE=registry/terrace:tag with your Docker config's credentials (no Docker needed).
+	@test -n "$(IMAGE)" || { echo 'name the image: make push IMAGE=registry.example.com/terrace:$(VERSION)'; exit 1; }
+	@test -f $(IMAGE_LAYOUT)/index.json || { echo 'no image in $(IMAGE_LAYOUT): run make image first'; exit 1; }
+	go run ./hack/image push --layout $(IMAGE_LAYOUT) $(IMAGE)
 
 tools: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl and tofu into the cache (~25 min cold).
 	hack/tools/build.sh
