@@ -1,6 +1,7 @@
 // Package devnode is a small kubelet and scheduler for Terrace's own pods.
-// It registers a Ready Node, binds pending pods to it and runs each pod's
-// containers as processes of the local terrace binary, each pod on its own
+// It registers a Ready Node, binds pending pods to it, pulls each
+// container's image from its registry, unpacks it once per digest, and runs
+// the image's entrypoint as a process (launch.go), each pod on its own
 // loopback address, so that the controller's production code path (pods,
 // Secrets, probes, pod IPs, exit codes) runs unchanged without Docker.
 // docs/dev-cluster.md describes the contract a pod's process sees.
@@ -41,11 +42,23 @@ import (
 type Options struct {
 	// NodeName is the Node's name; "devnode" when empty.
 	NodeName string
-	// Binary is the terrace binary every supported container runs. Required.
+	// Binary, when set, opts in to running containers of the image
+	// repositories in Images with this local terrace binary instead of
+	// pulling their image: quick for unit tests, but it skips the image.
 	Binary string
-	// Images are the image repositories mapped to Binary: a repository, or
-	// "*/name" for any repository ending in "/name". DefaultImages when empty.
+	// Images are the repositories mapped to Binary: a repository, or
+	// "*/name" for any repository ending in "/name". DefaultImages when
+	// empty and Binary is set.
 	Images []string
+	// ImageDir keeps pulled images unpacked by digest
+	// (<ImageDir>/sha256-<hex>/rootfs); Dir/images when empty. It may be
+	// shared by nodes and outlive them.
+	ImageDir string
+	// RegistryRewrites pulls the images of a registry (key, such as
+	// "ghcr.io") from another (value, such as "127.0.0.1:5000"), same
+	// repository and tag, without falling back: the dev cluster's loopback
+	// registry stands in for the published one.
+	RegistryRewrites map[string]string
 	// Dir holds pod directories (pods/<uid>) and logs
 	// (logs/<namespace>_<pod>_<uid>/<container>/<restart>.log). Required.
 	Dir string
@@ -74,7 +87,8 @@ type Node struct {
 	ips    *ipPool
 
 	apiURL, apiHost, apiPort string
-	path                     string // PATH for pods: the binary's directory first
+	path                     string // PATH for host-binary pods: the binary's directory first
+	images                   *imageStore
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -92,8 +106,11 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 	if opts.NodeName == "" {
 		opts.NodeName = "devnode"
 	}
-	if len(opts.Images) == 0 {
+	if len(opts.Images) == 0 && opts.Binary != "" {
 		opts.Images = DefaultImages
+	}
+	if opts.ImageDir == "" {
+		opts.ImageDir = filepath.Join(opts.Dir, "images")
 	}
 	if opts.ShutdownGrace == 0 {
 		opts.ShutdownGrace = 10 * time.Second
@@ -104,14 +121,18 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("devnode needs a directory for pods and logs")
 	}
-	bin, err := filepath.Abs(opts.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("failed to resolve terrace binary: %w", err)
+	path := os.Getenv("PATH")
+	if opts.Binary != "" {
+		bin, err := filepath.Abs(opts.Binary)
+		if err != nil {
+			return nil, fmt.Errorf("failed to resolve terrace binary: %w", err)
+		}
+		if info, err := os.Stat(bin); err != nil || info.IsDir() {
+			return nil, fmt.Errorf("terrace binary %q is missing: build it with `make build`", opts.Binary)
+		}
+		opts.Binary = bin
+		path = filepath.Dir(bin) + string(os.PathListSeparator) + path
 	}
-	if info, err := os.Stat(bin); err != nil || info.IsDir() {
-		return nil, fmt.Errorf("terrace binary %q is missing: build it with `make build`", opts.Binary)
-	}
-	opts.Binary = bin
 	ips, err := newIPPool(opts.PodSubnet)
 	if err != nil {
 		return nil, err
@@ -136,11 +157,18 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 		apiURL:   "https://" + u.Host,
 		apiHost:  host,
 		apiPort:  port,
-		path:     filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		path:     path,
+		images:   newImageStore(opts.ImageDir, opts.RegistryRewrites),
 		workers:  map[types.UID]*podWorker{},
 		finished: map[types.UID]time.Time{},
 		ready:    make(chan struct{}),
 	}, nil
+}
+
+// runsHostBinary reports whether c runs the local terrace binary (opt-in)
+// rather than its pulled image.
+func (n *Node) runsHostBinary(c *corev1.Container) bool {
+	return n.opts.Binary != "" && imageMatches(c.Image, n.opts.Images)
 }
 
 // Name is the Node's name.
