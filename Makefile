@@ -56,7 +56,9 @@ codegen-tools:
 generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	cp config/crd/bases/*.yaml charts/terrace/crds/
 	@if [ -d internal/controller ]; then $(CONTROLLER_GEN) rbac:roleName=terrace-controller paths=./internal/... output:rbac:artifacts:config=config/rbac; fi
+	cp config/rbac/role.yaml config/rbac/api_roles.yaml charts/terrace/files/
 	@if compgen -G 'proto/terrace/*/v1/*.proto' >/dev/null; then \
 	  PATH=$(LOCALBIN):$$PATH protoc -I proto \
 	    --go_out=. --go_opt=module=github.com/terrace-dev/terrace \
@@ -65,7 +67,7 @@ generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	fi
 
 verify: generate fmt vet ## Fail when generated code or formatting is stale.
-	@git diff --exit-code -- api config proto internal cmd || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
+	@git diff --exit-code -- api config proto internal cmd charts || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
 	@test -z "$$(git status --porcelain -- api config proto)" || { git status --porcelain -- api config proto; echo 'untracked generated files: commit them'; exit 1; }
 
 fmt:
