@@ -3,6 +3,7 @@ package devcluster
 import (
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -74,11 +76,16 @@ func (r *Registry) Stop() error {
 
 // PushDevImage builds the image of the host's platform from the terrace and
 // tofu binaries (fast compression: it never leaves the machine) and pushes
-// it to the registry as <host>/terrace-dev/terrace:<tag> for each tag. It
-// returns the reference of the first tag.
+// it to the registry as <host>/terrace-dev/terrace:<tag> for each tag; with
+// no tags, as DevTag and as the binary's own version. It returns the
+// reference of the first tag.
 func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags ...string) (string, error) {
 	if len(tags) == 0 {
-		tags = []string{DevTag}
+		own, err := binaryVersionTag(ctx, terrace)
+		if err != nil {
+			return "", err
+		}
+		tags = []string{DevTag, own}
 	}
 	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: terrace, Tofu: tofu}
 	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: gzip.BestSpeed}, p)
@@ -96,6 +103,32 @@ func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags 
 		}
 	}
 	return first, nil
+}
+
+// binaryVersionTag is the image tag the terrace binary takes as its own
+// (`terrace version`: the controller defaults runner and API server images
+// to ghcr.io/terrace-dev/terrace:<version>), so the dev registry answers for
+// it too. Characters a tag cannot hold become '-', as the version package
+// does.
+func binaryVersionTag(ctx context.Context, terrace string) (string, error) {
+	out, err := exec.CommandContext(ctx, terrace, "version", "--json").Output()
+	if err != nil {
+		return "", fmt.Errorf("failed to ask %s its version: %w", terrace, err)
+	}
+	var info struct{ Version string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Version == "" {
+		return "", fmt.Errorf("%s version --json printed %q", terrace, out)
+	}
+	tag := []byte(info.Version)
+	for i, c := range tag {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			tag[i] = '-'
+		}
+	}
+	if tag[0] == '.' || tag[0] == '-' {
+		tag = append([]byte("v"), tag...)
+	}
+	return string(tag[:min(len(tag), 128)]), nil
 }
 
 // ImageCacheDir is where devnodes keep pulled images unpacked by digest,
