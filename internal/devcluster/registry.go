@@ -77,15 +77,16 @@ func (r *Registry) Stop() error {
 // PushDevImage builds the image of the host's platform from the terrace and
 // tofu binaries (fast compression: it never leaves the machine) and pushes
 // it to the registry as <host>/terrace-dev/terrace:<tag> for each tag; with
-// no tags, as DevTag and as the binary's own version. It returns the
-// reference of the first tag.
+// no tags, as DevTag, as the binary's own version and as latest, the tags
+// the controller's image defaults may name. It returns the reference of
+// the first tag.
 func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags ...string) (string, error) {
 	if len(tags) == 0 {
 		own, err := binaryVersionTag(ctx, terrace)
 		if err != nil {
 			return "", err
 		}
-		tags = []string{DevTag, own}
+		tags = []string{DevTag, own, "latest"}
 	}
 	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: terrace, Tofu: tofu}
 	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: gzip.BestSpeed}, p)
