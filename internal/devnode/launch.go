@@ -1,9 +1,12 @@
 package devnode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,4 +174,155 @@ func mirrorRootfs(rootfs, root string, mounts []corev1.VolumeMount) error {
 func isCrossDevice(err error) bool {
 	var linkErr *os.LinkError
 	return errors.As(err, &linkErr) && strings.Contains(linkErr.Err.Error(), "cross-device")
+}
+
+// prepare pulls the container's image (or picks the host binary, when
+// opted in), resolves its environment, lays out its root and maps its
+// arguments. A *configError means "retry later", a *pullError "back off
+// and pull again", an *unsupportedError "never".
+func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (*processSpec, error) {
+	var (
+		img      *pulledImage
+		argv     []string
+		podStart int
+		err      error
+	)
+	if w.node.runsHostBinary(c) {
+		argv, err = binaryArgs(c, w.node.opts.Images)
+		argv = append([]string{w.node.opts.Binary}, argv...)
+	} else if img, err = w.node.images.pull(ctx, c); err == nil {
+		argv, podStart, err = imageArgv(c, img)
+	}
+	if err != nil {
+		return nil, err
+	}
+	paths := w.containerPaths(c.Name)
+	base, path, home, imgMapper, err := w.layOutRoot(paths, c, img)
+	if err != nil {
+		return nil, err
+	}
+	base = append(base,
+		envVar{"PATH", path},
+		envVar{"HOME", home}, // the image's, moved into root, else root/root
+		envVar{"TMPDIR", filepath.Join(paths.root, "tmp")},
+		envVar{"HOSTNAME", pod.Name},
+		envVar{EnvPodIP, w.podIP()},
+		envVar{EnvPodName, pod.Name},
+		envVar{EnvPodNamespace, pod.Namespace},
+		envVar{EnvPodRoot, paths.root},
+		envVar{"KUBERNETES_SERVICE_HOST", w.node.apiHost},
+		envVar{"KUBERNETES_SERVICE_PORT", w.node.apiPort},
+		envVar{"KUBERNETES_SERVICE_PORT_HTTPS", w.node.apiPort},
+	)
+	if mountsServiceAccount(c) {
+		kubeconfig, err := writePodKubeconfig(paths, w.node.apiURL)
+		if err != nil {
+			return nil, err
+		}
+		base = append(base, envVar{"KUBECONFIG", kubeconfig})
+	}
+	for _, e := range w.node.opts.Env {
+		base = append(base, envVar{e.Name, e.Value})
+	}
+	vars, err := resolveEnv(ctx, newObjectSource(w.node.client, pod.Namespace), pod, c, w.podIP(), base)
+	if err != nil {
+		return nil, err
+	}
+	list := newEnvList(vars)
+	if err := containerRoot(paths.root, c.VolumeMounts, w.volumesDir(), list.lookup); err != nil {
+		return nil, err
+	}
+	mapper := newPathMapper(paths.root, c.VolumeMounts)
+	spec := &processSpec{root: paths.root, mapper: mapper, dir: paths.root}
+	for _, v := range vars {
+		spec.env = append(spec.env, v.name+"="+mapper.rewrite(v.value))
+	}
+	argv0 := argv[0]
+	if podStart == 0 {
+		argv0 = expand(argv0, list.lookup)
+	}
+	for i, a := range argv[1:] {
+		if i+1 < podStart {
+			spec.args = append(spec.args, imgMapper.rewrite(a))
+		} else {
+			spec.args = append(spec.args, mapper.rewrite(expand(a, list.lookup)))
+		}
+	}
+	workingDir := c.WorkingDir
+	if img != nil {
+		spec.imageID = img.id
+		if workingDir == "" {
+			workingDir = img.config.WorkingDir
+		}
+		spec.lookup = func(argv0 string) (string, error) { return lookPath(paths.root, argv0, path) }
+	} else {
+		spec.lookup = func(argv0 string) (string, error) {
+			if !isTerraceCommand(argv0) {
+				return "", fmt.Errorf("%s is not the terrace binary", argv0)
+			}
+			return w.node.opts.Binary, nil
+		}
+	}
+	if spec.exe, err = spec.lookup(argv0); err != nil {
+		return nil, fmt.Errorf("container %q: %w", c.Name, err)
+	}
+	if workingDir != "" {
+		spec.dir = filepath.Join(paths.root, filepath.Clean("/"+workingDir))
+		if err := os.MkdirAll(spec.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("failed to create working directory %s: %w", workingDir, err)
+		}
+	}
+	return spec, nil
+}
+
+func mountsServiceAccount(c *corev1.Container) bool {
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) == serviceAccountMountPath {
+			return true
+		}
+	}
+	return false
+}
+
+// writePodKubeconfig points client-go at the API server with the pod's own
+// service-account token: in-cluster configuration reads fixed paths that do
+// not exist on the host, but clients honour KUBECONFIG.
+func writePodKubeconfig(paths containerPaths, apiURL string) (string, error) {
+	sa := filepath.Join(paths.root, serviceAccountMountPath)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["devnode"] = &clientcmdapi.Cluster{Server: apiURL, CertificateAuthority: filepath.Join(sa, "ca.crt")}
+	cfg.AuthInfos["pod"] = &clientcmdapi.AuthInfo{TokenFile: filepath.Join(sa, "token")}
+	cfg.Contexts["devnode"] = &clientcmdapi.Context{Cluster: "devnode", AuthInfo: "pod"}
+	cfg.CurrentContext = "devnode"
+	path := filepath.Join(paths.dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("failed to write pod kubeconfig: %w", err)
+	}
+	return path, nil
+}
+
+// layOutRoot makes the container's root: the usual directories, and for an
+// image its files, its environment, PATH and HOME, and the mapper of its
+// paths into root. HOME is root/root unless the image sets one.
+func (w *podWorker) layOutRoot(paths containerPaths, c *corev1.Container, img *pulledImage) (env []envVar, path, home string, m pathMapper, err error) {
+	home = filepath.Join(paths.root, "root")
+	for _, d := range []string{paths.root, filepath.Join(paths.root, "tmp"), home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, "", "", m, fmt.Errorf("failed to create %s: %w", d, err)
+		}
+	}
+	if img == nil {
+		return nil, w.node.path, home, pathMapper{root: paths.root}, nil
+	}
+	if err := mirrorRootfs(img.rootfs, paths.root, c.VolumeMounts); err != nil {
+		return nil, "", "", m, fmt.Errorf("failed to lay out the image's files: %w", err)
+	}
+	if m, err = imageMapper(paths.root, img.rootfs); err != nil {
+		return nil, "", "", m, err
+	}
+	env, path, imgHome := imageEnv(img, m)
+	if imgHome != "" {
+		home = imgHome
+	}
+	return env, path, home, m, nil
 }

@@ -32,50 +32,51 @@ type entry struct {
 // layerFiles is the content of one layer, written in sorted order.
 type layerFiles []entry
 
-// tarball writes the entries as a tar archive: parents before children,
-// sorted by name, every header with the same time and no user or group
+// writeTar writes the entries as a tar archive sorted by name (parents
+// before children), every header with the same time and no user or group
 // names.
 func (files layerFiles) writeTar(w io.Writer, modTime time.Time) error {
 	sorted := append(layerFiles(nil), files...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
 	tw := tar.NewWriter(w)
 	for _, e := range sorted {
-		hdr := &tar.Header{
-			Name:    e.name,
-			Mode:    e.mode,
-			Uid:     e.uid,
-			Gid:     e.gid,
-			ModTime: modTime,
-			Format:  tar.FormatPAX,
-		}
-		var body io.Reader
-		switch {
-		case e.dir:
-			hdr.Typeflag, hdr.Name = tar.TypeDir, strings.TrimSuffix(e.name, "/")+"/"
-		case e.hostPath != "":
-			f, err := os.Open(e.hostPath)
-			if err != nil {
-				return fmt.Errorf("failed to open %s for /%s: %w", e.hostPath, e.name, err)
-			}
-			defer func() { _ = f.Close() }()
-			info, err := f.Stat()
-			if err != nil {
-				return fmt.Errorf("failed to stat %s: %w", e.hostPath, err)
-			}
-			hdr.Typeflag, hdr.Size, body = tar.TypeReg, info.Size(), f
-		default:
-			hdr.Typeflag, hdr.Size, body = tar.TypeReg, int64(len(e.data)), bytes.NewReader(e.data)
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("failed to write /%s: %w", e.name, err)
-		}
-		if body != nil {
-			if n, err := io.Copy(tw, body); err != nil || n != hdr.Size {
-				return fmt.Errorf("failed to write /%s (the file changed while being read?): %w", e.name, err)
-			}
+		if err := e.write(tw, modTime); err != nil {
+			return err
 		}
 	}
 	return tw.Close()
+}
+
+func (e entry) write(tw *tar.Writer, modTime time.Time) error {
+	hdr := &tar.Header{Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: modTime, Format: tar.FormatPAX}
+	var body io.Reader
+	switch {
+	case e.dir:
+		hdr.Typeflag, hdr.Name = tar.TypeDir, strings.TrimSuffix(e.name, "/")+"/"
+	case e.hostPath != "":
+		f, err := os.Open(e.hostPath)
+		if err != nil {
+			return fmt.Errorf("failed to open %s for /%s: %w", e.hostPath, e.name, err)
+		}
+		defer func() { _ = f.Close() }()
+		info, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("failed to stat %s: %w", e.hostPath, err)
+		}
+		hdr.Typeflag, hdr.Size, body = tar.TypeReg, info.Size(), f
+	default:
+		hdr.Typeflag, hdr.Size, body = tar.TypeReg, int64(len(e.data)), bytes.NewReader(e.data)
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("failed to write /%s: %w", e.name, err)
+	}
+	if body == nil {
+		return nil
+	}
+	if n, err := io.Copy(tw, body); err != nil || n != hdr.Size {
+		return fmt.Errorf("failed to write /%s (did the file change while being read?): %v", e.name, err)
+	}
+	return nil
 }
 
 // layer builds a gzip-compressed OCI layer from files. The uncompressed tar
