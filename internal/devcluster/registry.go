@@ -1,7 +1,6 @@
 package devcluster
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,7 +74,7 @@ func (r *Registry) Stop() error {
 }
 
 // PushDevImage builds the image of the host's platform from the terrace and
-// tofu binaries (fast compression: it never leaves the machine) and pushes
+// tofu binaries (uncompressed layers: it never leaves the machine) and pushes
 // it to the registry as <host>/terrace-dev/terrace:<tag> for each tag; with
 // no tags, as DevTag, as the binary's own version and as latest, the tags
 // the controller's image defaults may name. It returns the reference of
@@ -89,7 +88,7 @@ func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags 
 		tags = []string{DevTag, own, "latest"}
 	}
 	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: terrace, Tofu: tofu}
-	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: gzip.BestSpeed}, p)
+	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: image.Uncompressed}, p)
 	if err != nil {
 		return "", fmt.Errorf("failed to build the dev image: %w", err)
 	}

@@ -19,8 +19,9 @@ import (
 )
 
 // testRegistry serves an in-process registry holding a Terrace image built
-// from stand-in binaries as <host>/terrace-dev/terrace:dev.
-func testRegistry(t *testing.T) (host string, stop func()) {
+// from stand-in binaries as <host>/terrace-dev/terrace:dev, with gzip or
+// uncompressed layers (as the dev cluster pushes).
+func testRegistry(t *testing.T, compression int) (host string, stop func()) {
 	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	dir := t.TempDir()
@@ -30,7 +31,7 @@ func testRegistry(t *testing.T) (host string, stop func()) {
 			t.Fatal(err)
 		}
 	}
-	img, err := image.BuildImage(image.Options{Version: "dev"}, p)
+	img, err := image.BuildImage(image.Options{Version: "dev", CompressionLevel: compression}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,13 @@ func testRegistry(t *testing.T) (host string, stop func()) {
 }
 
 func TestPullUnpacksOnceAndHonoursThePullPolicy(t *testing.T) {
-	host, stop := testRegistry(t)
+	for name, compression := range map[string]int{"gzip": image.DefaultCompression, "uncompressed": image.Uncompressed} {
+		t.Run(name, func(t *testing.T) { testPull(t, compression) })
+	}
+}
+
+func testPull(t *testing.T, compression int) {
+	host, stop := testRegistry(t, compression)
 	store := newImageStore(t.TempDir(), map[string]string{"ghcr.io": host})
 	ctx := context.Background()
 
@@ -79,7 +86,7 @@ func TestPullUnpacksOnceAndHonoursThePullPolicy(t *testing.T) {
 }
 
 func TestPullOfAnUnknownImageIsErrImagePull(t *testing.T) {
-	host, stop := testRegistry(t)
+	host, stop := testRegistry(t, image.DefaultCompression)
 	defer stop()
 	store := newImageStore(t.TempDir(), nil)
 	for _, ref := range []string{host + "/terrace-dev/terrace:no-such-tag", host + "/no/such-image:v1"} {

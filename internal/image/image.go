@@ -69,7 +69,8 @@ type Options struct {
 	// roots of golang.org/x/crypto/x509roots/fallback (pinned by go.sum,
 	// so the same on every machine) when empty.
 	CABundle []byte
-	// CompressionLevel is the gzip level; DefaultCompression when zero.
+	// CompressionLevel is the gzip level, or Uncompressed; DefaultCompression
+	// when zero.
 	CompressionLevel int
 }
 

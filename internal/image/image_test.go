@@ -240,6 +240,16 @@ func TestFastCompressionKeepsTheSameFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.CompressionLevel = Uncompressed
+	plain, err := BuildImage(opts, opts.Platforms[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := plain.ConfigFile()
+	layers, _ := plain.Layers()
+	if mt, _ := layers[0].MediaType(); mt != types.OCIUncompressedLayer {
+		t.Errorf("uncompressed layer media type %s", mt)
+	}
 	// The uncompressed layers (diff ids) are what a runtime unpacks.
 	a, _ := slow.ConfigFile()
 	b, _ := fast.ConfigFile()
@@ -247,7 +257,7 @@ func TestFastCompressionKeepsTheSameFiles(t *testing.T) {
 		t.Fatalf("diff ids %v and %v, want three layers", a.RootFS.DiffIDs, b.RootFS.DiffIDs)
 	}
 	for i := range a.RootFS.DiffIDs {
-		if a.RootFS.DiffIDs[i] != b.RootFS.DiffIDs[i] {
+		if a.RootFS.DiffIDs[i] != b.RootFS.DiffIDs[i] || a.RootFS.DiffIDs[i] != c.RootFS.DiffIDs[i] {
 			t.Errorf("layer %d differs in content with another compression level", i)
 		}
 	}

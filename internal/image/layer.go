@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -88,6 +89,9 @@ func (files layerFiles) layer(modTime time.Time, level int) (v1.Layer, error) {
 		return nil, err
 	}
 	raw := buf.Bytes()
+	if level == Uncompressed {
+		return static.NewLayer(raw, types.OCIUncompressedLayer), nil
+	}
 	return tarball.LayerFromOpener(
 		func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
 		tarball.WithCompressionLevel(level),
@@ -116,5 +120,10 @@ func (files layerFiles) withParents() layerFiles {
 }
 
 // DefaultCompression is the gzip level of `make image`: the digest depends
-// on it, so it is fixed. Local, throw-away images may use gzip.BestSpeed.
-const DefaultCompression = gzip.DefaultCompression
+// on it, so it is fixed. Uncompressed layers (OCI's plain tar media type)
+// suit an image that never leaves the machine, such as the dev cluster's:
+// nothing to compress or decompress.
+const (
+	DefaultCompression = gzip.DefaultCompression
+	Uncompressed       = gzip.HuffmanOnly - 1
+)
