@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -171,10 +172,7 @@ func mirrorRootfs(rootfs, root string, mounts []corev1.VolumeMount) error {
 	})
 }
 
-func isCrossDevice(err error) bool {
-	var linkErr *os.LinkError
-	return errors.As(err, &linkErr) && strings.Contains(linkErr.Err.Error(), "cross-device")
-}
+func isCrossDevice(err error) bool { return errors.Is(err, syscall.EXDEV) }
 
 // prepare pulls the container's image (or picks the host binary, when
 // opted in), resolves its environment, lays out its root and maps its

@@ -211,6 +211,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		defer stopLogs()
 	}
+	go n.images.prune()
 	if err := n.register(ctx); err != nil {
 		return err
 	}

@@ -173,6 +173,9 @@ func (s *imageStore) load(id string, h v1.Hash) (*pulledImage, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("corrupt image cache %s: %w", dir, err)
 	}
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now) // in use: kept by prune
+
 	return &pulledImage{id: id, rootfs: filepath.Join(dir, "rootfs"), config: cfg}, nil
 }
 
@@ -228,4 +231,26 @@ func (s *imageStore) unpack(id string, h v1.Hash, img v1.Image) (*pulledImage, e
 		return nil, fmt.Errorf("failed to store the unpacked image: %w", err)
 	}
 	return s.load(id, h)
+}
+
+// unusedImageAge is how long an unpacked image stays in the cache after its
+// last use: each build of the dev image is a new digest.
+const unusedImageAge = 24 * time.Hour
+
+// prune removes unpacked images (and abandoned unpacks) unused for
+// unusedImageAge, as the kubelet's image garbage collection does.
+func (s *imageStore) prune() {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < unusedImageAge {
+			continue
+		}
+		if strings.HasPrefix(e.Name(), "sha256-") || strings.HasPrefix(e.Name(), ".unpack-") {
+			_ = os.RemoveAll(filepath.Join(s.dir, e.Name()))
+		}
+	}
 }

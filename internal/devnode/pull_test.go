@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
@@ -107,4 +108,25 @@ func TestPullOfAnUnknownImageIsErrImagePull(t *testing.T) {
 func isPullError(err error, reason string) bool {
 	var pe *pullError
 	return errors.As(err, &pe) && pe.reason == reason
+}
+
+func TestPruneRemovesImagesUnusedForADay(t *testing.T) {
+	store := newImageStore(t.TempDir(), nil)
+	old, recent := filepath.Join(store.dir, "sha256-old"), filepath.Join(store.dir, "sha256-recent")
+	for _, d := range []string{old, recent} {
+		if err := os.MkdirAll(filepath.Join(d, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	twoDaysAgo := time.Now().Add(-48 * time.Hour)
+	if err := os.Chtimes(old, twoDaysAgo, twoDaysAgo); err != nil {
+		t.Fatal(err)
+	}
+	store.prune()
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("an image unused for two days is still there: %v", err)
+	}
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("a recent image was removed: %v", err)
+	}
 }
