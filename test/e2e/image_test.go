@@ -70,10 +70,11 @@ func TestPodRunsFromThePulledImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := httpGet(running.Status.PodIP+":8080", "/env/TERRACE_POD_ROOT")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var root string
+	eventually(t, 30*time.Second, "the pod's server", func() error {
+		root, err = httpGet(running.Status.PodIP+":8080", "/env/TERRACE_POD_ROOT")
+		return err
+	})
 	// Hard-linked into the root, or linked to the image cache when that is
 	// on another file system: the image's file either way.
 	inRoot := exe == filepath.Join(root, "usr/local/bin/terrace")
