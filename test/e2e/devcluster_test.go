@@ -213,7 +213,7 @@ func TestFailingPodReportsExitCodeAndLastLogLines(t *testing.T) {
 			Containers: []corev1.Container{{
 				Name:                     "main",
 				Image:                    terraceImage,
-				Command:                  []string{"/terrace"},
+				Command:                  []string{"/usr/local/bin/terrace"},
 				Args:                     []string{"dev", "pod-fixture", "--say=starting up", "--say=fatal: the disk is on fire", "--exit=3"},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
