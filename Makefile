@@ -11,12 +11,38 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION) \
            -X github.com/terrace-dev/terrace/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build deps deps-demo test test-e2e fuzz tools generate verify fmt vet demo codegen-tools clean
+.PHONY: all build deps deps-demo test test-e2e fuzz tools generate verify fmt vet demo codegen-tools clean image push
 
 all: build
 
 build: ## Build the terrace binary into bin/.
 	go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace ./cmd/terrace
+
+# The image: one OCI index of linux/amd64 and linux/arm64, built without a
+# container engine (hack/image, internal/image). One commit gives one digest:
+# the binaries are built with -trimpath and the commit's version, and every
+# timestamp in the image is the commit's time.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_SOURCE ?= https://github.com/terrace-dev/terrace
+IMAGE_CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_LAYOUT := $(LOCALBIN)/image
+
+image: ## Build the terrace image (static terrace + tofu per platform) as an OCI layout in bin/image; prints its digest.
+	@args=""; for p in $(IMAGE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; out=$(LOCALBIN)/$${os}_$${arch}; \
+	  echo "terrace for $$p" >&2; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch nice go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS) -s -w' -o $$out/terrace ./cmd/terrace; \
+	  tofu=$$(hack/tools/build.sh --tofu-for $$p); \
+	  args="$$args --platform $$p=$$out/terrace,$$tofu"; \
+	done; \
+	go run ./hack/image build --out $(IMAGE_LAYOUT) --created $(IMAGE_CREATED) \
+	  --source $(IMAGE_SOURCE) --revision $(IMAGE_REVISION) --version $(VERSION) $$args
+
+push: ## Push bin/image to IMAGE=registry/terrace:tag with your Docker config's credentials (no Docker needed).
+	@test -n "$(IMAGE)" || { echo 'name the image: make push IMAGE=registry.example.com/terrace:$(VERSION)'; exit 1; }
+	@test -f $(IMAGE_LAYOUT)/index.json || { echo 'no image in $(IMAGE_LAYOUT): run make image first'; exit 1; }
+	go run ./hack/image push --layout $(IMAGE_LAYOUT) $(IMAGE)
 
 tools: ## Build etcd, kube-apiserver, kube-controller-manager, kubectl and tofu into the cache (~25 min cold).
 	hack/tools/build.sh
@@ -30,7 +56,9 @@ codegen-tools:
 generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	cp config/crd/bases/*.yaml charts/terrace/crds/
 	@if [ -d internal/controller ]; then $(CONTROLLER_GEN) rbac:roleName=terrace-controller paths=./internal/... output:rbac:artifacts:config=config/rbac; fi
+	cp config/rbac/role.yaml config/rbac/api_roles.yaml charts/terrace/files/
 	@if compgen -G 'proto/terrace/*/v1/*.proto' >/dev/null; then \
 	  PATH=$(LOCALBIN):$$PATH protoc -I proto \
 	    --go_out=. --go_opt=module=github.com/terrace-dev/terrace \
@@ -39,7 +67,7 @@ generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	fi
 
 verify: generate fmt vet ## Fail when generated code or formatting is stale.
-	@git diff --exit-code -- api config proto internal cmd || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
+	@git diff --exit-code -- api config proto internal cmd charts || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
 	@test -z "$$(git status --porcelain -- api config proto)" || { git status --porcelain -- api config proto; echo 'untracked generated files: commit them'; exit 1; }
 
 fmt:

@@ -54,6 +54,31 @@ if [ -z "${TERRACE_TOFU:-}" ] && command -v tofu >/dev/null 2>&1; then
 fi
 [ -n "${TERRACE_TOFU:-}" ] && tofu_path=$TERRACE_TOFU
 
+# --tofu-for linux/ARCH builds tofu for that platform (the image's arm64 layer
+# is cross-compiled; ~12 min of CPU, run under nice) into
+# <cache>/tofu-<version>-linux-<arch>/tofu, prints its path, and builds nothing else.
+# The host's own platform reuses the ordinary tofu build. --tofu-path-for only prints.
+if [ "${1:-}" = "--tofu-for" ] || [ "${1:-}" = "--tofu-path-for" ]; then
+  platform=${2:?usage: build.sh --tofu-for linux/ARCH}
+  goos=${platform%%/*}; goarch=${platform#*/}
+  if [ "$goos/$goarch" = "$(go env GOOS)/$(go env GOARCH)" ]; then
+    dest="$cache/tofu-$OPENTOFU_VERSION/tofu"
+  else
+    dest="$cache/tofu-$OPENTOFU_VERSION-$goos-$goarch/tofu"
+  fi
+  if [ "$1" = "--tofu-for" ] && [ ! -x "$dest" ]; then
+    log "tofu $OPENTOFU_VERSION for $platform: building under nice (~12 min of CPU on a cold cache)"
+    start=$SECONDS
+    mkdir -p "$(dirname "$dest")"
+    (cd "$here/opentofu" && GOOS=$goos GOARCH=$goarch CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
+      nice -n 19 go build -trimpath -ldflags "-s -w" -o "$dest.tmp" github.com/opentofu/opentofu/cmd/tofu)
+    mv "$dest.tmp" "$dest"
+    log "tofu $OPENTOFU_VERSION for $platform: built in $((SECONDS - start))s"
+  fi
+  echo "$dest"
+  exit 0
+fi
+
 # --env prints where the tools are (or will be) without building anything.
 if [ "${1:-}" = "--env" ]; then
   echo "KUBEBUILDER_ASSETS=$assets"

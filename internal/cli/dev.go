@@ -80,7 +80,7 @@ func newDevCommand() *cobra.Command {
 	f.DurationVar(&o.demoTimeout, "demo-timeout", 10*time.Minute, "how long --demo waits for the examples")
 	f.StringVar(&o.examplesDir, "examples", "examples", "manifests --demo applies (looked up from the current directory upwards)")
 	f.StringVar(&o.crdDir, "crds", filepath.Join("config", "crd", "bases"), "CRD manifests to install (looked up from the current directory upwards)")
-	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary devnode runs for terrace-image containers (default: this binary)")
+	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary the dev image is built from, with tofu, and pushed to the cluster's loopback registry (default: this binary)")
 	f.StringVar(&o.nodeName, "node-name", "devnode", "name of the Node devnode registers")
 	f.StringVar(&o.podSubnet, "pod-subnet", "", "loopback range for pod addresses, such as 127.0.0.0/24 (default: a random 127.x.y.0/24)")
 	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "directory runner pods install providers from, exclusively [TERRACE_PROVIDER_MIRROR]")
@@ -179,15 +179,6 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	// Pods find tofu on PATH, next to the terrace binary.
-	path := []string{filepath.Dir(o.terraceBinary)}
-	if tofu := devcluster.FindTofu(); tofu != "" {
-		path = append(path, filepath.Dir(tofu))
-	} else {
-		fmt.Fprintln(out, "warning: no tofu binary found: runner pods will fail until `make tools` builds it")
-	}
-	path = append(path, os.Getenv("PATH"))
-
 	startCtx, cancelStart := context.WithTimeout(ctx, devcluster.StartupTimeout)
 	dev, err := devcluster.StartDev(startCtx, devcluster.DevOptions{
 		Dir:           dir,
@@ -196,7 +187,6 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		TerraceBinary: o.terraceBinary,
 		NodeName:      o.nodeName,
 		PodSubnet:     o.podSubnet,
-		PodEnv:        []corev1.EnvVar{{Name: "PATH", Value: strings.Join(path, string(os.PathListSeparator))}},
 		Log:           log,
 	})
 	cancelStart()
@@ -222,6 +212,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 
 	fmt.Fprintf(out, "terrace dev: ready in %.1fs (node %s, pod addresses %s, logs under %s)\n",
 		time.Since(begin).Seconds(), dev.Node.Name(), dev.Node.PodSubnet(), filepath.Join(dev.NodeDir, "logs"))
+	fmt.Fprintf(out, "image: %s (devnode pulls %s/%s from this registry)\n", dev.Image, devcluster.PublishedRegistry, devcluster.ImageRepository)
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", dev.KubeconfigPath)
 
 	if o.demo {

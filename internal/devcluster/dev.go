@@ -88,8 +88,20 @@ type DevOptions struct {
 	BinDir string
 	// CRDDirs are installed before the node starts.
 	CRDDirs []string
-	// TerraceBinary is what devnode runs for terrace-image containers.
+	// TerraceBinary is the terrace binary built from the checkout. The
+	// dev image is built from it and Tofu, pushed to the cluster's loopback
+	// registry as terrace-dev/terrace:<ImageTags>, and devnode pulls
+	// ghcr.io/terrace-dev/terrace from there. Required.
 	TerraceBinary string
+	// Tofu is the image's tofu binary; FindTofu when empty.
+	Tofu string
+	// ImageTags are the tags the dev image is pushed under; DevTag when
+	// empty.
+	ImageTags []string
+	// HostBinary opts in to devnode running terrace-image containers with
+	// TerraceBinary directly, without the image: quicker, for tests that
+	// are not about the image.
+	HostBinary bool
 	// NodeName and PodSubnet are passed to devnode.
 	NodeName, PodSubnet string
 	// PodEnv is added to every pod container's environment.
@@ -106,6 +118,10 @@ type Dev struct {
 	KubeconfigPath string
 	// NodeDir is the devnode's directory (pods/ and logs/).
 	NodeDir string
+	// Registry is the loopback registry holding the dev image, and Image
+	// its reference there (nil and empty with HostBinary).
+	Registry *Registry
+	Image    string
 
 	lock     *os.File
 	stopNode context.CancelFunc
@@ -156,17 +172,26 @@ func StartDev(ctx context.Context, opts DevOptions) (*Dev, error) {
 		_ = d.Stop()
 		return nil, err
 	}
-	node, err := devnode.New(cluster.Config, devnode.Options{
+	nodeOpts := devnode.Options{
 		NodeName:       opts.NodeName,
-		Binary:         opts.TerraceBinary,
 		Dir:            d.NodeDir,
+		ImageDir:       ImageCacheDir(),
 		PodSubnet:      opts.PodSubnet,
 		Env:            opts.PodEnv,
 		ServingCertPEM: certPEM,
 		ServingKeyPEM:  keyPEM,
 		ClientCAPEM:    cluster.CACertPEM,
 		Log:            opts.Log.WithName("devnode"),
-	})
+	}
+	if opts.HostBinary {
+		nodeOpts.Binary = opts.TerraceBinary
+	} else if err := d.startRegistry(ctx, opts); err != nil {
+		_ = d.Stop()
+		return nil, err
+	} else {
+		nodeOpts.RegistryRewrites = map[string]string{PublishedRegistry: d.Registry.Host}
+	}
+	node, err := devnode.New(cluster.Config, nodeOpts)
 	if err != nil {
 		_ = d.Stop()
 		return nil, err
@@ -199,6 +224,12 @@ func (d *Dev) Stop() error {
 		}
 		d.stopNode = nil
 	}
+	if d.Registry != nil {
+		if err := d.Registry.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("registry: %w", err))
+		}
+		d.Registry = nil
+	}
 	if d.Cluster != nil {
 		if err := d.Cluster.Stop(); err != nil {
 			errs = append(errs, err)
@@ -206,6 +237,31 @@ func (d *Dev) Stop() error {
 	}
 	d.unlock()
 	return errors.Join(errs...)
+}
+
+// startRegistry serves the loopback registry and pushes the dev image.
+func (d *Dev) startRegistry(ctx context.Context, opts DevOptions) error {
+	tofu := opts.Tofu
+	if tofu == "" {
+		if tofu = FindTofu(); tofu == "" {
+			return errors.New("no tofu binary for the dev image: run `make tools` or set TERRACE_TOFU")
+		}
+	}
+	dir := filepath.Join(opts.Dir, "registry")
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("failed to clear %s: %w", dir, err)
+	}
+	reg, err := StartRegistry(dir)
+	if err != nil {
+		return err
+	}
+	d.Registry = reg
+	begin := time.Now()
+	if d.Image, err = reg.PushDevImage(ctx, opts.TerraceBinary, tofu, opts.ImageTags...); err != nil {
+		return err
+	}
+	opts.Log.Info("pushed the dev image", "image", d.Image, "took", time.Since(begin).Round(time.Millisecond).String())
+	return nil
 }
 
 func (d *Dev) unlock() {

@@ -14,8 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Environment variables devnode gives every process (besides the pod's own).
@@ -54,113 +52,31 @@ func (w *podWorker) containerPaths(name string) containerPaths {
 
 // processSpec is everything needed to start (or exec into) a container.
 type processSpec struct {
-	args   []string
-	env    []string
-	dir    string
-	root   string
-	mapper pathMapper
-}
-
-// prepare resolves a container's environment, lays out its root and maps
-// its arguments. A *configError means "retry later"; an *unsupportedError
-// means "never".
-func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (*processSpec, error) {
-	args, err := binaryArgs(c, w.node.opts.Images)
-	if err != nil {
-		return nil, err
-	}
-	paths := w.containerPaths(c.Name)
-	for _, d := range []string{paths.root, filepath.Join(paths.root, "tmp"), filepath.Join(paths.root, "root")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("failed to create %s: %w", d, err)
-		}
-	}
-	base := []envVar{
-		{"PATH", w.node.path},
-		{"HOME", filepath.Join(paths.root, "root")},
-		{"TMPDIR", filepath.Join(paths.root, "tmp")},
-		{"HOSTNAME", pod.Name},
-		{EnvPodIP, w.podIP()},
-		{EnvPodName, pod.Name},
-		{EnvPodNamespace, pod.Namespace},
-		{EnvPodRoot, paths.root},
-		{"KUBERNETES_SERVICE_HOST", w.node.apiHost},
-		{"KUBERNETES_SERVICE_PORT", w.node.apiPort},
-		{"KUBERNETES_SERVICE_PORT_HTTPS", w.node.apiPort},
-	}
-	if mountsServiceAccount(c) {
-		kubeconfig, err := writePodKubeconfig(paths, w.node.apiURL)
-		if err != nil {
-			return nil, err
-		}
-		base = append(base, envVar{"KUBECONFIG", kubeconfig})
-	}
-	for _, e := range w.node.opts.Env {
-		base = append(base, envVar{e.Name, e.Value})
-	}
-	vars, err := resolveEnv(ctx, newObjectSource(w.node.client, pod.Namespace), pod, c, w.podIP(), base)
-	if err != nil {
-		return nil, err
-	}
-	list := newEnvList(vars)
-	if err := containerRoot(paths.root, c.VolumeMounts, w.volumesDir(), list.lookup); err != nil {
-		return nil, err
-	}
-	mapper := newPathMapper(paths.root, c.VolumeMounts)
-	spec := &processSpec{root: paths.root, mapper: mapper, dir: paths.root}
-	for _, v := range vars {
-		spec.env = append(spec.env, v.name+"="+mapper.rewrite(v.value))
-	}
-	for _, a := range args {
-		spec.args = append(spec.args, mapper.rewrite(expand(a, list.lookup)))
-	}
-	if c.WorkingDir != "" {
-		spec.dir = filepath.Join(paths.root, filepath.Clean("/"+c.WorkingDir))
-		if err := os.MkdirAll(spec.dir, 0o755); err != nil {
-			return nil, fmt.Errorf("failed to create working directory %s: %w", c.WorkingDir, err)
-		}
-	}
-	return spec, nil
-}
-
-func mountsServiceAccount(c *corev1.Container) bool {
-	for _, m := range c.VolumeMounts {
-		if filepath.Clean(m.MountPath) == serviceAccountMountPath {
-			return true
-		}
-	}
-	return false
-}
-
-// writePodKubeconfig points client-go at the API server with the pod's own
-// service-account token: in-cluster configuration reads fixed paths that do
-// not exist on the host, but clients honour KUBECONFIG.
-func writePodKubeconfig(paths containerPaths, apiURL string) (string, error) {
-	sa := filepath.Join(paths.root, serviceAccountMountPath)
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["devnode"] = &clientcmdapi.Cluster{Server: apiURL, CertificateAuthority: filepath.Join(sa, "ca.crt")}
-	cfg.AuthInfos["pod"] = &clientcmdapi.AuthInfo{TokenFile: filepath.Join(sa, "token")}
-	cfg.Contexts["devnode"] = &clientcmdapi.Context{Cluster: "devnode", AuthInfo: "pod"}
-	cfg.CurrentContext = "devnode"
-	path := filepath.Join(paths.dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return "", fmt.Errorf("failed to write pod kubeconfig: %w", err)
-	}
-	return path, nil
+	exe     string // the program on the host
+	args    []string
+	env     []string
+	dir     string
+	root    string
+	mapper  pathMapper
+	imageID string // repository@digest of a pulled image
+	// lookup finds an exec probe's program: in the image, or the terrace
+	// binary in host-binary mode.
+	lookup func(argv0 string) (string, error)
 }
 
 // execCommand builds an exec probe's command inside a running container;
-// nil when the command is not the terrace binary.
+// nil when its program is not in the container.
 func (w *podWorker) execCommand(spec *processSpec) func(ctx context.Context, command []string) *exec.Cmd {
 	return func(ctx context.Context, command []string) *exec.Cmd {
-		if !isTerraceCommand(command[0]) {
+		exe, err := spec.lookup(command[0])
+		if err != nil {
 			return nil
 		}
 		args := make([]string, 0, len(command)-1)
 		for _, a := range command[1:] {
 			args = append(args, spec.mapper.rewrite(a))
 		}
-		cmd := exec.CommandContext(ctx, w.node.opts.Binary, args...)
+		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Env, cmd.Dir = spec.env, spec.dir
 		return cmd
 	}
@@ -185,12 +101,12 @@ func (w *podWorker) startProcess(c *corev1.Container, spec *processSpec, restart
 		return nil, fmt.Errorf("failed to open log: %w", err)
 	}
 	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(w.node.opts.Binary, spec.args...)
+	cmd := exec.Command(spec.exe, spec.args...)
 	cmd.Env, cmd.Dir = spec.env, spec.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("failed to start %s: %w", w.node.opts.Binary, err)
+		return nil, fmt.Errorf("failed to start %s: %w", spec.exe, err)
 	}
 	p := &runningProcess{cmd: cmd, startedAt: metav1.Now(), exited: make(chan struct{}), logPath: logPath}
 	go func() {
@@ -201,6 +117,30 @@ func (w *podWorker) startProcess(c *corev1.Container, spec *processSpec, restart
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// Image pull back-off: the kubelet's starts at 10 s and grows to 5 min;
+// shorter here, as for restarts.
+const initialPullBackoff = 5 * time.Second
+
+// backOffPull reports a failed pull as the kubelet does, ErrImagePull at
+// once, then ImagePullBackOff until the next attempt, and waits; it
+// reports whether the worker halted meanwhile.
+func (w *podWorker) backOffPull(c *corev1.Container, st *containerState, err *pullError, backoff *time.Duration) bool {
+	w.node.log.Info("failed to pull image", "pod", w.key, "container", c.Name, "image", c.Image, "error", err.message)
+	w.update(func(*podState) { st.waitingReason, st.waitingMessage = err.reason, err.message })
+	if w.wait(2 * time.Second) {
+		return true
+	}
+	if err.reason == ReasonErrImagePull {
+		w.update(func(*podState) {
+			st.waitingReason = ReasonImagePullBackOff
+			st.waitingMessage = fmt.Sprintf("Back-off pulling image %q: %s", c.Image, err.message)
+		})
+	}
+	halted := w.wait(*backoff)
+	*backoff = min(*backoff*2, maxBackoff)
+	return halted
 }
 
 // terminate sends SIGTERM to the process group and SIGKILL at deadline.
@@ -277,7 +217,7 @@ func truncateMessage(s string, limit int) string {
 // according to the pod's restart policy with back-off, runs its probes and
 // stops it when the worker halts. It returns the final termination.
 func (w *podWorker) superviseContainer(ctx context.Context, c *corev1.Container, st *containerState, restartPolicy corev1.RestartPolicy, probes bool) *corev1.ContainerStateTerminated {
-	backoff := initialBackoff
+	backoff, pullBackoff := initialBackoff, initialPullBackoff
 	for {
 		if w.halted() {
 			return w.setFinal(st)
@@ -295,6 +235,13 @@ func (w *podWorker) superviseContainer(ctx context.Context, c *corev1.Container,
 				w.setFinal(st)
 				return nil
 			}
+			var pullErr *pullError
+			if errors.As(err, &pullErr) {
+				if w.backOffPull(c, st, pullErr, &pullBackoff) {
+					return w.setFinal(st)
+				}
+				continue
+			}
 			reason := "RunContainerError"
 			var cfgErr *configError
 			if errors.As(err, &cfgErr) {
@@ -305,7 +252,9 @@ func (w *podWorker) superviseContainer(ctx context.Context, c *corev1.Container,
 			continue
 		}
 
+		pullBackoff = initialPullBackoff
 		w.update(func(*podState) {
+			st.imageID = spec.imageID
 			st.runningSince, st.pid = &proc.startedAt, proc.cmd.Process.Pid
 			st.waitingReason, st.waitingMessage = "", ""
 			st.started = c.StartupProbe == nil

@@ -1,6 +1,7 @@
 // Package devnode is a small kubelet and scheduler for Terrace's own pods.
-// It registers a Ready Node, binds pending pods to it and runs each pod's
-// containers as processes of the local terrace binary, each pod on its own
+// It registers a Ready Node, binds pending pods to it, pulls each
+// container's image from its registry, unpacks it once per digest, and runs
+// the image's entrypoint as a process (launch.go), each pod on its own
 // loopback address, so that the controller's production code path (pods,
 // Secrets, probes, pod IPs, exit codes) runs unchanged without Docker.
 // docs/dev-cluster.md describes the contract a pod's process sees.
@@ -15,16 +16,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,18 +31,29 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 )
 
 // Options configure a devnode.
 type Options struct {
 	// NodeName is the Node's name; "devnode" when empty.
 	NodeName string
-	// Binary is the terrace binary every supported container runs. Required.
+	// Binary, when set, opts in to running containers of the image
+	// repositories in Images with this local terrace binary instead of
+	// pulling their image: quick for unit tests, but it skips the image.
 	Binary string
-	// Images are the image repositories mapped to Binary: a repository, or
-	// "*/name" for any repository ending in "/name". DefaultImages when empty.
+	// Images are the repositories mapped to Binary: a repository, or
+	// "*/name" for any repository ending in "/name". DefaultImages when
+	// empty and Binary is set.
 	Images []string
+	// ImageDir keeps pulled images unpacked by digest
+	// (<ImageDir>/sha256-<hex>/rootfs); Dir/images when empty. It may be
+	// shared by nodes and outlive them.
+	ImageDir string
+	// RegistryRewrites pulls the images of a registry (key, such as
+	// "ghcr.io") from another (value, such as "127.0.0.1:5000"), same
+	// repository and tag, without falling back: the dev cluster's loopback
+	// registry stands in for the published one.
+	RegistryRewrites map[string]string
 	// Dir holds pod directories (pods/<uid>) and logs
 	// (logs/<namespace>_<pod>_<uid>/<container>/<restart>.log). Required.
 	Dir string
@@ -74,7 +82,8 @@ type Node struct {
 	ips    *ipPool
 
 	apiURL, apiHost, apiPort string
-	path                     string // PATH for pods: the binary's directory first
+	path                     string // PATH for host-binary pods: the binary's directory first
+	images                   *imageStore
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -92,8 +101,11 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 	if opts.NodeName == "" {
 		opts.NodeName = "devnode"
 	}
-	if len(opts.Images) == 0 {
+	if len(opts.Images) == 0 && opts.Binary != "" {
 		opts.Images = DefaultImages
+	}
+	if opts.ImageDir == "" {
+		opts.ImageDir = filepath.Join(opts.Dir, "images")
 	}
 	if opts.ShutdownGrace == 0 {
 		opts.ShutdownGrace = 10 * time.Second
@@ -104,14 +116,18 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("devnode needs a directory for pods and logs")
 	}
-	bin, err := filepath.Abs(opts.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("failed to resolve terrace binary: %w", err)
+	path := os.Getenv("PATH")
+	if opts.Binary != "" {
+		bin, err := filepath.Abs(opts.Binary)
+		if err != nil {
+			return nil, fmt.Errorf("failed to resolve terrace binary: %w", err)
+		}
+		if info, err := os.Stat(bin); err != nil || info.IsDir() {
+			return nil, fmt.Errorf("terrace binary %q is missing: build it with `make build`", opts.Binary)
+		}
+		opts.Binary = bin
+		path = filepath.Dir(bin) + string(os.PathListSeparator) + path
 	}
-	if info, err := os.Stat(bin); err != nil || info.IsDir() {
-		return nil, fmt.Errorf("terrace binary %q is missing: build it with `make build`", opts.Binary)
-	}
-	opts.Binary = bin
 	ips, err := newIPPool(opts.PodSubnet)
 	if err != nil {
 		return nil, err
@@ -136,11 +152,18 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 		apiURL:   "https://" + u.Host,
 		apiHost:  host,
 		apiPort:  port,
-		path:     filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		path:     path,
+		images:   newImageStore(opts.ImageDir, opts.RegistryRewrites),
 		workers:  map[types.UID]*podWorker{},
 		finished: map[types.UID]time.Time{},
 		ready:    make(chan struct{}),
 	}, nil
+}
+
+// runsHostBinary reports whether c runs the local terrace binary (opt-in)
+// rather than its pulled image.
+func (n *Node) runsHostBinary(c *corev1.Container) bool {
+	return n.opts.Binary != "" && imageMatches(c.Image, n.opts.Images)
 }
 
 // Name is the Node's name.
@@ -188,6 +211,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		defer stopLogs()
 	}
+	go n.images.prune()
 	if err := n.register(ctx); err != nil {
 		return err
 	}
@@ -370,131 +394,4 @@ func (n *Node) bind(ctx context.Context, key types.NamespacedName, lister coreli
 	}
 	n.log.V(1).Info("bound pod", "pod", key.String())
 	return nil
-}
-
-func (n *Node) labels() map[string]string {
-	return map[string]string{
-		corev1.LabelHostname:   n.opts.NodeName,
-		corev1.LabelOSStable:   runtime.GOOS,
-		corev1.LabelArchStable: runtime.GOARCH,
-		"terrace.dev/devnode":  "true",
-	}
-}
-
-// register creates or refreshes the Node, clears the taints the API
-// server's admission adds to new nodes, and reports it Ready.
-func (n *Node) register(ctx context.Context) error {
-	nodes := n.client.CoreV1().Nodes()
-	node, err := nodes.Get(ctx, n.opts.NodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.opts.NodeName, Labels: n.labels()}}, metav1.CreateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("failed to register node %s: %w", n.opts.NodeName, err)
-	}
-	if node.Labels == nil {
-		node.Labels = map[string]string{}
-	}
-	for k, v := range n.labels() {
-		node.Labels[k] = v
-	}
-	var taints []corev1.Taint
-	for _, t := range node.Spec.Taints {
-		if !strings.HasPrefix(t.Key, "node.kubernetes.io/") {
-			taints = append(taints, t)
-		}
-	}
-	node.Spec.Taints = taints
-	if node, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("failed to update node %s: %w", n.opts.NodeName, err)
-	}
-	return n.updateNodeStatus(ctx, node)
-}
-
-func (n *Node) updateNodeStatus(ctx context.Context, node *corev1.Node) error {
-	now := metav1.Now()
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    nodeCPU,
-		corev1.ResourceMemory: nodeMemory,
-		corev1.ResourcePods:   resource.MustParse("250"),
-	}
-	node.Status.Capacity, node.Status.Allocatable = capacity, capacity
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: hostIP}, {Type: corev1.NodeHostName, Address: n.opts.NodeName}}
-	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(n.logPort)
-	node.Status.NodeInfo = corev1.NodeSystemInfo{
-		OperatingSystem:         runtime.GOOS,
-		Architecture:            runtime.GOARCH,
-		KubeletVersion:          "devnode",
-		ContainerRuntimeVersion: "devnode://terrace",
-	}
-	conds := []corev1.NodeCondition{
-		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "devnode is posting ready status"},
-		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
-		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
-		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
-	}
-	for i := range conds {
-		conds[i].LastHeartbeatTime, conds[i].LastTransitionTime = now, now
-		for _, old := range node.Status.Conditions {
-			if old.Type == conds[i].Type && old.Status == conds[i].Status {
-				conds[i].LastTransitionTime = old.LastTransitionTime
-			}
-		}
-	}
-	node.Status.Conditions = conds
-	if _, err := n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("failed to report node status: %w", err)
-	}
-	return nil
-}
-
-// heartbeat renews the node Lease every 10 s and the Ready condition every
-// minute, as the kubelet does.
-func (n *Node) heartbeat(ctx context.Context) {
-	ticker := time.NewTicker(10 * time.Second)
-	defer ticker.Stop()
-	lastStatus := time.Now()
-	for {
-		if err := n.renewLease(ctx); err != nil && ctx.Err() == nil {
-			n.log.Info("failed to renew node lease", "error", err.Error())
-		}
-		if time.Since(lastStatus) >= time.Minute {
-			node, err := n.client.CoreV1().Nodes().Get(ctx, n.opts.NodeName, metav1.GetOptions{})
-			if err == nil {
-				err = n.updateNodeStatus(ctx, node)
-			}
-			if err != nil && ctx.Err() == nil {
-				n.log.Info("failed to report node status", "error", err.Error())
-			}
-			lastStatus = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
-}
-
-func (n *Node) renewLease(ctx context.Context) error {
-	leases := n.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	now := metav1.NewMicroTime(time.Now())
-	lease, err := leases.Get(ctx, n.opts.NodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: n.opts.NodeName},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(n.opts.NodeName),
-				LeaseDurationSeconds: ptr.To(int32(40)),
-				RenewTime:            &now,
-			},
-		}, metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	lease.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
 }

@@ -17,6 +17,8 @@ const hostIP = "127.0.0.1"
 type containerState struct {
 	name  string
 	image string
+	// imageID is the pulled image's repository@digest.
+	imageID string
 	// restartCount counts restarts after the first start.
 	restartCount int32
 	// runningSince is set while the process runs.
@@ -46,10 +48,14 @@ func (c *containerState) status() corev1.ContainerStatus {
 	// The status is written outside the worker's lock: it shares nothing
 	// with the state.
 	started := c.started
+	imageID := c.imageID
+	if imageID == "" {
+		imageID = "devnode://" + imageRepository(c.image) // the host binary, or not pulled yet
+	}
 	s := corev1.ContainerStatus{
 		Name:         c.name,
 		Image:        c.image,
-		ImageID:      "devnode://" + imageRepository(c.image),
+		ImageID:      imageID,
 		RestartCount: c.restartCount,
 		Ready:        c.ready,
 		Started:      &started,

@@ -321,6 +321,9 @@ func (w *podWorker) validate(pod *corev1.Pod) error {
 	}
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range cs {
+			if !w.node.runsHostBinary(&cs[i]) {
+				continue // the image decides what runs
+			}
 			if _, err := binaryArgs(&cs[i], w.node.opts.Images); err != nil {
 				return err
 			}

@@ -13,10 +13,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -553,5 +556,202 @@ func assertIdentity(ctx context.Context, t *testing.T, cfg *rest.Config, user st
 	got := review.Status.UserInfo
 	if got.Username != user || slices.Contains(got.Groups, "system:masters") {
 		t.Fatalf("the controller's client acts as %s %v, want %s without system:masters", got.Username, got.Groups, user)
+	}
+}
+
+// devnodeAddresses adapts the controller's addresses, and nothing else, to
+// devnode, which has no cluster DNS or Service traffic and shares the
+// host's ports between pods: every server binds the pod's own IP, and the
+// controller advertises its pod IP (in its certificate) instead of the
+// Service name. Only the leader launches runners, so runners reach it.
+func devnodeAddresses(c *corev1.Container) {
+	c.Env = append([]corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}, c.Env...)
+	for i, a := range c.Args {
+		if flag, port, ok := strings.Cut(a, "=:"); ok {
+			c.Args[i] = flag + "=$(POD_IP):" + port
+		}
+	}
+	c.Args = append(c.Args,
+		"--server-ips=$(POD_IP)",
+		"--artifact-base-url=https://$(POD_IP):9443",
+		"--state-server-advertised-url=https://$(POD_IP):9444",
+	)
+}
+
+// TestDeployRunsTheControllerFromTheImage installs config/default on a dev
+// cluster with the image pointed at the cluster's registry, as a user
+// points it at theirs: the Deployment's two replicas run from that image
+// under devnode with leader election, and a Stack goes Ready through them,
+// its runner pod running from the same image. No controller runs in the
+// test process.
+func TestDeployRunsTheControllerFromTheImage(t *testing.T) {
+	d := renderDefault(t)
+	ns := d.controller.Namespace
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
+		Dir:           t.TempDir(),
+		TerraceBinary: terraceBinary,
+		NodeName:      "deploy-image-devnode",
+		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
+	})
+	if err != nil {
+		t.Fatalf("failed to start the dev cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := dev.Stop(); err != nil {
+			t.Errorf("failed to stop the dev cluster: %v", err)
+		}
+	})
+	admin := dev.Cluster.Config
+	cs := kubernetes.NewForConfigOrDie(admin)
+	c, err := client.New(admin, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remoteDigest(dev.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var install []devcluster.Applied
+	for _, o := range d.objects {
+		if o.GetKind() == "Deployment" {
+			dep := d.controller.DeepCopy()
+			ctr := &dep.Spec.Template.Spec.Containers[0]
+			ctr.Image = dev.Image // kustomize edit set image, in effect
+			devnodeAddresses(ctr)
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o = &unstructured.Unstructured{Object: obj}
+			o.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+		}
+		install = append(install, devcluster.Applied{Object: o.DeepCopy(), Source: "config/default"})
+	}
+	env := &stackEnv{dev: dev, cs: cs, c: c}
+	env.installOperatorConfig(t)
+	if err := devcluster.Apply(ctx, admin, install, func(string) {}); err != nil {
+		t.Fatalf("failed to apply config/default: %v", err)
+	}
+
+	selector := metav1.FormatLabelSelector(d.controller.Spec.Selector)
+	// The pod's image is <registry>/terrace-dev/terrace:dev; its id names the digest.
+	wantImageID := dev.Image[:strings.LastIndex(dev.Image, ":")] + "@" + pushed
+	var podNames []string
+	eventually(t, 4*time.Minute, "two controller pods Ready from the registry image", func() error {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return err
+		}
+		podNames = nil
+		for _, p := range pods.Items {
+			if len(p.Status.ContainerStatuses) != 1 {
+				continue
+			}
+			st := p.Status.ContainerStatuses[0]
+			if w := st.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+				t.Fatalf("pod %s cannot pull %s: %s", p.Name, st.Image, w.Message)
+			}
+			if st.Ready && st.State.Running != nil {
+				if st.ImageID != wantImageID {
+					t.Fatalf("pod %s runs image %s, want %s", p.Name, st.ImageID, wantImageID)
+				}
+				podNames = append(podNames, p.Name)
+			}
+		}
+		if len(podNames) != 2 {
+			return fmt.Errorf("ready controller pods: %v of %d", podNames, len(pods.Items))
+		}
+		return nil
+	})
+	eventually(t, time.Minute, "a controller pod to hold the leader Lease", func() error {
+		lease, err := cs.CoordinationV1().Leases(ns).Get(ctx, "terrace-controller-leader", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range podNames {
+			if lease.Spec.HolderIdentity != nil && strings.HasPrefix(*lease.Spec.HolderIdentity, p) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the Lease is held by %v, not by %v", lease.Spec.HolderIdentity, podNames)
+	})
+
+	env.ns = testNamespace(t, cs)
+	runnerImages := watchImageIDs(ctx, t, cs, env.ns)
+	env.program(t, "data", map[string]string{"main.tf": `
+resource "terraform_data" "note" { input = "from the image" }
+output "note" { value = terraform_data.note.output }
+`})
+	env.create(t, &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: terracev1.StackSpec{
+			Source:        terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "data"}},
+			ApprovePlan:   terracev1.ApprovePlanAuto,
+			RetryInterval: &metav1.Duration{Duration: 2 * time.Second},
+		},
+	})
+	var last terracev1.Stack
+	eventually(t, stackTimeout, "Stack data to be Ready through the controller pods", func() error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: env.ns, Name: "data"}, &last); err != nil {
+			return err
+		}
+		if err := readyAt(&last); err != nil {
+			return fmt.Errorf("%w; conditions: %s", err, conditionsText(&last))
+		}
+		return nil
+	})
+	if ids := runnerImages(); len(ids) == 0 || !slices.ContainsFunc(ids, func(id string) bool { return strings.HasSuffix(id, "@"+pushed) }) {
+		t.Errorf("runner pods ran images %v, want the pushed %s", ids, pushed)
+	}
+}
+
+// remoteDigest returns the digest the registry serves for ref.
+func remoteDigest(ref string) (string, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", err
+	}
+	desc, err := remote.Head(r)
+	if err != nil {
+		return "", err
+	}
+	return desc.Digest.String(), nil
+}
+
+// watchImageIDs records the image ids of the pods that run in ns until ctx
+// ends; the returned function lists those seen so far.
+func watchImageIDs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) func() []string {
+	t.Helper()
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				mu.Lock()
+				for _, st := range p.Status.ContainerStatuses {
+					if st.State.Running != nil || st.State.Terminated != nil {
+						seen[st.ImageID] = true
+					}
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for id := range seen {
+			out = append(out, id)
+		}
+		return out
 	}
 }

@@ -19,7 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// terraceImage is any image devnode maps to the terrace binary.
+// terraceImage is the Terrace image: the dev cluster pushes the build of
+// this checkout as terrace-dev/terrace:dev to its loopback registry, and
+// devnode pulls ghcr.io from there.
 const terraceImage = "ghcr.io/terrace-dev/terrace:dev"
 
 // eventually polls cond every 100 ms until it returns nil or timeout

@@ -213,7 +213,7 @@ func TestFailingPodReportsExitCodeAndLastLogLines(t *testing.T) {
 			Containers: []corev1.Container{{
 				Name:                     "main",
 				Image:                    terraceImage,
-				Command:                  []string{"/terrace"},
+				Command:                  []string{"/usr/local/bin/terrace"},
 				Args:                     []string{"dev", "pod-fixture", "--say=starting up", "--say=fatal: the disk is on fire", "--exit=3"},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
@@ -272,38 +272,51 @@ func TestFailingPodReportsExitCodeAndLastLogLines(t *testing.T) {
 	}
 }
 
-func TestUnknownImageFailsWithClearReason(t *testing.T) {
+// TestUnknownImageIsErrImagePull: devnode pulls images like a kubelet, so
+// a tag its registry does not have leaves the pod Pending with
+// ErrImagePull, then ImagePullBackOff, and never runs anything.
+func TestUnknownImageIsErrImagePull(t *testing.T) {
 	dev := sharedDev(t)
 	cs := kubernetes.NewForConfigOrDie(dev.Cluster.Config)
 	ns := testNamespace(t, cs)
 	ctx := context.Background()
+	const missing = "ghcr.io/terrace-dev/terrace:no-such-tag"
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "nginx"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "docker.io/library/nginx:1.29"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: "missing"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: missing, Args: []string{"dev", "pod-fixture", "--say=ran"}}}},
 	}
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got := waitPod(t, cs, ns, "nginx", 30*time.Second, "Failed", func(p *corev1.Pod) error {
-		if p.Status.Phase != corev1.PodFailed {
-			return fmt.Errorf("phase %s", p.Status.Phase)
+	seen := map[string]bool{}
+	waitPod(t, cs, ns, "missing", 60*time.Second, "ErrImagePull, then ImagePullBackOff", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodPending {
+			t.Fatalf("phase %s, want Pending", p.Status.Phase)
+		}
+		if len(p.Status.ContainerStatuses) == 1 {
+			st := p.Status.ContainerStatuses[0]
+			if st.State.Running != nil || st.State.Terminated != nil || st.LastTerminationState.Terminated != nil {
+				t.Fatalf("the container of a missing image ran: %+v", st)
+			}
+			if w := st.State.Waiting; w != nil {
+				if w.Reason == devnode.ReasonErrImagePull || w.Reason == devnode.ReasonImagePullBackOff {
+					if !strings.Contains(w.Message, missing) {
+						t.Fatalf("%s message %q does not name the image", w.Reason, w.Message)
+					}
+				}
+				seen[w.Reason] = true
+			}
+		}
+		if !seen[devnode.ReasonErrImagePull] || !seen[devnode.ReasonImagePullBackOff] {
+			return fmt.Errorf("waiting reasons seen: %v", seen)
 		}
 		return nil
 	})
-	if got.Status.Reason != devnode.ReasonUnsupportedImage || !strings.Contains(got.Status.Message, "docker.io/library/nginx:1.29") ||
-		!strings.Contains(got.Status.Message, "terrace") {
-		t.Errorf("reason %q, message %q", got.Status.Reason, got.Status.Message)
-	}
-	w := got.Status.ContainerStatuses[0].State.Waiting
-	if w == nil || w.Reason != devnode.ReasonUnsupportedImage {
-		t.Errorf("container state %+v", got.Status.ContainerStatuses[0].State)
-	}
-	// Deleting it still works: there is no process to stop.
-	if err := cs.CoreV1().Pods(ns).Delete(ctx, "nginx", metav1.DeleteOptions{}); err != nil {
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "missing", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, 30*time.Second, "the failed pod to be removed", func() error {
-		_, err := cs.CoreV1().Pods(ns).Get(ctx, "nginx", metav1.GetOptions{})
+	waitGone(t, 30*time.Second, "the pod to be removed", func() error {
+		_, err := cs.CoreV1().Pods(ns).Get(ctx, "missing", metav1.GetOptions{})
 		return err
 	})
 }

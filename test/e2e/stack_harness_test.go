@@ -114,8 +114,10 @@ func (e *stackEnv) installOperatorConfig(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tofu := testenv.RequireTofu(t)
-	env := []corev1.EnvVar{{Name: "TERRACE_RUNNER_BINARY_PATH", Value: tofu}}
+	// Runner pods run tofu from the image, as in a cluster; only the test
+	// provider comes from the host.
+	testenv.RequireTofu(t)
+	var env []corev1.EnvVar
 	if _, err := os.Stat(tools.ProviderMirror); err == nil {
 		env = append(env, corev1.EnvVar{Name: "TERRACE_PROVIDER_MIRROR", Value: tools.ProviderMirror})
 	}

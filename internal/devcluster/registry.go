@@ -1,0 +1,138 @@
+package devcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/terrace-dev/terrace/internal/image"
+)
+
+// ImageRepository is the repository of the Terrace image, as published;
+// the dev cluster pushes its own build under the same path to its loopback
+// registry and has devnode pull ghcr.io from there.
+const (
+	PublishedRegistry = "ghcr.io"
+	ImageRepository   = "terrace-dev/terrace"
+	// DevTag is the tag of the image built from the checkout.
+	DevTag = "dev"
+)
+
+// Registry is an OCI registry on a loopback port (go-containerregistry's
+// registry package) with its blobs on disk, in this process.
+type Registry struct {
+	// Host is host:port, such as 127.0.0.1:41234.
+	Host string
+	srv  *http.Server
+	done chan error
+}
+
+// StartRegistry serves a registry on a free 127.0.0.1 port, keeping blobs
+// under dir.
+func StartRegistry(dir string) (*Registry, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create %s: %w", dir, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen for the registry: %w", err)
+	}
+	handler := registry.New(
+		registry.WithBlobHandler(registry.NewDiskBlobHandler(dir)),
+		registry.Logger(log.New(io.Discard, "", 0)),
+	)
+	r := &Registry{
+		Host: lis.Addr().String(),
+		srv:  &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
+		done: make(chan error, 1),
+	}
+	go func() { r.done <- r.srv.Serve(lis) }()
+	return r, nil
+}
+
+// Stop closes the registry.
+func (r *Registry) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := r.srv.Shutdown(ctx)
+	if serveErr := <-r.done; !errors.Is(serveErr, http.ErrServerClosed) {
+		err = errors.Join(err, serveErr)
+	}
+	return err
+}
+
+// PushDevImage builds the image of the host's platform from the terrace and
+// tofu binaries (uncompressed layers: it never leaves the machine) and pushes
+// it to the registry as <host>/terrace-dev/terrace:<tag> for each tag; with
+// no tags, as DevTag, as the binary's own version and as latest, the tags
+// the controller's image defaults may name. It returns the reference of
+// the first tag.
+func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags ...string) (string, error) {
+	if len(tags) == 0 {
+		own, err := binaryVersionTag(ctx, terrace)
+		if err != nil {
+			return "", err
+		}
+		tags = []string{DevTag, own, "latest"}
+	}
+	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: terrace, Tofu: tofu}
+	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: image.Uncompressed}, p)
+	if err != nil {
+		return "", fmt.Errorf("failed to build the dev image: %w", err)
+	}
+	var first string
+	for _, tag := range tags {
+		ref := r.Host + "/" + ImageRepository + ":" + tag
+		if _, err := image.PushImage(ctx, img, ref); err != nil {
+			return "", err
+		}
+		if first == "" {
+			first = ref
+		}
+	}
+	return first, nil
+}
+
+// binaryVersionTag is the image tag the terrace binary takes as its own
+// (`terrace version`: the controller defaults runner and API server images
+// to ghcr.io/terrace-dev/terrace:<version>), so the dev registry answers for
+// it too. Characters a tag cannot hold become '-', as the version package
+// does.
+func binaryVersionTag(ctx context.Context, terrace string) (string, error) {
+	out, err := exec.CommandContext(ctx, terrace, "version", "--json").Output()
+	if err != nil {
+		return "", fmt.Errorf("failed to ask %s its version: %w", terrace, err)
+	}
+	var info struct{ Version string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Version == "" {
+		return "", fmt.Errorf("%s version --json printed %q", terrace, out)
+	}
+	tag := []byte(info.Version)
+	for i, c := range tag {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			tag[i] = '-'
+		}
+	}
+	if tag[0] == '.' || tag[0] == '-' {
+		tag = append([]byte("v"), tag...)
+	}
+	return string(tag[:min(len(tag), 128)]), nil
+}
+
+// ImageCacheDir is where devnodes keep pulled images unpacked by digest,
+// next to the tools cache: shared by dev clusters, kept between runs.
+func ImageCacheDir() string {
+	return filepath.Join(filepath.Dir(ToolsCacheDir()), "images")
+}
