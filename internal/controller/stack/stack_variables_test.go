@@ -5,9 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/runner"
@@ -18,23 +16,15 @@ type liveSession struct{ runSession }
 
 func (liveSession) Died() error { return nil }
 
-func runnerError(code codes.Code, reason, msg string) error {
-	st, err := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: runner.ErrorDomain})
-	if err != nil {
-		panic(err)
-	}
-	return st.Err()
-}
-
 func TestUndeclaredVariableIsATerminalConditionOfItsOwn(t *testing.T) {
 	msg := `the Stack's vars/varsFrom set "false", which the module does not declare (it declares n): YAML reads an unquoted key n ...`
-	err := classify(liveSession{}, runnerError(codes.InvalidArgument, runner.ReasonUndeclaredVariable, msg), PlanFailedReason, "plan failed")
+	err := classify(liveSession{}, runnerError(t, codes.InvalidArgument, runner.ReasonUndeclaredVariable, msg), PlanFailedReason, "plan failed")
 	var terminal *reconcile.TerminalError
 	if !errors.As(err, &terminal) || terminal.Reason != UndeclaredVariableReason || !strings.Contains(err.Error(), `"false"`) {
 		t.Fatalf("classify = %#v, want a terminal %s error carrying the runner's message", err, UndeclaredVariableReason)
 	}
 
-	err = classify(liveSession{}, runnerError(codes.Unknown, runner.ReasonCommandFailed, "Error: Unsupported argument"), PlanFailedReason, "plan failed")
+	err = classify(liveSession{}, runnerError(t, codes.Unknown, runner.ReasonCommandFailed, "Error: Unsupported argument"), PlanFailedReason, "plan failed")
 	if !errors.As(err, &terminal) || terminal.Reason != PlanFailedReason {
 		t.Fatalf("an ordinary command failure became %v, want reason %s", err, PlanFailedReason)
 	}
