@@ -11,7 +11,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION) \
            -X github.com/terrace-dev/terrace/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build test test-e2e tools generate verify fmt vet demo codegen-tools clean
+.PHONY: all build test test-e2e fuzz tools generate verify fmt vet demo codegen-tools clean
 
 all: build
 
@@ -56,6 +56,27 @@ test: ## The whole suite: verify, unit, envtest and end-to-end tests, with the t
 test-e2e: ## The end-to-end tier alone: dev cluster, runner pods, real tofu.
 	hack/tools/build.sh >/dev/null
 	env $$(hack/tools/build.sh --env) go test ./test/e2e/ -count=1 -timeout 40m
+
+# Every fuzz target, as package:Name. Their seed corpora (testdata/fuzz/)
+# run as ordinary tests with `go test`; `make fuzz` also explores for
+# FUZZTIME each. The state server's package starts PostgreSQL in TestMain
+# for its other tests; its fuzz target uses an in-memory store, so a URL
+# that is never dialled stands in.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./internal/artifact:FuzzExtract \
+	./internal/artifact:FuzzExtractEntries \
+	./internal/state:FuzzCodecRoundTrip \
+	./internal/state:FuzzCodecOpen \
+	./internal/state/httpbackend:FuzzStateServer
+
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s); a failure leaves its input in testdata/fuzz.
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "== $$name in $$pkg for $(FUZZTIME)"; \
+	  TERRACE_TEST_POSTGRES_URL=$${TERRACE_TEST_POSTGRES_URL:-postgres://unused.invalid/fuzz} \
+	    go test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
+	done
 
 demo: tools build ## A local cluster, the operator, a real Stack planned and applied, results printed.
 	$(LOCALBIN)/terrace dev --demo

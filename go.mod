@@ -3,12 +3,15 @@ module github.com/terrace-dev/terrace
 go 1.26.0
 
 require (
+	github.com/google/go-containerregistry v0.22.1
 	github.com/spf13/cobra v1.10.2
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/controller-runtime v0.25.2
 )
+
+require github.com/opencontainers/go-digest v1.0.0 // indirect
 
 require (
 	github.com/agext/levenshtein v1.2.1 // indirect

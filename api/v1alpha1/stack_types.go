@@ -426,6 +426,13 @@ type StackStatus struct {
 	// +optional
 	Failures int64 `json:"failures,omitempty"`
 
+	// CurrentRun is the ID of the Stack's latest run, recorded before its
+	// runner starts (it is in the runner pod's name and certificate). The
+	// state server accepts a runner's certificate only for this run, and
+	// only while its pod exists.
+	// +optional
+	CurrentRun string `json:"currentRun,omitempty"`
+
 	ReconcileRequestStatus `json:",inline"`
 }
 

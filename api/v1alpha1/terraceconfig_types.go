@@ -53,6 +53,74 @@ type RunnerConfig struct {
 	// Retain keeps runner pods after their run, for debugging.
 	// +optional
 	Retain *bool `json:"retain,omitempty"`
+
+	// Policy says what Stacks may set in spec.runner and
+	// spec.serviceAccountName. The policy of the operator namespace's config
+	// is the floor for the whole cluster; a namespace's config may only
+	// narrow it (anything wider is ignored and reported in its status).
+	// +optional
+	Policy *RunnerPolicy `json:"policy,omitempty"`
+}
+
+// VolumeType names a volume source as the pod API spells it (configMap,
+// secret, emptyDir, persistentVolumeClaim, ...).
+// +kubebuilder:validation:Enum=hostPath;emptyDir;gcePersistentDisk;awsElasticBlockStore;gitRepo;secret;nfs;iscsi;glusterfs;persistentVolumeClaim;rbd;flexVolume;cinder;cephfs;flocker;downwardAPI;fc;azureFile;configMap;vsphereVolume;quobyte;azureDisk;photonPersistentDisk;projected;portworxVolume;scaleIO;storageos;csi;ephemeral;image
+type VolumeType string
+
+// RunnerPolicy bounds the runner pods Stacks may ask for. Unset fields take
+// the floor's value (in the operator namespace: the built-in default).
+// +kubebuilder:validation:XValidation:rule="!has(self.allowedVolumeTypes) || !self.allowedVolumeTypes.exists(t, t == 'hostPath')",message="hostPath volumes are never allowed for runner pods: they reach the node's filesystem"
+type RunnerPolicy struct {
+	// AllowedImages are patterns a runner image must match, as written in
+	// the Stack or config ('*' matches within one path segment, '**' across them, '?' one character).
+	// Default: only the default runner image (this config's runner.image in
+	// the operator namespace, else the controller's own image).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	AllowedImages []string `json:"allowedImages,omitempty"`
+
+	// AllowedServiceAccounts are patterns of the ServiceAccount names (in the
+	// Stack's own namespace) runner pods may run as. Default: any but the
+	// denied ones.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	AllowedServiceAccounts []string `json:"allowedServiceAccounts,omitempty"`
+
+	// DeniedServiceAccounts are names no runner pod may run as, in addition
+	// to Terrace's own accounts (terrace-api, terrace-controller), which are
+	// always denied.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	DeniedServiceAccounts []string `json:"deniedServiceAccounts,omitempty"`
+
+	// AllowedVolumeTypes are the volume sources spec.runner.volumes may use.
+	// hostPath is never allowed. Default: those of the restricted Pod
+	// Security Standard (configMap, csi, downwardAPI, emptyDir, ephemeral,
+	// persistentVolumeClaim, projected, secret).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	AllowedVolumeTypes []VolumeType `json:"allowedVolumeTypes,omitempty"`
+
+	// AllowEnv says whether Stacks may set spec.runner.env and
+	// spec.runner.envFrom (which can expose the namespace's Secrets to module
+	// code). Default: true.
+	// +optional
+	AllowEnv *bool `json:"allowEnv,omitempty"`
+
+	// AllowPlacement says whether Stacks may set spec.runner.nodeSelector,
+	// tolerations and affinity. Default: true.
+	// +optional
+	AllowPlacement *bool `json:"allowPlacement,omitempty"`
 }
 
 // PostgresConfig says how to reach PostgreSQL.
@@ -103,6 +171,17 @@ type APIConfig struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10
 	Replicas *int32 `json:"replicas,omitempty"`
+
+	// TokenAudiences are the audiences a caller's token must be issued for
+	// (checked by TokenReview); a token for any other audience is refused.
+	// Default: the Kubernetes API server's own audiences.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
+	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 }
 
 // StackDefaults are defaults for the Stacks a config governs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -61,7 +62,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (*caller, er
 		return nil, &apiError{code: http.StatusUnauthorized, message: "a bearer token is required: send 'Authorization: Bearer <token>' with a Kubernetes token (e.g. `kubectl create token <serviceaccount>`)"}
 	}
 	review, err := s.Reviews.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
-		Spec: authenticationv1.TokenReviewSpec{Token: token},
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: s.TokenAudiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		// The error comes from the API server and never holds the token.
@@ -69,7 +70,16 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (*caller, er
 	}
 	if !review.Status.Authenticated {
 		// status.error is not passed on: it may say more about the token than a stranger should learn.
-		return nil, &apiError{code: http.StatusUnauthorized, message: "the bearer token was not accepted by the Kubernetes API server (expired, revoked or not a token of this cluster)"}
+		msg := "the bearer token was not accepted by the Kubernetes API server (expired, revoked or not a token of this cluster)"
+		if len(s.TokenAudiences) > 0 {
+			msg = fmt.Sprintf("the bearer token was not accepted by the Kubernetes API server (expired, revoked, not a token of this cluster, or not issued for the audience %q: e.g. `kubectl create token <serviceaccount> --audience %s`)", s.TokenAudiences[0], s.TokenAudiences[0])
+		}
+		return nil, &apiError{code: http.StatusUnauthorized, message: msg}
+	}
+	// An authenticator that ignores audiences answers without them; the
+	// review is only good for this server if one of its audiences is ours.
+	if len(s.TokenAudiences) > 0 && !slices.ContainsFunc(review.Status.Audiences, func(a string) bool { return slices.Contains(s.TokenAudiences, a) }) {
+		return nil, &apiError{code: http.StatusUnauthorized, message: fmt.Sprintf("the bearer token is not for this server: ask for one with the audience %q (e.g. `kubectl create token <serviceaccount> --audience %s`)", s.TokenAudiences[0], s.TokenAudiences[0])}
 	}
 	return &caller{UserInfo: review.Status.User}, nil
 }

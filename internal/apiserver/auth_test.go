@@ -1,9 +1,14 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 func TestRequestsNeedAValidTokenAndPermission(t *testing.T) {
@@ -56,4 +61,43 @@ func TestBodiesAreBounded(t *testing.T) {
 	at := newAPITest(t)
 	huge := `{"name":"web","values":{"blob":"` + strings.Repeat("x", maxBodyBytes) + `"}}`
 	at.expectError(http.StatusRequestEntityTooLarge, at.admin, http.MethodPost, "/v1/installations", huge, "larger than")
+}
+
+// TestTokenAudiences: a server that asks for its own audience refuses a
+// token issued for another (such as the Kubernetes API server's, which any
+// workload holding a mounted token has), and accepts one for its audience.
+func TestTokenAudiences(t *testing.T) {
+	const audience = "terrace-api.example"
+	at := newAPITestWith(t, func(s *Server) { s.TokenAudiences = []string{audience} })
+	clientset := mustClientset(t)
+
+	// at.admin is a token for the API server's default audience.
+	at.expectError(http.StatusUnauthorized, at.admin, http.MethodGet, "/v1/installations", nil, "was not accepted", `not issued for the audience "`+audience+`"`)
+	other := audienceToken(t, clientset, at.namespace, "installer", "some-other-service")
+	at.expectError(http.StatusUnauthorized, other, http.MethodGet, "/v1/installations", nil, "was not accepted")
+
+	ours := audienceToken(t, clientset, at.namespace, "installer", audience)
+	at.expect(http.StatusOK, ours, http.MethodGet, "/v1/installations", nil, nil)
+	// The audience decides who the caller is, not what they may do.
+	nobody := audienceToken(t, clientset, at.namespace, "nobody", audience)
+	at.expectError(http.StatusForbidden, nobody, http.MethodGet, "/v1/installations", nil, "may not list stacks.terrace.dev")
+
+	// A server without audiences takes the default-audience token and
+	// refuses one bound to another service.
+	plain := newAPITest(t)
+	plain.expect(http.StatusOK, plain.admin, http.MethodGet, "/v1/installations", nil, nil)
+	foreign := audienceToken(t, clientset, plain.namespace, "installer", audience)
+	plain.expectError(http.StatusUnauthorized, foreign, http.MethodGet, "/v1/installations", nil, "was not accepted")
+}
+
+// audienceToken returns a token of an existing ServiceAccount issued for audience.
+func audienceToken(t *testing.T, cs kubernetes.Interface, ns, sa, audience string) string {
+	t.Helper()
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
 }

@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/ownership"
 )
 
 const (
@@ -125,12 +125,25 @@ func (s *Server) newStack(req *CreateRequest) *terracev1.Stack {
 	return stack
 }
 
+// newValuesSecret is an installation's values Secret, marked as Terrace's;
+// ownValues (or the caller) binds it to the Stack.
 func (s *Server) newValuesSecret(name string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name + valuesSuffix, Labels: map[string]string{InstallationLabel: "true"}},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       data,
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name + valuesSuffix, Labels: map[string]string{
+			InstallationLabel:        "true",
+			ownership.LabelManagedBy: ownership.ManagedByTerrace,
+			ownership.LabelComponent: ownership.ComponentValues,
+		}},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
 	}
+}
+
+// valuesConflict is the answer when a Secret of the values name exists but
+// Terrace did not create it for this installation: it is never written.
+func (s *Server) valuesConflict(installation string, secret *corev1.Secret) error {
+	return conflict(fmt.Sprintf("Secret %s in namespace %s was not created by Terrace for installation %s (%s), so Terrace leaves it untouched: "+
+		"delete or rename that Secret and send the values again, or choose another installation name", secret.Name, s.Namespace, installation, ownership.Describe(secret)))
 }
 
 // create makes the values Secret, then the Stack reading it, then makes the
@@ -152,10 +165,13 @@ func (s *Server) create(ctx context.Context, c *call) error {
 	if err := s.Client.Create(ctx, stack.DeepCopy(), client.DryRunAll); err != nil {
 		return kubeError(err, "Stack "+req.Name)
 	}
+	if err := s.outputsNameFree(ctx, req.Name); err != nil {
+		return err
+	}
 	secret := s.newValuesSecret(req.Name, data)
 	if err := s.Client.Create(ctx, secret); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return conflict(fmt.Sprintf("Secret %s already exists in namespace %s: delete it or choose another name", secret.Name, s.Namespace))
+			return conflict(fmt.Sprintf("Secret %s already exists in namespace %s and Terrace did not create it for this installation, so Terrace leaves it untouched: delete or rename it, or choose another installation name", secret.Name, s.Namespace))
 		}
 		return kubeError(err, "Secret "+secret.Name)
 	}
@@ -172,13 +188,29 @@ func (s *Server) create(ctx context.Context, c *call) error {
 	return nil
 }
 
-// ownValues makes the Stack own its values Secret, so deleting the Stack deletes it.
+// outputsNameFree refuses a new installation whose outputs Secret name is
+// taken: its Stack would stall with OutputsSecretConflict.
+func (s *Server) outputsNameFree(ctx context.Context, installation string) error {
+	name := installation + outputsSuffix
+	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Secret{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return kubeError(err, "Secret "+name)
+	}
+	return conflict(fmt.Sprintf("Secret %s already exists in namespace %s; the installation would write its outputs there, which Terrace never does to a Secret it did not create: delete or rename it, or choose another installation name", name, s.Namespace))
+}
+
+// ownValues binds the values Secret to the Stack (controller reference), so
+// deleting the Stack deletes it and the controller knows it as this Stack's.
 func (s *Server) ownValues(ctx context.Context, stack *terracev1.Stack, secret *corev1.Secret) error {
 	before := secret.DeepCopy()
-	if err := controllerutil.SetOwnerReference(stack, secret, s.Client.Scheme()); err != nil {
-		return fmt.Errorf("failed to make Stack %s own Secret %s: %w", stack.Name, secret.Name, err)
+	if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Client.Scheme()); err != nil {
+		return err
 	}
-	if err := s.Client.Patch(ctx, secret, client.MergeFrom(before)); err != nil {
+	// The patch carries the resourceVersion of the Secret created above.
+	if err := s.Client.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("failed to make Stack %s own Secret %s: %w", stack.Name, secret.Name, err)
 	}
 	return nil
@@ -189,7 +221,11 @@ func (s *Server) ownValues(ctx context.Context, stack *terracev1.Stack, secret *
 func (s *Server) undo(obj client.Object) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+	// Only the object this request made: the UID precondition spares one
+	// put in its place since.
+	uid := obj.GetUID()
+	err := s.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &uid})
+	if err != nil && !apierrors.IsNotFound(err) {
 		s.Log.Error(err, "failed to remove an object of a failed create", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName())
 	}
 }
@@ -268,14 +304,16 @@ func (s *Server) putValues(ctx context.Context, c *call) error {
 			return err
 		}
 		secret = s.newValuesSecret(c.name, data)
-		if err := controllerutil.SetOwnerReference(stack, secret, s.Client.Scheme()); err != nil {
-			return fmt.Errorf("failed to make Stack %s own Secret %s: %w", stack.Name, name, err)
+		if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Client.Scheme()); err != nil {
+			return err
 		}
 		if err := s.Client.Create(ctx, secret); err != nil {
 			return kubeError(err, "Secret "+name)
 		}
 	case err != nil:
 		return kubeError(err, "Secret "+name)
+	case !ownership.Owns(secret, stack, ownership.ComponentValues):
+		return s.valuesConflict(c.name, secret)
 	default:
 		secret.Data = data
 		secret.StringData = nil

@@ -54,6 +54,12 @@ type apiTest struct {
 // self-signed certificate, as `terrace api` does.
 func newAPITest(t *testing.T) *apiTest {
 	t.Helper()
+	return newAPITestWith(t, nil)
+}
+
+// newAPITestWith is newAPITest with the server changed by configure first.
+func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
+	t.Helper()
 	ns := env.Namespace(t)
 	clientset, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -71,6 +77,9 @@ func newAPITest(t *testing.T) *apiTest {
 	stores := backend.New(env.Client, resolver.ResolveNamespace)
 	t.Cleanup(stores.Close)
 	srv := &Server{Namespace: ns, Client: env.Client, Reviews: clientset, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}
+	if configure != nil {
+		configure(srv)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,10 @@ type Server struct {
 	Client client.Client
 	// Reviews creates the TokenReviews and SubjectAccessReviews.
 	Reviews kubernetes.Interface
+	// TokenAudiences, when set, are the audiences a caller's token must be
+	// issued for (TokenReview spec.audiences); a token for another audience
+	// is refused with 401. Empty accepts the Kubernetes API server's own.
+	TokenAudiences []string
 	// Stores opens the namespace's plan and release stores, as the controller does.
 	Stores StoreOpener
 	// Log gets one line per request: never a token, never a value.

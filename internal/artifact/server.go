@@ -93,7 +93,19 @@ type Server struct {
 	tls    *tls.Config
 	cache  *lruCache
 	log    logr.Logger
+	runs   RunChecker
 }
+
+// RunChecker says whether a run is its Stack's current run
+// (httpbackend.StackRuns is the controller's).
+type RunChecker interface {
+	IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error)
+}
+
+// CheckRuns makes the server refuse a runner whose run is not its Stack's
+// current run: a run's certificate ends with the run. Without it a runner
+// is checked for its namespace only.
+func (s *Server) CheckRuns(runs RunChecker) { s.runs = runs }
 
 // NewServer returns a server that reads Programs through cached (the
 // manager's cache) and, when the cache lags behind a requested generation
@@ -239,6 +251,18 @@ func (s *Server) serveProgram(w http.ResponseWriter, r *http.Request) {
 	if err != nil || !mayRead(id, namespace) {
 		http.Error(w, fmt.Sprintf("forbidden: %s may not read programs of namespace %s", id, namespace), http.StatusForbidden)
 		return
+	}
+	if ns, stack, runID, isRunner := id.Runner(); isRunner && s.runs != nil {
+		current, err := s.runs.IsCurrentRun(r.Context(), ns, stack, runID)
+		if err != nil {
+			s.log.Error(err, "failed to check a runner's run", "identity", string(id))
+			http.Error(w, "failed to check the runner's run; retry later", http.StatusServiceUnavailable)
+			return
+		}
+		if !current {
+			http.Error(w, fmt.Sprintf("forbidden: run %s is not the current run of Stack %s/%s", runID, ns, stack), http.StatusForbidden)
+			return
+		}
 	}
 
 	program, err := s.getProgram(r.Context(), types.NamespacedName{Namespace: namespace, Name: name}, generation)

@@ -335,3 +335,36 @@ func TestServerOptionsBindFlags(t *testing.T) {
 		t.Fatalf("after parse: %+v", o)
 	}
 }
+
+// currentRuns is a RunChecker over a fixed set of current runs.
+type currentRuns map[string]bool
+
+func (c currentRuns) IsCurrentRun(_ context.Context, namespace, stack, runID string) (bool, error) {
+	return c[namespace+"/"+stack+"/"+runID], nil
+}
+
+// The attack: a runner's certificate kept from a finished run fetches the
+// namespace's Programs after the run. Only the current run may.
+func TestServerRefusesRunnersOfFinishedRuns(t *testing.T) {
+	p := newPeers(t)
+	prog := testProgram("ns", "p", 1, map[string]string{"main.tf": "locals {}\n"})
+	srv := p.server(t, ServerOptions{}, readerWith(t, prog), nil)
+	srv.CheckRuns(currentRuns{"ns/s/run-2": true})
+	handler := srv.Handler()
+	for _, tc := range []struct {
+		identity pki.Identity
+		want     int
+	}{
+		{pki.RunnerIdentity("ns", "s", "run-2"), http.StatusOK},
+		{pki.RunnerIdentity("ns", "s", "run-1"), http.StatusForbidden},
+		{pki.ControllerIdentity, http.StatusOK},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/programs/ns/p/1.tar.gz", nil)
+		req.TLS = p.connectionState(t, tc.identity)
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Fatalf("%s: %d %s, want %d", tc.identity, rec.Code, rec.Body, tc.want)
+		}
+	}
+}

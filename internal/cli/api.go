@@ -14,6 +14,7 @@ import (
 
 func newAPICommand() *cobra.Command {
 	var listen, certFile, keyFile string
+	var audiences []string
 	var development bool
 	cmd := &cobra.Command{
 		Use:   "api",
@@ -28,6 +29,7 @@ func newAPICommand() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", ":8443", "address to serve HTTPS on")
 	cmd.Flags().StringVar(&certFile, "tls-cert-file", "", "PEM serving certificate (reloaded when it changes)")
 	cmd.Flags().StringVar(&keyFile, "tls-key-file", "", "PEM private key of the serving certificate")
+	cmd.Flags().StringSliceVar(&audiences, "token-audiences", nil, "audiences a caller's token must be issued for (checked by TokenReview); default: the Kubernetes API server's own")
 	cmd.Flags().BoolVar(&development, "log-dev", false, "human-readable logs instead of JSON")
 	return userCommand(cmd, func(ctx context.Context, k *kube, _ streams, _ []string) error {
 		if certFile == "" || keyFile == "" {
@@ -45,7 +47,7 @@ func newAPICommand() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("failed to listen on %s: %w", listen, err)
 		}
-		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Reviews: reviews, Stores: stores, Log: log}
+		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Reviews: reviews, TokenAudiences: audiences, Stores: stores, Log: log}
 		return srv.Serve(ctx, ln, apiserver.TLSFiles{CertFile: certFile, KeyFile: keyFile})
 	})
 }

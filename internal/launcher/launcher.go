@@ -31,6 +31,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
@@ -49,6 +50,10 @@ const (
 // ErrInvalidSpec wraps errors of a RunSpec that can never make a pod: the
 // user must change the Stack or its config (a terminal error).
 var ErrInvalidSpec = errors.New("invalid runner spec")
+
+// ErrPolicyViolation wraps the runnerpolicy.Violations of a RunSpec the
+// runner policy refuses: nothing was created (a terminal error).
+var ErrPolicyViolation = errors.New("runner policy violation")
 
 // ErrClosed is a Run's cause once Close was called.
 var ErrClosed = errors.New("run closed")
@@ -107,6 +112,15 @@ type RunSpec struct {
 	// When zero: the time left until ctx's deadline, else the Stack's
 	// spec.timeout, else DefaultRunTimeout.
 	Timeout time.Duration
+
+	// Policy is checked before anything is created; nil checks only what
+	// holds whatever a config says (runnerpolicy.Minimal: no hostPath, none
+	// of Terrace's own ServiceAccounts).
+	Policy *runnerpolicy.Policy
+	// ImageField and ServiceAccountField say where Image and
+	// ServiceAccountName came from, for violation messages; empty means the
+	// Stack's own fields.
+	ImageField, ServiceAccountField string
 }
 
 // Launcher starts runner pods. It is safe for concurrent use.
@@ -269,6 +283,9 @@ func (l *Launcher) plan(ctx context.Context, spec RunSpec) (podParams, error) {
 	}
 	if image == "" {
 		return podParams{}, fmt.Errorf("%w: no runner image configured", ErrInvalidSpec)
+	}
+	if err := checkPolicy(&spec, image); err != nil {
+		return podParams{}, err
 	}
 	podName := PodName(spec.Stack.Name, spec.RunID)
 	return podParams{

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
 // Labels and annotations on runner pods and their TLS Secrets.
@@ -157,6 +158,35 @@ func validateRunSpec(spec *RunSpec) error {
 		}
 	}
 	return nil
+}
+
+// checkPolicy refuses a pod the runner policy does not allow; the error
+// wraps ErrPolicyViolation and runnerpolicy.Violations.
+func checkPolicy(spec *RunSpec, image string) error {
+	policy := runnerpolicy.Minimal()
+	if spec.Policy != nil {
+		policy = *spec.Policy
+	}
+	sa := spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	pod := runnerpolicy.Pod{
+		Template: spec.Stack.Spec.Runner,
+		Image:    image, ImageField: orField(spec.ImageField, "spec.runner.image"),
+		ServiceAccountName: sa, ServiceAccountField: orField(spec.ServiceAccountField, "spec.serviceAccountName"),
+	}
+	if err := policy.Check(pod); err != nil {
+		return fmt.Errorf("%w: %w", ErrPolicyViolation, err)
+	}
+	return nil
+}
+
+func orField(field, fallback string) string {
+	if field == "" {
+		return fallback
+	}
+	return field
 }
 
 // pathWithin reports whether p is dir or below it.

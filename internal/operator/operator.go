@@ -77,7 +77,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 
-	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.RunnerImage)}
+	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.defaultRunnerImage())}
 	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
 	postgresHosts := &config.PostgresHostPolicy{OperatorNamespace: opts.Namespace, Allowed: opts.PostgresAllowedHosts, Reader: mgr.GetAPIReader()}
 	backends.PostgresHosts = postgresHosts
@@ -90,7 +90,18 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(artifact.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)); err != nil {
+	// A runner's certificate works only while its run is its Stack's current run.
+	runnerPods, err := httpbackend.NewRunnerPodCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(runnerPods); err != nil {
+		return nil, err
+	}
+	currentRuns := &httpbackend.StackRuns{Stacks: mgr.GetClient(), Pods: runnerPods, Live: mgr.GetAPIReader()}
+	artifacts := artifact.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)
+	artifacts.CheckRuns(currentRuns)
+	if err := mgr.Add(artifacts); err != nil {
 		return nil, err
 	}
 	stateURL, err := opts.stateServerURL()
@@ -98,7 +109,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	stateTLS := pki.ServerTLSConfig(serving, authority, nil)
-	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, stateTLS)); err != nil {
+	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, currentRuns, stateTLS)); err != nil {
 		return nil, err
 	}
 
@@ -110,13 +121,17 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
 	}
-	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.RunnerImage})
+	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.defaultRunnerImage()})
 	if err != nil {
 		return nil, err
 	}
-	apiServers := &config.APIServerSettings{Issuer: authority}
+	apiServers := &config.APIServerSettings{Issuer: authority, Image: opts.Image}
 	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers, PostgresHosts: postgresHosts}); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
+	}
+	artifactHosts, err := artifact.ParseHostAllowlist(opts.SourceArtifactHosts)
+	if err != nil {
+		return nil, fmt.Errorf("--source-artifact-hosts: %w", err)
 	}
 	stacks := &stack.Reconciler{
 		Client:    mgr.GetClient(),
@@ -129,6 +144,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			OperatorNamespace:       opts.Namespace,
 			StateServerURL:          stateURL,
 			AllowCrossNamespaceRefs: opts.AllowCrossNamespaceRefs,
+			SourceArtifactHosts:     artifactHosts,
 			MaxConcurrentReconciles: opts.MaxConcurrentRuns,
 		},
 	}

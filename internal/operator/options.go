@@ -14,6 +14,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+	"github.com/terrace-dev/terrace/internal/version"
 )
 
 // Options configure the controller process. They bind their own flags.
@@ -29,6 +30,9 @@ type Options struct {
 	LeaderElection bool
 	// AllowCrossNamespaceRefs lets Stacks reference sources and dependencies in other namespaces.
 	AllowCrossNamespaceRefs bool
+	// SourceArtifactHosts are the hosts (host or host:port) the controller
+	// downloads Flux artifacts from: source-controller's Service by default.
+	SourceArtifactHosts []string
 	// CASecretName is the Secret holding the controller CA.
 	CASecretName string
 	// ServerDNSNames and ServerIPs go into the serving certificate of the
@@ -37,7 +41,12 @@ type Options struct {
 	// (ServingDNSNames).
 	ServerDNSNames []string
 	ServerIPs      []string
-	// RunnerImage is the runner image when no TerraceConfig names one.
+	// Image is the controller's own image: the Installations API servers
+	// run it, always (a TerraceConfig cannot change it). Default:
+	// version.ImageReference(), the image this binary was released as.
+	Image string
+	// RunnerImage is the runner image when no TerraceConfig names one;
+	// empty means Image.
 	RunnerImage string
 	// RunnerProviderMirror is a directory, inside runner pods, that
 	// providers are installed from exclusively (offline clusters, tests).
@@ -55,6 +64,14 @@ type Options struct {
 	Artifact artifact.ServerOptions
 	// State configures the Terraform http state server.
 	State httpbackend.Options
+}
+
+// defaultRunnerImage is the runner image when no TerraceConfig names one.
+func (o Options) defaultRunnerImage() string {
+	if o.RunnerImage != "" {
+		return o.RunnerImage
+	}
+	return o.Image
 }
 
 // stateServerURL is where runners reach the state server.
@@ -75,19 +92,27 @@ func DefaultOptions() Options {
 	if ns == "" {
 		ns = "terrace-system"
 	}
-	return Options{
+	o := Options{
 		Namespace:         ns,
 		MetricsAddr:       ":8080",
 		HealthAddr:        ":8081",
 		LeaderElection:    true,
 		CASecretName:      "terrace-ca",
 		ServerIPs:         []string{"127.0.0.1"},
-		RunnerImage:       "ghcr.io/terrace-dev/terrace:latest",
+		Image:             version.ImageReference(),
 		SyncPeriod:        10 * time.Hour,
 		MaxConcurrentRuns: 4,
 		Artifact:          artifact.ServerOptions{ListenAddress: artifact.DefaultListenAddress, CacheBytes: artifact.DefaultCacheBytes},
 		State:             httpbackend.DefaultOptions(),
 	}
+	o.SourceArtifactHosts = DefaultSourceArtifactHosts()
+	return o
+}
+
+// DefaultSourceArtifactHosts are the names of Flux source-controller's
+// Service, which advertises artifact URLs under them.
+func DefaultSourceArtifactHosts() []string {
+	return []string{"source-controller.flux-system.svc.cluster.local", "source-controller.flux-system.svc"}
 }
 
 // ServingDNSNames are the DNS names of the serving certificate: the
@@ -109,10 +134,12 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "run reconcilers on the elected leader only (servers run on every replica)")
 	fs.BoolVar(&o.AllowCrossNamespaceRefs, "allow-cross-namespace-refs", o.AllowCrossNamespaceRefs, "allow Stacks to reference sources and Stacks in other namespaces")
+	fs.StringSliceVar(&o.SourceArtifactHosts, "source-artifact-hosts", o.SourceArtifactHosts, "hosts (host or host:port) the controller may download Flux artifacts from; a Flux source whose status.artifact.url names another host is refused before connecting")
 	fs.StringVar(&o.CASecretName, "ca-secret", o.CASecretName, "name of the Secret, in --namespace, holding the controller CA")
 	fs.StringSliceVar(&o.ServerDNSNames, "server-dns-names", o.ServerDNSNames, "DNS names in the artifact and state servers' certificate (default: the Service terrace-controller's names in --namespace, and localhost)")
 	fs.StringSliceVar(&o.ServerIPs, "server-ips", o.ServerIPs, "IP addresses in the artifact and state servers' certificate")
-	fs.StringVar(&o.RunnerImage, "runner-image", o.RunnerImage, "runner image used when no TerraceConfig names one")
+	fs.StringVar(&o.Image, "image", o.Image, "the controller's own image, which the Installations API servers run (no TerraceConfig can change it)")
+	fs.StringVar(&o.RunnerImage, "runner-image", o.RunnerImage, "runner image used when no TerraceConfig names one (default: --image)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "longest time between full resyncs of the cache")
 	fs.StringVar(&o.RunnerProviderMirror, "runner-provider-mirror", o.RunnerProviderMirror, "directory in runner pods that providers are installed from, exclusively")
 	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", o.MaxConcurrentRuns, "how many Stacks may run at once")
@@ -131,7 +158,7 @@ func LocalOptions(namespace, artifactAddr, stateAddr string) Options {
 	o.MetricsAddr, o.HealthAddr = "0", "0"
 	o.LeaderElection = false
 	o.ServerIPs = []string{"127.0.0.1"}
-	o.RunnerImage = "ghcr.io/terrace-dev/terrace:dev"
+	o.Image = "ghcr.io/terrace-dev/terrace:dev"
 	o.Artifact.ListenAddress, o.Artifact.BaseURL = artifactAddr, "https://"+artifactAddr
 	o.State.ListenAddress, o.State.AdvertisedURL = stateAddr, "https://"+stateAddr
 	return o

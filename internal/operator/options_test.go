@@ -27,3 +27,20 @@ func TestServingDNSNamesFollowTheNamespaceFlag(t *testing.T) {
 		t.Errorf("explicit names replaced: %v", names)
 	}
 }
+
+// Flux artifacts come from source-controller's Service unless the operator
+// lists other hosts; the flag replaces the default list.
+func TestSourceArtifactHostsFlag(t *testing.T) {
+	o := DefaultOptions()
+	if !slices.Contains(o.SourceArtifactHosts, "source-controller.flux-system.svc.cluster.local") {
+		t.Fatalf("default hosts %v do not name source-controller", o.SourceArtifactHosts)
+	}
+	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+	o.BindFlags(fs)
+	if err := fs.Parse([]string{"--source-artifact-hosts", "source-controller.flux.svc:9090,artifacts.internal"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"source-controller.flux.svc:9090", "artifacts.internal"}; !slices.Equal(o.SourceArtifactHosts, want) {
+		t.Errorf("hosts %v, want %v", o.SourceArtifactHosts, want)
+	}
+}

@@ -21,8 +21,76 @@ import (
 
 // Client is the controller's handle on one runner.
 type Client struct {
-	conn *grpc.ClientConn
-	rpc  runnerv1.RunnerServiceClient
+	conn   *grpc.ClientConn
+	rpc    runnerv1.RunnerServiceClient
+	limits Limits
+}
+
+// Limits bound what the controller holds in memory from one runner. A
+// runner runs a tenant's module and image, so it is not trusted to keep
+// its answers small: an answer over a limit ends the call with a
+// *TooLargeError before more of it is read.
+type Limits struct {
+	// PlanJSONBytes bounds the redacted `show -json` of a plan.
+	PlanJSONBytes int64
+	// ShowPlanBytes bounds a readable plan (ShowPlan).
+	ShowPlanBytes int64
+	// OutputsBytes bounds all output values and types together.
+	OutputsBytes int64
+	// PlanFileBytes bounds a binary plan file (DownloadPlan).
+	PlanFileBytes int64
+}
+
+// DefaultLimits keep --max-concurrent-runs (4) runs at their worst, about
+// 120 MiB each with the copies the plan store makes, inside the memory
+// budget of config/manager; a plan of thousands of resources stays well
+// under them.
+func DefaultLimits() Limits {
+	return Limits{PlanJSONBytes: 16 << 20, ShowPlanBytes: 16 << 20, OutputsBytes: 8 << 20, PlanFileBytes: 32 << 20}
+}
+
+// TooLargeError says a runner's answer went over one of the Limits.
+type TooLargeError struct {
+	// What was too large: "plan JSON", "readable plan", "outputs", "plan file".
+	What  string
+	Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the runner's %s is larger than the controller's limit of %d bytes; reduce what the module plans or outputs (split the Stack)", e.What, e.Limit)
+}
+
+// boundedBuffer collects a runner's answer up to a limit.
+type boundedBuffer struct {
+	bytes.Buffer
+	what  string
+	limit int64
+}
+
+func (b *boundedBuffer) add(p []byte) error {
+	if int64(b.Len())+int64(len(p)) > b.limit {
+		return &TooLargeError{What: b.what, Limit: b.limit}
+	}
+	b.Write(p)
+	return nil
+}
+
+// SetLimits replaces the DefaultLimits of c; zero fields keep their default.
+func (c *Client) SetLimits(l Limits) {
+	d := DefaultLimits()
+	if l.PlanJSONBytes <= 0 {
+		l.PlanJSONBytes = d.PlanJSONBytes
+	}
+	if l.ShowPlanBytes <= 0 {
+		l.ShowPlanBytes = d.ShowPlanBytes
+	}
+	if l.OutputsBytes <= 0 {
+		l.OutputsBytes = d.OutputsBytes
+	}
+	if l.PlanFileBytes <= 0 {
+		l.PlanFileBytes = d.PlanFileBytes
+	}
+	c.limits = l
 }
 
 // ClientTLSConfig is the controller's side of mutual TLS with one runner:
@@ -43,7 +111,7 @@ func Dial(_ context.Context, addr string, tlsConfig *tls.Config, opts ...grpc.Di
 	if err != nil {
 		return nil, fmt.Errorf("failed to create a runner client for %s: %w", addr, err)
 	}
-	return &Client{conn: conn, rpc: runnerv1.NewRunnerServiceClient(conn)}, nil
+	return &Client{conn: conn, rpc: runnerv1.NewRunnerServiceClient(conn), limits: DefaultLimits()}, nil
 }
 
 // Close closes the connection.
@@ -145,6 +213,17 @@ func (c *Client) Fetch(ctx context.Context, url, digest string) (*runnerv1.Sourc
 	return resp.GetSource(), nil
 }
 
+// FetchExternal makes the runner download the source from a URL outside
+// the controller (a Stack's spec.source.url), from the runner pod's own
+// network position.
+func (c *Client) FetchExternal(ctx context.Context, url, digest string) (*runnerv1.SourceInfo, error) {
+	resp, err := c.rpc.Fetch(ctx, &runnerv1.FetchRequest{Url: url, Digest: digest, External: true})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetSource(), nil
+}
+
 // Init initialises the module.
 func (c *Client) Init(ctx context.Context, req *runnerv1.InitRequest, logf LogFunc) (*runnerv1.InitResult, error) {
 	stream, err := c.rpc.Init(ctx, req)
@@ -180,11 +259,14 @@ type Plan struct {
 
 // Plan makes and saves a plan.
 func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFunc) (*Plan, error) {
+	// Returning early (an answer over a limit) must also end the stream.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := c.rpc.Plan(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	var js bytes.Buffer
+	js := boundedBuffer{what: "plan JSON", limit: c.limits.PlanJSONBytes}
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -194,7 +276,9 @@ func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFu
 		case *runnerv1.PlanResponse_Log:
 			logTo(logf, ev.Log)
 		case *runnerv1.PlanResponse_JsonChunk:
-			js.Write(ev.JsonChunk)
+			if err := js.add(ev.JsonChunk); err != nil {
+				return nil, err
+			}
 		case *runnerv1.PlanResponse_Result:
 			if int64(js.Len()) != ev.Result.GetJsonSize() {
 				return nil, fmt.Errorf("plan JSON is %d bytes, the runner announced %d", js.Len(), ev.Result.GetJsonSize())
@@ -206,11 +290,13 @@ func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFu
 
 // ShowPlan returns a saved plan, redacted, as JSON or human text.
 func (c *Client) ShowPlan(ctx context.Context, planID string, format runnerv1.PlanFormat) ([]byte, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := c.rpc.ShowPlan(ctx, &runnerv1.ShowPlanRequest{PlanId: planID, Format: format})
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
+	out := boundedBuffer{what: "readable plan", limit: c.limits.ShowPlanBytes}
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -219,7 +305,9 @@ func (c *Client) ShowPlan(ctx context.Context, planID string, format runnerv1.Pl
 		if err != nil {
 			return nil, err
 		}
-		out.Write(msg.GetChunk())
+		if err := out.add(msg.GetChunk()); err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -250,12 +338,15 @@ type Output struct {
 
 // Outputs returns every root output.
 func (c *Client) Outputs(ctx context.Context) (map[string]Output, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := c.rpc.Output(ctx, &runnerv1.OutputRequest{})
 	if err != nil {
 		return nil, err
 	}
 	outs := map[string]Output{}
 	values := map[string]*bytes.Buffer{}
+	var total int64 // names, types and values, all outputs together
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -269,6 +360,10 @@ func (c *Client) Outputs(ctx context.Context) (map[string]Output, error) {
 			buf = &bytes.Buffer{}
 			values[msg.GetName()] = buf
 			outs[msg.GetName()] = Output{Sensitive: msg.GetSensitive(), Type: msg.GetTypeJson()}
+			total += int64(len(msg.GetName()) + len(msg.GetTypeJson()))
+		}
+		if total += int64(len(msg.GetValueChunk())); total > c.limits.OutputsBytes {
+			return nil, &TooLargeError{What: "outputs", Limit: c.limits.OutputsBytes}
 		}
 		buf.Write(msg.GetValueChunk())
 	}
@@ -307,6 +402,8 @@ func (c *Client) ForceUnlock(ctx context.Context, lockID string) error {
 // DownloadPlan writes the binary plan file planID to w and returns its
 // header (digest and size), after checking both.
 func (c *Client) DownloadPlan(ctx context.Context, planID string, w io.Writer) (*runnerv1.PlanFileHeader, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := c.rpc.DownloadPlan(ctx, &runnerv1.DownloadPlanRequest{PlanId: planID})
 	if err != nil {
 		return nil, err
@@ -319,6 +416,10 @@ func (c *Client) DownloadPlan(ctx context.Context, planID string, w io.Writer) (
 	if header == nil {
 		return nil, errors.New("runner sent a plan without header")
 	}
+	limit := c.limits.PlanFileBytes
+	if header.GetSize() > limit {
+		return nil, &TooLargeError{What: "plan file", Limit: limit}
+	}
 	h := newDigester()
 	var n int64
 	for {
@@ -330,6 +431,10 @@ func (c *Client) DownloadPlan(ctx context.Context, planID string, w io.Writer) (
 			return nil, err
 		}
 		chunk := msg.GetChunk()
+		if n+int64(len(chunk)) > header.GetSize() {
+			// The runner announced less than it sends: stop at the announcement.
+			return nil, fmt.Errorf("plan %s is longer than the %d bytes its header announced", planID, header.GetSize())
+		}
 		h.Write(chunk)
 		if _, err := w.Write(chunk); err != nil {
 			return nil, fmt.Errorf("failed to write plan %s: %w", planID, err)

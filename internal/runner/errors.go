@@ -91,6 +91,8 @@ func (s *Server) toStatus(err error) error {
 			code = codes.NotFound
 		}
 		return statusError(code, ReasonFetchFailed, msg)
+	case errors.Is(err, artifact.ErrUnreachable):
+		return statusError(codes.Unavailable, ReasonFetchFailed, msg)
 	case errors.Is(err, tf.ErrInvalidArgument):
 		return statusError(codes.InvalidArgument, ReasonInvalidArgument, msg)
 	}

@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +190,66 @@ func TestFetchFromTheControllerOnly(t *testing.T) {
 	}
 	if _, err := tr.client.Fetch(ctx, "http://127.0.0.1:1/x.tar.gz", digest); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("fetch over plain http answered %v, want InvalidArgument", err)
+	}
+}
+
+// TestFetchExternalFromThePodItself: a Stack's spec.source.url is fetched
+// by the runner, without its client certificate, and no answer's body or
+// received digest comes back in an error.
+func TestFetchExternalFromThePodItself(t *testing.T) {
+	tr := startRunner(t, nil)
+	data, digest := buildArchive(t, map[string]string{"main.tf": `resource "terraform_data" "a" {}`})
+	const secret = "internal-credential-do-not-echo"
+	userAgents := make(chan string, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		userAgents <- r.UserAgent()
+		switch r.URL.Path {
+		case "/module.tar.gz":
+			_, _ = w.Write(data)
+		case "/creds":
+			_, _ = w.Write([]byte(secret))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(secret))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	info, err := tr.client.FetchExternal(ctx, srv.URL+"/module.tar.gz", digest)
+	if err != nil || info.GetDigest() != digest {
+		t.Fatalf("external fetch: %v %v", info, err)
+	}
+	if ua := <-userAgents; ua != "terrace-runner" {
+		t.Errorf("User-Agent %q, want terrace-runner", ua)
+	}
+
+	secretDigest := sha256.Sum256([]byte(secret))
+	_, err = tr.client.FetchExternal(ctx, srv.URL+"/creds", digest)
+	if Reason(err) != ReasonDigestMismatch {
+		t.Fatalf("fetch of the wrong content answered %v, want %s", err, ReasonDigestMismatch)
+	}
+	if msg := err.Error(); strings.Contains(msg, secret) || strings.Contains(msg, hex.EncodeToString(secretDigest[:])) || !strings.Contains(msg, digest) {
+		t.Errorf("mismatch message quotes what was received, or not the digest expected: %s", msg)
+	}
+	_, err = tr.client.FetchExternal(ctx, srv.URL+"/missing", digest)
+	if Reason(err) != ReasonFetchFailed || status.Code(err) != codes.NotFound {
+		t.Fatalf("fetch of a missing URL answered %v, want NotFound %s", err, ReasonFetchFailed)
+	}
+	if msg := status.Convert(err).Message(); strings.Contains(msg, secret) || !strings.Contains(msg, "HTTP 404 from "+strings.TrimPrefix(srv.URL, "http://")) {
+		t.Errorf("404 message %q", msg)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	_ = l.Close()
+	if _, err := tr.client.FetchExternal(ctx, "http://"+closed+"/x.tar.gz", digest); Reason(err) != ReasonFetchFailed || status.Code(err) != codes.Unavailable {
+		t.Errorf("fetch from a closed port answered %v, want Unavailable %s", err, ReasonFetchFailed)
+	}
+	if _, err := tr.client.FetchExternal(ctx, "file:///etc/passwd", digest); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("fetch of a file URL answered %v, want InvalidArgument", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"regexp"
 
@@ -103,21 +104,29 @@ func (s *Server) Upload(stream runnerv1.RunnerService_UploadServer) error {
 	return stream.SendAndClose(&runnerv1.UploadResponse{Source: &runnerv1.SourceInfo{Digest: header.GetDigest(), Size: counter.n}})
 }
 
-// Fetch downloads the source from the controller and extracts it.
+// externalUserAgent names the runner to servers of spec.source.url.
+const externalUserAgent = "terrace-runner"
+
+// externalFetch downloads external sources from the pod's network
+// position; one client per process keeps its connections.
+var externalFetch = artifact.NewExternalClient(externalUserAgent)
+
+// Fetch downloads the source, from the controller or (external) from
+// wherever a Stack points, and extracts it.
 func (s *Server) Fetch(ctx context.Context, req *runnerv1.FetchRequest) (*runnerv1.FetchResponse, error) {
 	release, err := s.acquire("fetch")
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	u, err := url.Parse(req.GetUrl())
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("fetch needs an https URL of the controller, not %q", req.GetUrl()))
+	client, err := s.fetchClient(req)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkDigest(req.GetDigest()); err != nil {
 		return nil, err
 	}
-	data, err := artifact.Fetch(ctx, s.fetch, req.GetUrl(), req.GetDigest(), s.cfg.MaxArchiveBytes)
+	data, err := artifact.Fetch(ctx, client, req.GetUrl(), req.GetDigest(), s.cfg.MaxArchiveBytes)
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
@@ -129,6 +138,22 @@ func (s *Server) Fetch(ctx context.Context, req *runnerv1.FetchRequest) (*runner
 		return nil, s.toStatus(fmt.Errorf("failed to extract the fetched source: %w", err))
 	}
 	return &runnerv1.FetchResponse{Source: &runnerv1.SourceInfo{Digest: req.GetDigest(), Size: int64(len(data))}}, nil
+}
+
+// fetchClient checks the URL of a Fetch and picks the client for it: the
+// runner's certificate goes only to the controller, over https.
+func (s *Server) fetchClient(req *runnerv1.FetchRequest) (*http.Client, error) {
+	u, err := url.Parse(req.GetUrl())
+	if req.GetExternal() {
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, "fetch needs an http or https URL with a host")
+		}
+		return externalFetch, nil
+	}
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("fetch needs an https URL of the controller, not %q", req.GetUrl()))
+	}
+	return s.fetch, nil
 }
 
 // DownloadPlan streams a saved plan file.

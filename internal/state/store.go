@@ -104,6 +104,11 @@ type LockInfo struct {
 	Version   string    `json:"Version"`
 	Created   time.Time `json:"Created"`
 	Path      string    `json:"Path"`
+	// Owner is the Terrace identity that took the lock through the state
+	// server (set by the server, never taken from the client): a runner may
+	// release or write under only a lock it owns. Empty for locks taken
+	// directly on the store (migrations, the controller).
+	Owner string `json:"Owner,omitempty"`
 }
 
 // MigrationMark says that an entry was copied to another backend and

@@ -463,6 +463,7 @@ output "note" { value = terraform_data.note.output }
 		}
 		return fmt.Errorf("no LeaderElection event among %d", len(events.Items))
 	})
+	runAPIServerUnderControllerRBAC(t, c, env.ns, waitFor)
 	if len(forbiddenLines()) > 0 {
 		t.Errorf("the Stack got Ready, but the controller was refused something:\n%s", forbidden())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +29,11 @@ import (
 
 // operatorNamespace holds the controller's CA and the default TerraceConfig.
 const operatorNamespace = "terrace-system"
+
+// fluxArtifactHost is the host the tests' controller allows Flux
+// artifacts from (--source-artifact-hosts): a name for the loopback
+// address, so a URL on 127.0.0.1 is a host the controller refuses.
+const fluxArtifactHost = "localhost"
 
 // controllerLog collects everything every controller started by the tests
 // logs (runner lines included), to check that no secret ever reaches it.
@@ -47,6 +53,8 @@ func captureControllerLog() {
 type controller struct {
 	stop context.CancelFunc
 	done chan error
+	// stateURL is where runners reach the controller's state server.
+	stateURL string
 }
 
 // stackEnv is what a Stack test needs: the dev cluster, clients, a
@@ -127,6 +135,9 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	ports := freePorts(t, 2)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	opts.MaxConcurrentRuns = 8
+	// Flux artifacts come from the tests' artifactHost, as from
+	// source-controller; every other host stays refused (tenancy tests).
+	opts.SourceArtifactHosts = []string{fluxArtifactHost}
 	// Namespace configs of these tests may use the shared PostgreSQL, as an
 	// operator would allow its database server.
 	opts.PostgresAllowedHosts = []string{sharedPostgresHost(t)}
@@ -135,7 +146,7 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 		t.Fatalf("failed to create the controller: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &controller{stop: cancel, done: make(chan error, 1)}
+	c := &controller{stop: cancel, done: make(chan error, 1), stateURL: opts.State.AdvertisedURL}
 	go func() { c.done <- mgr.Start(ctx) }()
 	return c
 }
@@ -179,6 +190,27 @@ func (e *stackEnv) create(t testing.TB, obj client.Object) {
 	obj.SetNamespace(e.ns)
 	if err := e.c.Create(context.Background(), obj); err != nil {
 		t.Fatalf("failed to create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// allowRunnerToRead lets the namespace's default ServiceAccount, which
+// runner pods run as, get the named Secrets: Terrace reads varsFrom objects
+// only when the runner's ServiceAccount may.
+func (e *stackEnv) allowRunnerToRead(t testing.TB, secrets ...string) {
+	t.Helper()
+	name := "read-" + strings.Join(secrets, ".")
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: secrets},
+	}}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: e.ns}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := e.c.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("failed to create %T %s: %v", obj, name, err)
+		}
 	}
 }
 

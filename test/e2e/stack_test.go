@@ -82,7 +82,10 @@ func secretToken(t *testing.T) string {
 	return "tok-" + hex.EncodeToString(h[:12])
 }
 
+// credentials creates a Secret the runner may read (varsFrom is read with
+// the runner ServiceAccount's rights).
 func (e *stackEnv) credentials(t *testing.T, name, token string) {
+	e.allowRunnerToRead(t, name)
 	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{"api_token": token}})
 }
 
@@ -225,7 +228,8 @@ func TestStackBadInputsStallAndRecover(t *testing.T) {
 	e := newStackEnv(t)
 	e.program(t, "web", webModule)
 
-	// A missing varsFrom Secret.
+	// A missing varsFrom Secret the runner would be allowed to read.
+	e.allowRunnerToRead(t, "creds")
 	e.create(t, webStack("web", terracev1.ApprovePlanAuto, jsonVars(t, map[string]any{"environment": "test"})))
 	e.waitStack(t, "web", stackTimeout, "Stalled on the missing Secret", func(s *terracev1.Stack) error {
 		if err := conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "VarsNotFound")(s); err != nil {

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,31 +16,41 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	kptr "k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/version"
 )
 
 // The Installations API server of a namespace (spec.api.enabled): a
 // Deployment of `terrace api` under its own ServiceAccount, a Service, and
 // a serving certificate from the controller's CA. Its namespaced objects
-// are owned by the TerraceConfig; the one cluster-scoped binding (it needs
-// TokenReviews and SubjectAccessReviews to check its callers) is removed
-// through the finalizer.
+// are owned by the TerraceConfig. Its cluster-wide rights (TokenReviews and
+// SubjectAccessReviews to check its callers) come from the one
+// ClusterRoleBinding installed with the controller, whose subjects the
+// controller keeps to the running API servers: it may create or delete no
+// ClusterRoleBinding (docs/security.md, "Controller RBAC"). The finalizer
+// takes the namespace's subject out again.
 const (
 	// APIName names the Deployment, Service, ServiceAccount and RoleBinding.
 	APIName = "terrace-api"
 	// APITLSSecretName holds tls.crt, tls.key and ca.crt (the CA to trust).
 	APITLSSecretName = "terrace-api-tls"
-	// APIClusterRole is granted in the namespace (Stacks, their Secrets).
+	// APIClusterRole is granted in the namespace (Stacks, their Secrets,
+	// its TerraceConfig).
 	APIClusterRole = "terrace-api"
-	// APIAuthClusterRole is granted cluster-wide: TokenReviews,
-	// SubjectAccessReviews and reading TerraceConfigs.
+	// APIAuthClusterRole is granted cluster-wide: creating TokenReviews
+	// and SubjectAccessReviews, nothing else.
 	APIAuthClusterRole = "terrace-api-auth"
-	// APIFinalizer removes the cluster-scoped binding when the config goes.
+	// APIAuthBindingName is the ClusterRoleBinding of APIAuthClusterRole,
+	// installed with the controller (config/rbac/api_roles.yaml) without
+	// subjects; the controller adds each API server's ServiceAccount.
+	APIAuthBindingName = "terrace-api-auth"
+	// APIFinalizer removes the namespace from the cluster-wide binding when the config goes.
 	APIFinalizer = "terrace.dev/api-server"
 	// APIPort is the container's HTTPS port; the Service serves 443.
 	APIPort = 8443
@@ -46,7 +58,6 @@ const (
 	apiCertValidity  = 24 * time.Hour
 	apiConfigHashKey = "terrace.dev/config-hash"
 	apiTLSHashKey    = "terrace.dev/tls-hash"
-	labelAPINS       = "terrace.dev/api-namespace"
 )
 
 // APIServerSettings let the controller run API servers.
@@ -55,8 +66,20 @@ type APIServerSettings struct {
 	Issuer interface {
 		Issue(pki.LeafRequest) (*pki.Leaf, error)
 	}
+	// Image is the controller's own image, which every API server runs:
+	// never a TerraceConfig's runner.image, which a namespace admin chooses
+	// and which would then see every caller's bearer token.
+	// version.ImageReference() when empty.
+	Image string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+}
+
+func (a *APIServerSettings) image() string {
+	if a.Image != "" {
+		return a.Image
+	}
+	return version.ImageReference()
 }
 
 func (a *APIServerSettings) now() time.Time {
@@ -66,11 +89,19 @@ func (a *APIServerSettings) now() time.Time {
 	return time.Now()
 }
 
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// Every object of an API server is named terrace-api, so reading, changing
+// and deleting are restricted to that name; create cannot be restricted by
+// name in Kubernetes RBAC. The Deployments are watched (metadata only) to
+// repair them. The cluster-wide binding is only read and updated.
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list;watch;create
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;update;delete,resourceNames=terrace-api
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=create
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;update;delete,resourceNames=terrace-api
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;update;delete,resourceNames=terrace-api
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;update,resourceNames=terrace-api-auth
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=terrace-api;terrace-api-auth
-// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=update
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/finalizers,verbs=update
 
 // apiEnabled reports whether cfg asks for an API server.
@@ -112,14 +143,8 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 	}); err != nil {
 		return err
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, crb, func() error {
-		crb.Labels = map[string]string{labelAPINS: ns, "app.kubernetes.io/managed-by": "terrace"}
-		crb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIAuthClusterRole}
-		crb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("failed to bind %s for the API server: %w", APIAuthClusterRole, err)
+	if err := r.bindAPIAuth(ctx, ns, true); err != nil {
+		return err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
 	if err := r.createOrUpdateOwned(ctx, cfg, svc, func() {
@@ -134,7 +159,10 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 		dep.Labels = apiLabels()
 		dep.Spec.Replicas = kptr.To(kptr.Deref(cfg.Spec.API.Replicas, 1))
 		dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: apiLabels()}
-		dep.Spec.Template = apiPodTemplate(ns, s.effective, configHash(cfg), tlsHash, r.Resolver.OperatorNamespace)
+		dep.Spec.Template = apiPodTemplate(apiPod{
+			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, image: r.API.image(),
+			tokenAudiences: cfg.Spec.API.TokenAudiences, configHash: configHash(cfg), tlsHash: tlsHash,
+		})
 	})
 }
 
@@ -142,22 +170,66 @@ func apiLabels() map[string]string {
 	return map[string]string{"app.kubernetes.io/name": APIName, "app.kubernetes.io/managed-by": "terrace"}
 }
 
-func apiClusterBindingName(namespace string) string { return APIName + ":" + namespace }
+// bindAPIAuth adds (bound) or removes the namespace's API ServiceAccount
+// among the subjects of the installed binding APIAuthBindingName, with a
+// compare-and-swap update that is retried on conflict.
+func (r *Reconciler) bindAPIAuth(ctx context.Context, namespace string, bound bool) error {
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: namespace}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crb := &rbacv1.ClusterRoleBinding{}
+		err := r.Client.Get(ctx, client.ObjectKey{Name: APIAuthBindingName}, crb)
+		switch {
+		case apierrors.IsNotFound(err) && !bound:
+			return nil
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("ClusterRoleBinding %s is missing: install it with the controller (config/rbac/api_roles.yaml) so API servers may check their callers", APIAuthBindingName)
+		case err != nil:
+			return fmt.Errorf("failed to read ClusterRoleBinding %s: %w", APIAuthBindingName, err)
+		}
+		if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != APIAuthClusterRole {
+			return fmt.Errorf("ClusterRoleBinding %s grants %s %s, not ClusterRole %s: reinstall it from config/rbac/api_roles.yaml", APIAuthBindingName, crb.RoleRef.Kind, crb.RoleRef.Name, APIAuthClusterRole)
+		}
+		i := slices.Index(crb.Subjects, subject)
+		switch {
+		case bound == (i >= 0):
+			return nil
+		case bound:
+			crb.Subjects = append(crb.Subjects, subject)
+		default:
+			crb.Subjects = slices.Delete(crb.Subjects, i, i+1)
+		}
+		if err := r.Client.Update(ctx, crb); err != nil {
+			return fmt.Errorf("failed to update the subjects of ClusterRoleBinding %s: %w", APIAuthBindingName, err)
+		}
+		return nil
+	})
+}
 
 // configHash changes with the config's spec, so a change rolls the API pods.
 func configHash(cfg *terracev1.TerraceConfig) string {
 	return hashJSON(cfg.Spec)
 }
 
-// apiPodTemplate runs `terrace api` from the runner image (it holds the
-// terrace binary), restricted, with its certificate mounted.
-func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operatorNamespace string) corev1.PodTemplateSpec {
-	image := ""
-	if eff != nil {
-		image = eff.RunnerImage
+// apiPod is what an API server's pod template is made from.
+type apiPod struct {
+	namespace, operatorNamespace string
+	// image is the controller's own (APIServerSettings.Image).
+	image          string
+	tokenAudiences []string
+	configHash     string
+	tlsHash        string
+}
+
+// apiPodTemplate runs `terrace api` from the controller's own image,
+// restricted, with its certificate mounted.
+func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
+	args := []string{"api", "--namespace=" + p.namespace, "--operator-namespace=" + p.operatorNamespace,
+		fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"}
+	if len(p.tokenAudiences) > 0 {
+		args = append(args, "--token-audiences="+strings.Join(p.tokenAudiences, ","))
 	}
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: apiLabels(), Annotations: map[string]string{apiConfigHashKey: cfgHash, apiTLSHashKey: tlsHash}},
+		ObjectMeta: metav1.ObjectMeta{Labels: apiLabels(), Annotations: map[string]string{apiConfigHashKey: p.configHash, apiTLSHashKey: p.tlsHash}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: APIName,
 			SecurityContext: &corev1.PodSecurityContext{
@@ -166,9 +238,8 @@ func apiPodTemplate(namespace string, eff *Effective, cfgHash, tlsHash, operator
 			},
 			Containers: []corev1.Container{{
 				Name:  "api",
-				Image: image,
-				Args: []string{"api", "--namespace=" + namespace, "--operator-namespace=" + operatorNamespace,
-					fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"},
+				Image: p.image,
+				Args:  args,
 				Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
@@ -273,11 +344,13 @@ func (r *Reconciler) removeAPI(ctx context.Context, cfg *terracev1.TerraceConfig
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APITLSSecretName}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}},
 	} {
 		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to remove %T %s of the API server: %w", obj, obj.GetName(), err)
 		}
+	}
+	if err := r.bindAPIAuth(ctx, ns, false); err != nil {
+		return err
 	}
 	controllerutil.RemoveFinalizer(cfg, APIFinalizer)
 	if err := r.Client.Update(ctx, cfg); err != nil && !apierrors.IsNotFound(err) {

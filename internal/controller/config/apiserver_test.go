@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,12 +50,18 @@ func eventuallyGone(t *testing.T, what string, obj client.Object) {
 
 func setAPI(t *testing.T, ns string, api *terracev1.APIConfig) {
 	t.Helper()
+	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.API = api })
+}
+
+// updateConfig changes the namespace's TerraceConfig, retrying conflicts.
+func updateConfig(t *testing.T, ns string, change func(*terracev1.TerraceConfig)) {
+	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
 		c := &terracev1.TerraceConfig{}
 		if err := env.Client.Get(ctx, configKey(ns), c); err != nil {
 			return false, err
 		}
-		c.Spec.API = api
+		change(c)
 		err := env.Client.Update(ctx, c)
 		return err == nil, nil // a conflict is retried
 	})
@@ -63,7 +70,34 @@ func setAPI(t *testing.T, ns string, api *terracev1.APIConfig) {
 	}
 }
 
+// installAPIAuthBinding creates the ClusterRoleBinding that
+// config/rbac/api_roles.yaml installs (without subjects), when missing.
+func installAPIAuthBinding(t *testing.T) *rbacv1.ClusterRoleBinding {
+	t.Helper()
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIAuthClusterRole},
+	}
+	if err := env.Client.Create(context.Background(), crb); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName}}
+}
+
+// apiSubject is the check that the binding names (or, with want false,
+// does not name) the API ServiceAccount of ns.
+func apiSubject(crb *rbacv1.ClusterRoleBinding, ns string, want bool) func() error {
+	return func() error {
+		subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}
+		if got := slices.Contains(crb.Subjects, subject); got != want {
+			return fmt.Errorf("ClusterRoleBinding %s names %s/%s: %v, want %v (subjects %v)", crb.Name, ns, APIName, got, want, crb.Subjects)
+		}
+		return nil
+	}
+}
+
 func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
+	crb := installAPIAuthBinding(t)
 	ns := env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, Replicas: ptr(int32(2))}})
 
@@ -76,7 +110,7 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 	})
 	pod := dep.Spec.Template.Spec
 	c := pod.Containers[0]
-	if pod.ServiceAccountName != APIName || c.Image != "ghcr.io/terrace-dev/terrace:test" || !slices.Contains(c.Args, "--namespace="+ns) ||
+	if pod.ServiceAccountName != APIName || c.Image != controllerImage || !slices.Contains(c.Args, "--namespace="+ns) ||
 		!slices.Contains(c.Args, "--tls-cert-file=/etc/terrace/tls/tls.crt") || c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 		t.Errorf("pod template: sa %q image %q args %v", pod.ServiceAccountName, c.Image, c.Args)
 	}
@@ -105,10 +139,9 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
 	eventuallyObject(t, "the API RoleBinding", rb, nil)
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}}
-	eventuallyObject(t, "the API ClusterRoleBinding", crb, nil)
-	if crb.RoleRef.Name != APIAuthClusterRole || crb.Subjects[0].Namespace != ns || rb.RoleRef.Name != APIClusterRole {
-		t.Errorf("bindings: %+v %+v", crb.RoleRef, rb.RoleRef)
+	eventuallyObject(t, "the API ServiceAccount among the subjects of the cluster-wide binding", crb, apiSubject(crb, ns, true))
+	if rb.RoleRef.Name != APIClusterRole {
+		t.Errorf("RoleBinding grants %+v", rb.RoleRef)
 	}
 	waitForConfig(t, ns, "Ready naming the API server", func(c *terracev1.TerraceConfig) bool {
 		return strings.Contains(readyMessage(c), "https://terrace-api."+ns+".svc")
@@ -134,24 +167,95 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 		return nil
 	})
 
-	// Disabled: everything goes, the cluster-scoped binding too.
+	// Disabled: everything goes, and the namespace leaves the cluster-wide
+	// binding, which stays for the other namespaces.
 	setAPI(t, ns, &terracev1.APIConfig{Enabled: false})
-	for _, obj := range []client.Object{dep, svc, rb, secret, crb, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}} {
+	for _, obj := range []client.Object{dep, svc, rb, secret, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}} {
 		eventuallyGone(t, fmt.Sprintf("%T", obj), obj)
 	}
+	eventuallyObject(t, "the API ServiceAccount out of the cluster-wide binding", crb, apiSubject(crb, ns, false))
 	waitForConfig(t, ns, "without the finalizer", func(c *terracev1.TerraceConfig) bool {
 		return !slices.Contains(c.Finalizers, APIFinalizer)
 	})
 }
 
 func TestDeletingTheConfigRemovesTheAPIClusterBinding(t *testing.T) {
-	ns := env.Namespace(t)
+	crb := installAPIAuthBinding(t)
+	ns, other := env.Namespace(t), env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: apiClusterBindingName(ns)}}
-	eventuallyObject(t, "the API ClusterRoleBinding", crb, nil)
+	createConfig(t, other, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
+	eventuallyObject(t, "both API ServiceAccounts in the cluster-wide binding", crb, func() error {
+		if err := apiSubject(crb, ns, true)(); err != nil {
+			return err
+		}
+		return apiSubject(crb, other, true)()
+	})
 	if err := env.Client.Delete(context.Background(), tcfg(ns, terracev1.TerraceConfigSpec{})); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyGone(t, "the ClusterRoleBinding", crb)
 	eventuallyGone(t, "the TerraceConfig", &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: terracev1.TerraceConfigName}})
+	eventuallyObject(t, "only the deleted config's ServiceAccount out of the binding", crb, func() error {
+		if err := apiSubject(crb, ns, false)(); err != nil {
+			return err
+		}
+		return apiSubject(crb, other, true)()
+	})
+}
+
+func TestAPIServerWithoutTheInstalledBindingSaysWhatToInstall(t *testing.T) {
+	crb := installAPIAuthBinding(t)
+	if err := env.Client.Delete(context.Background(), crb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { installAPIAuthBinding(t) })
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
+	waitForConfig(t, ns, "a Ready message naming the missing binding", func(c *terracev1.TerraceConfig) bool {
+		return strings.Contains(readyMessage(c), "ClusterRoleBinding "+APIAuthBindingName+" is missing")
+	})
+	// The controller never creates ClusterRoleBindings.
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(crb), crb); !apierrors.IsNotFound(err) {
+		t.Fatalf("the binding was recreated: %v", err)
+	}
+	installAPIAuthBinding(t)
+	eventuallyObject(t, "the API ServiceAccount bound once the binding is installed", crb, apiSubject(crb, ns, true))
+}
+
+// TestAPIServerRunsTheControllersImage: a namespace admin who names a
+// runner image of their own does not get it into the API server, which
+// sees every caller's bearer token; the config says the image is refused.
+func TestAPIServerRunsTheControllersImage(t *testing.T) {
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{
+		Runner: &terracev1.RunnerConfig{Image: "evil/image"},
+		API:    &terracev1.APIConfig{Enabled: true, TokenAudiences: []string{"terrace.example", "other.example"}},
+	})
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the API Deployment", dep, nil)
+	c := dep.Spec.Template.Spec.Containers[0]
+	if c.Image != controllerImage {
+		t.Fatalf("the API server runs %q, want the controller's own %q", c.Image, controllerImage)
+	}
+	if !slices.Contains(c.Args, "--token-audiences=terrace.example,other.example") {
+		t.Errorf("args %q lack the token audiences", c.Args)
+	}
+	got := waitForConfig(t, ns, "RunnerPolicyNarrowed naming the image", func(c *terracev1.TerraceConfig) bool {
+		cond := meta.FindStatusCondition(c.Status.Conditions, RunnerPolicyNarrowedCondition)
+		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "spec.runner.image of TerraceConfig "+ns+"/default")
+	})
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, terracev1.ReadyCondition) {
+		t.Errorf("the rest of the config should work: %+v", got.Status.Conditions)
+	}
+	// An image the namespace may not use changes nothing when it changes either.
+	hash := dep.Spec.Template.Annotations[apiConfigHashKey]
+	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.Runner.Image = "evil/image:v2" })
+	eventuallyObject(t, "the Deployment rolled by the config change", dep, func() error {
+		if dep.Spec.Template.Annotations[apiConfigHashKey] == hash {
+			return fmt.Errorf("not rolled yet")
+		}
+		return nil
+	})
+	if img := dep.Spec.Template.Spec.Containers[0].Image; img != controllerImage {
+		t.Fatalf("after the change the API server runs %q", img)
+	}
 }

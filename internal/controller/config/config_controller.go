@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,6 +25,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 	"github.com/terrace-dev/terrace/internal/state"
 )
 
@@ -43,7 +46,18 @@ const (
 	InvalidPostgresConnectionReason = "InvalidPostgresConnection"
 	// RecoveredReason (event): the config was not Ready and is again.
 	RecoveredReason = "Recovered"
+
+	// RunnerPolicyNarrowedCondition is True while part of the config's
+	// runner settings does not take effect: a policy wider than the
+	// operator's floor, hostPath, or a runner image or ServiceAccount the
+	// policy refuses. The rest of the config works; Ready is not affected.
+	RunnerPolicyNarrowedCondition = "RunnerPolicyNarrowed"
+	// OutsideRunnerPolicyReason: see RunnerPolicyNarrowedCondition.
+	OutsideRunnerPolicyReason = "OutsideRunnerPolicy"
 )
+
+// ownedConditions are the conditions the TerraceConfig controller writes.
+var ownedConditions = append(slices.Clone(reconcile.KstatusConditions), RunnerPolicyNarrowedCondition)
 
 // Reconciler checks TerraceConfigs and, when a config names another state
 // backend, moves the state of the namespaces it governs there (verified,
@@ -80,7 +94,7 @@ type Options struct {
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/status,verbs=patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -157,7 +171,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	var stepErr error
 	defer func() {
 		out := r.summarize(ctx, scope, stepErr)
-		if err := patcher.Patch(ctx, obj, reconcile.KstatusConditions...); err != nil && !apierrors.IsNotFound(err) {
+		if err := patcher.Patch(ctx, obj, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
 			out.Err = errors.Join(out.Err, err)
 		}
 		result, retErr = out.Result, out.Err
@@ -270,6 +284,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope, stepErr erro
 	if apiEnabled(cfg) && r.API != nil && stepErr == nil {
 		readyMessage += fmt.Sprintf("; API server at https://%s.%s.svc", APIName, cfg.Namespace)
 	}
+	r.setRunnerPolicyCondition(cfg, s)
 	out := reconcile.Summarize(cfg, stepErr, ConfigReadyReason, readyMessage, 0)
 	if out.Final {
 		cfg.Status.ObservedGeneration = cfg.Generation
@@ -290,6 +305,39 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope, stepErr erro
 		logger.Info("terrace config recovered")
 	}
 	return out
+}
+
+// setRunnerPolicyCondition reports what of this config's runner settings
+// does not take effect, with a warning event when that changes.
+func (r *Reconciler) setRunnerPolicyCondition(cfg *terracev1.TerraceConfig, s *configScope) {
+	if s.effective == nil {
+		return
+	}
+	var parts []string
+	source := cfg.Namespace + "/" + cfg.Name
+	for _, n := range s.effective.RunnerPolicyNotes {
+		if n.Source == source {
+			parts = append(parts, "spec.runner.policy."+n.Message)
+		}
+	}
+	var refused runnerpolicy.Violations
+	if errors.As(s.effective.CheckConfigRunner(), &refused) {
+		// Only what this config itself names: an inherited image is
+		// reported by the config that names it.
+		refused = slices.DeleteFunc(refused, func(v runnerpolicy.Violation) bool { return !strings.HasSuffix(v.Field, " of TerraceConfig "+source) })
+		if len(refused) > 0 {
+			parts = append(parts, refused.Error())
+		}
+	}
+	if len(parts) == 0 {
+		reconcile.Delete(cfg, RunnerPolicyNarrowedCondition)
+		return
+	}
+	msg := strings.Join(parts, "; ")
+	if prev := reconcile.Get(cfg, RunnerPolicyNarrowedCondition); prev == nil || prev.Message != msg {
+		r.Recorder.Eventf(cfg, nil, corev1.EventTypeWarning, OutsideRunnerPolicyReason, "Validate", "%s", msg)
+	}
+	reconcile.MarkTrue(cfg, RunnerPolicyNarrowedCondition, OutsideRunnerPolicyReason, "%s", msg)
 }
 
 func conditionStatus(conds []metav1.Condition, t string) metav1.ConditionStatus {

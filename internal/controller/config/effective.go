@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
 // Built-in defaults, used when neither the Stack nor any TerraceConfig sets a field.
@@ -56,6 +57,17 @@ type Effective struct {
 	Env    []corev1.EnvVar `json:"env,omitempty"`
 	Retain bool            `json:"retain"`
 
+	// RunnerPolicy is the operator's floor narrowed by the namespace's
+	// config; it is not resolved field by field.
+	RunnerPolicy runnerpolicy.Policy `json:"runnerPolicy"`
+	// RunnerPolicyNotes say what a config asked of the policy that does
+	// not take effect. They are not part of Hash.
+	RunnerPolicyNotes []runnerpolicy.Note `json:"-"`
+	// RunnerImageField and ServiceAccountField say where RunnerImage and
+	// ServiceAccountName came from, for policy violations. Not part of Hash.
+	RunnerImageField    string `json:"-"`
+	ServiceAccountField string `json:"-"`
+
 	StateBackend terracev1.StateBackend `json:"stateBackend"`
 	// PostgresConnection is set only when StateBackend is postgres.
 	PostgresConnection *SecretKeyRef `json:"postgresConnection,omitempty"`
@@ -91,6 +103,27 @@ func BuiltinDefaults(runnerImage string) Effective {
 		History:            DefaultHistory,
 		Interval:           DefaultInterval,
 		DriftMode:          DefaultDriftMode,
+	}
+}
+
+// CheckRunner returns runnerpolicy.Violations when the policy refuses the
+// runner pod stack would get: its spec.runner and the image and
+// ServiceAccount resolved for it (from the Stack or a config).
+func (e Effective) CheckRunner(stack *terracev1.Stack) error {
+	return e.RunnerPolicy.Check(e.runnerPod(stack.Spec.Runner))
+}
+
+// CheckConfigRunner is CheckRunner for a Stack that sets nothing: whether
+// the configs' own runner image and ServiceAccount are allowed.
+func (e Effective) CheckConfigRunner() error {
+	return e.RunnerPolicy.Check(e.runnerPod(nil))
+}
+
+func (e Effective) runnerPod(tmpl *terracev1.RunnerPodTemplate) runnerpolicy.Pod {
+	return runnerpolicy.Pod{
+		Template: tmpl,
+		Image:    e.RunnerImage, ImageField: e.RunnerImageField,
+		ServiceAccountName: e.ServiceAccountName, ServiceAccountField: e.ServiceAccountField,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
 // Resolver computes Effective settings. Reader is usually the manager's
@@ -157,7 +158,49 @@ func (r *Resolver) merge(layers []layer) Effective {
 		}
 	}
 	eff.Sources = m.sources()
+	r.resolveRunnerPolicy(&eff, layers)
 	return eff
+}
+
+// resolveRunnerPolicy sets the runner policy, which is not taken field by
+// field: the operator namespace's config is the floor, the namespace's
+// config may only narrow it. It also records where the runner image and
+// ServiceAccount came from, which violations name.
+func (r *Resolver) resolveRunnerPolicy(eff *Effective, layers []layer) {
+	floor := runnerpolicy.Layer{Source: BuiltinSource}
+	defaultImage := r.Builtin.RunnerImage
+	var ns *runnerpolicy.Layer
+	eff.RunnerImageField, eff.ServiceAccountField = "the controller's default runner image", "the default ServiceAccount"
+	imageSet, saSet := false, false
+	for _, l := range layers {
+		runner := normalized(l.spec).Runner
+		switch {
+		case l.source == "":
+			// the Stack: no policy of its own
+		case l.namespace == r.OperatorNamespace:
+			floor = runnerpolicy.Layer{Source: l.source, Spec: runner.Policy}
+			if runner.Image != "" {
+				defaultImage = runner.Image
+			}
+		default:
+			ns = &runnerpolicy.Layer{Source: l.source, Spec: runner.Policy}
+		}
+		if !imageSet && runner.Image != "" {
+			imageSet, eff.RunnerImageField = true, fieldOf(l, "spec.runner.image", "spec.runner.image")
+		}
+		if !saSet && runner.ServiceAccountName != "" {
+			saSet, eff.ServiceAccountField = true, fieldOf(l, "spec.serviceAccountName", "spec.runner.serviceAccountName")
+		}
+	}
+	eff.RunnerPolicy, eff.RunnerPolicyNotes = runnerpolicy.Resolve(floor, ns, defaultImage)
+}
+
+// fieldOf names a field of the Stack, or of the config l is.
+func fieldOf(l layer, stackField, configField string) string {
+	if l.source == "" {
+		return stackField
+	}
+	return configField + " of TerraceConfig " + l.source
 }
 
 // merger remembers which layers contributed while fields are picked.

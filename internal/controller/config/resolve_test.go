@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 	"github.com/terrace-dev/terrace/internal/scheme"
 )
 
@@ -241,8 +242,9 @@ func TestResolveFieldByField(t *testing.T) {
 			want := builtin
 			tc.want(&want)
 			want.Sources = tc.sources
-			// Where the backend comes from has its own test.
+			// Where the backend comes from, and the runner policy, have their own tests.
 			got.NamedPostgresConnection, got.StateBackendSource = nil, ""
+			got.RunnerPolicy, got.RunnerPolicyNotes, got.RunnerImageField, got.ServiceAccountField = runnerpolicy.Policy{}, nil, "", ""
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}

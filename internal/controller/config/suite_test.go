@@ -24,6 +24,10 @@ var (
 	cached client.Client
 )
 
+// controllerImage is the controller's own image in these tests; the
+// runner image (BuiltinDefaults) is deliberately another.
+const controllerImage = "ghcr.io/terrace-dev/terrace:controller-test"
+
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
@@ -65,7 +69,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	postgresHosts := &PostgresHostPolicy{OperatorNamespace: opNS, Allowed: []string{"db"}, Reader: mgr.GetAPIReader()}
-	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority}, PostgresHosts: postgresHosts}); err != nil {
+	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority, Image: controllerImage}, PostgresHosts: postgresHosts}); err != nil {
 		fmt.Fprintln(os.Stderr, "failed to set up the terraceconfig controller:", err)
 		return 1
 	}

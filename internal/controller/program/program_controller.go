@@ -52,7 +52,7 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=programs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=terrace.dev,resources=programs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=programs/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the Program controller with mgr.

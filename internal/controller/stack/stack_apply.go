@@ -2,15 +2,12 @@ package stack
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/release"
@@ -69,45 +66,6 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, cl *runner.Client, sto
 	s.observed.release = recorded
 	r.event(s.stack, "Normal", AppliedReason, "applied %s (%s): release %d", planID, summaryText(summary), recorded.Revision)
 	return nil
-}
-
-// writeOutputs writes spec.writeOutputsToSecret, owned by the Stack.
-func (r *Reconciler) writeOutputs(ctx context.Context, s *scope, outputs map[string]runner.Output) error {
-	spec := s.stack.Spec.WriteOutputsToSecret
-	if spec == nil {
-		return nil
-	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: s.stack.Namespace}}
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, secret, func() error {
-		if err := controllerutil.SetControllerReference(s.stack, secret, r.Client.Scheme()); err != nil {
-			return err
-		}
-		secret.Labels = mergeMaps(secret.Labels, spec.Labels, map[string]string{"terrace.dev/stack": s.stack.Name})
-		secret.Annotations = mergeMaps(secret.Annotations, spec.Annotations, nil)
-		secret.Type = corev1.SecretTypeOpaque
-		secret.Data = map[string][]byte{}
-		for name, o := range outputs {
-			if len(spec.Outputs) > 0 && !slices.Contains(spec.Outputs, name) {
-				continue
-			}
-			secret.Data[name] = outputBytes(o)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("failed to write outputs to Secret %s: %w", spec.Name, err)
-	}
-	return nil
-}
-
-// outputBytes stores a string output as its text and anything else as JSON,
-// as tofu-controller does, so consumers can mount strings directly.
-func outputBytes(o runner.Output) []byte {
-	var str string
-	if err := json.Unmarshal(o.Value, &str); err == nil {
-		return []byte(str)
-	}
-	return o.Value
 }
 
 func mergeMaps(base, extra, forced map[string]string) map[string]string {

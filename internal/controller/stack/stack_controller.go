@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 )
@@ -38,6 +39,9 @@ type Options struct {
 	StateServerURL string
 	// AllowCrossNamespaceRefs permits sources and dependencies in other namespaces.
 	AllowCrossNamespaceRefs bool
+	// SourceArtifactHosts are the hosts Flux artifacts are downloaded
+	// from (source-controller's Service); nil allows none.
+	SourceArtifactHosts *artifact.HostAllowlist
 	// MaxConcurrentReconciles bounds parallel runs.
 	MaxConcurrentReconciles int
 	// DependencyRequeue is how often a Stack waiting on dependencies looks again.
@@ -73,8 +77,8 @@ type scope struct {
 // step is one stage of a reconcile; an error ends the reconcile.
 type step func(ctx context.Context, s *scope) error
 
-// +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=terrace.dev,resources=stacks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks/status,verbs=patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=terrace.dev,resources=programs;terraceconfigs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
@@ -136,6 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.resolveSource,
 		r.resolveConfig,
 		r.gatherInputs,
+		r.checkOutputsSecret,
 		r.run,
 	} {
 		if err := st(ctx, s); err != nil {
@@ -158,7 +163,7 @@ func (r *Reconciler) resolveConfig(ctx context.Context, s *scope) error {
 		return fmt.Errorf("failed to resolve the TerraceConfig for %s: %w", s.stack.Namespace, err)
 	}
 	s.config = eff
-	return nil
+	return checkRunnerPolicy(s)
 }
 
 // staleCacheRetry is how soon a reconcile that read a stale Stack looks

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -125,11 +123,9 @@ func (r *Reconciler) removeStoredData(ctx context.Context, s *scope) error {
 	if err := stores.History.DeleteAll(ctx, s.stack.Namespace, s.stack.Name); err != nil {
 		return fmt.Errorf("failed to delete releases: %w", err)
 	}
-	if out := s.stack.Spec.WriteOutputsToSecret; out != nil {
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.stack.Namespace, Name: out.Name}}
-		if err := r.Client.Delete(ctx, sec); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("failed to delete outputs Secret %s: %w", out.Name, err)
-		}
+	// Only outputs Secrets Terrace made for this Stack, whatever the spec names.
+	if err := r.removeOutputsSecrets(ctx, s, ""); err != nil {
+		return err
 	}
 	return r.Stores.ForgetEmptyLocation(ctx, s.stack.Namespace)
 }

@@ -9,6 +9,20 @@ import (
 	"github.com/terrace-dev/terrace/internal/launcher"
 )
 
+// RunnerPolicyViolationReason: the Stack's runner pod (its spec.runner, or
+// the image or ServiceAccount it resolves to) is refused by the runner
+// policy of its TerraceConfigs; nothing runs until one of them changes.
+const RunnerPolicyViolationReason = "RunnerPolicyViolation"
+
+// checkRunnerPolicy refuses, as a terminal error, a Stack whose runner pod
+// the effective runner policy does not allow.
+func checkRunnerPolicy(s *scope) error {
+	if err := s.config.CheckRunner(s.stack); err != nil {
+		return reconcile.Terminal(RunnerPolicyViolationReason, err)
+	}
+	return nil
+}
+
 // LauncherRuns starts runs in runner pods through internal/launcher.
 type LauncherRuns struct {
 	Launcher *launcher.Launcher
@@ -18,9 +32,13 @@ type LauncherRuns struct {
 
 // Start creates the run's pod and connects to it.
 func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, error) {
+	runID := req.RunID
+	if runID == "" {
+		runID = launcher.NewRunID() // not announced: the state server will refuse it
+	}
 	spec := launcher.RunSpec{
 		Stack:              req.Stack,
-		RunID:              launcher.NewRunID(),
+		RunID:              runID,
 		Image:              req.Config.RunnerImage,
 		Binary:             req.Config.Binary,
 		ServiceAccountName: req.Config.ServiceAccountName,
@@ -28,9 +46,17 @@ func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, er
 		Env:                req.Config.Env,
 		ProviderMirror:     l.ProviderMirror,
 		Retain:             req.Config.Retain,
+		// The launcher checks the policy again right before it creates
+		// anything: no path to a runner pod skips it.
+		Policy:              &req.Config.RunnerPolicy,
+		ImageField:          req.Config.RunnerImageField,
+		ServiceAccountField: req.Config.ServiceAccountField,
 	}
 	run, err := l.Launcher.Start(ctx, spec)
 	if err != nil {
+		if errors.Is(err, launcher.ErrPolicyViolation) {
+			return nil, reconcile.Terminal(RunnerPolicyViolationReason, err)
+		}
 		if errors.Is(err, launcher.ErrInvalidSpec) {
 			return nil, reconcile.Terminal(RunnerFailedReason, err)
 		}

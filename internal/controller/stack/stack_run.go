@@ -8,11 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -196,6 +194,9 @@ func (r *Reconciler) announceRun(ctx context.Context, s *scope, kind runKind) er
 		msg = "planning " + s.source.revision
 	}
 	reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", msg)
+	// Recorded before the runner exists: its certificate opens the state
+	// only while this is the Stack's current run.
+	s.stack.Status.CurrentRun = launcher.NewRunID()
 	return patcher.Patch(ctx, s.stack, terracev1.ReadyCondition, terracev1.ReconcilingCondition)
 }
 
@@ -227,35 +228,92 @@ func stateKey(stack *terracev1.Stack) state.Key {
 	return state.Key{Namespace: stack.Namespace, Stack: stack.Name, Workspace: stack.Spec.Workspace}
 }
 
-// loadSource gets the module into the runner: Programs are fetched by the
-// runner from the artifact server; other tarballs are downloaded here,
-// digest-checked, and uploaded.
+// loadSource gets the module into the runner. Programs and spec.source.url
+// tarballs are fetched by the runner itself (from the artifact server, or
+// from its pod's network position); only Flux artifacts, served by
+// source-controller on a host the operator allowed, are downloaded here
+// and streamed to the runner, which verifies the digest.
 func (r *Reconciler) loadSource(ctx context.Context, s *scope, cl *runner.Client) error {
-	if s.source.fromArtifactServer {
-		if _, err := cl.Fetch(ctx, s.source.url, s.source.digest); err != nil {
-			return classifySourceError(s, err)
-		}
-		return nil
+	var err error
+	switch s.source.origin {
+	case fromArtifactServer:
+		_, err = cl.Fetch(ctx, s.source.url, s.source.digest)
+	case fromStackURL:
+		_, err = cl.FetchExternal(ctx, s.source.url, s.source.digest)
+	case fromFluxArtifact:
+		err = r.uploadFluxArtifact(ctx, s, cl)
 	}
-	data, err := artifact.Fetch(ctx, http.DefaultClient, s.source.url, s.source.digest, maxSourceBytes)
 	if err != nil {
-		var mismatch *artifact.DigestMismatchError
-		if errors.As(err, &mismatch) {
-			return reconcile.Terminalf(SourceDigestMismatch, "%s: %v", s.source.description, err)
-		}
-		return fmt.Errorf("failed to download %s: %w", s.source.description, err)
-	}
-	if _, err := cl.Upload(ctx, s.source.digest, bytes.NewReader(data)); err != nil {
 		return classifySourceError(s, err)
 	}
 	return nil
 }
 
-func classifySourceError(s *scope, err error) error {
-	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
-		return reconcile.Terminalf(SourceDigestMismatch, "%s refused by the runner: %s", s.source.description, st.Message())
+// fluxFetchUserAgent names the controller to source-controller.
+const fluxFetchUserAgent = "terrace-controller"
+
+func (r *Reconciler) uploadFluxArtifact(ctx context.Context, s *scope, cl *runner.Client) error {
+	if err := r.checkArtifactHost(s.source.description, s.source.url); err != nil {
+		return err
 	}
-	return fmt.Errorf("failed to load %s into the runner: %w", s.source.description, err)
+	httpClient := artifact.NewSourceClient(r.Options.SourceArtifactHosts, fluxFetchUserAgent)
+	defer httpClient.CloseIdleConnections()
+	// Cancelling the upload ends the runner's side when the download fails.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	body, err := artifact.Open(ctx, httpClient, s.source.url, maxSourceBytes)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	_, err = cl.Upload(ctx, s.source.digest, body)
+	return err
+}
+
+// classifySourceError gives each way a source can fail its own reason.
+// Messages come from errors that never quote a server's answer; a refused
+// or broken archive is terminal (the source must change), an unavailable
+// source is looked at again after spec.retryInterval.
+func classifySourceError(s *scope, err error) error {
+	var terminal *reconcile.TerminalError
+	if errors.As(err, &terminal) {
+		return err
+	}
+	desc := s.source.description
+	var notAllowed *artifact.HostNotAllowedError
+	var httpStatus *artifact.FetchStatusError
+	switch {
+	case errors.As(err, &notAllowed):
+		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s: %s; the operator may add it with the controller flag --source-artifact-hosts", desc, notAllowed.Error())
+	case errors.As(err, &httpStatus):
+		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, httpStatus.Error()))
+	case errors.Is(err, artifact.ErrLimitExceeded):
+		return reconcile.Terminalf(SourceTooLargeReason, "%s is too large: %s", desc, runnerMessage(err))
+	case errors.Is(err, artifact.ErrUnreachable):
+		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, runnerMessage(err)))
+	}
+	msg := runnerMessage(err)
+	switch runner.Reason(err) {
+	case runner.ReasonDigestMismatch:
+		return reconcile.Terminalf(SourceDigestMismatch, "%s: %s; fix the digest, or the tarball it names", desc, msg)
+	case runner.ReasonUnsafeArchive:
+		return reconcile.Terminalf(SourceUnsafeReason, "%s was refused by the runner: %s", desc, msg)
+	case runner.ReasonTooLarge:
+		return reconcile.Terminalf(SourceTooLargeReason, "%s is too large for the runner: %s", desc, msg)
+	case runner.ReasonFetchFailed:
+		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable to the runner: %s", desc, msg))
+	case runner.ReasonInvalidArgument:
+		return reconcile.Terminalf(SourceUnavailableReason, "%s was refused by the runner: %s", desc, msg)
+	}
+	return fmt.Errorf("failed to load %s into the runner: %w", desc, err)
+}
+
+// runnerMessage is the message of a runner's gRPC status, or of err.
+func runnerMessage(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
 }
 
 func (r *Reconciler) initRequest(s *scope, runID string) *runnerv1.InitRequest {
@@ -315,6 +373,9 @@ func (r *Reconciler) planAndMaybeApply(ctx context.Context, s *scope, cl *runner
 		driftDetectedTotal.WithLabelValues(s.stack.Namespace).Inc()
 	}
 	if !p.GetHasChanges() {
+		if err := r.syncOutputs(ctx, s, cl, kind); err != nil {
+			return err
+		}
 		s.stack.Status.LastAppliedInputsDigest = s.inputs.digest
 		s.stack.Status.LastPlannedRevision = s.source.revision
 		if s.stack.Status.LastAppliedRevision == "" || kind == runPlan {

@@ -64,10 +64,12 @@ func (r *Reconciler) openStores(ctx context.Context, namespace string) (*storeSe
 type runRequest struct {
 	Stack  *terracev1.Stack
 	Config config.Effective
+	// RunID is the run announced in the Stack's status.currentRun.
+	RunID string
 }
 
 func runRequestFor(s *scope) runRequest {
-	return runRequest{Stack: s.stack, Config: s.config}
+	return runRequest{Stack: s.stack, Config: s.config, RunID: s.stack.Status.CurrentRun}
 }
 
 // runSession is a started runner pod and a connection to it.

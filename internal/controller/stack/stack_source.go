@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,17 @@ const (
 	SourceNotFoundReason        = "SourceNotFound"
 	InvalidProgramReason        = terracev1.InvalidProgramReason
 	CrossNamespaceRefusedReason = "CrossNamespaceRefRefused"
+	// SourceHostNotAllowedReason: a Flux artifact on a host off
+	// --source-artifact-hosts; nothing was fetched.
+	SourceHostNotAllowedReason = "SourceHostNotAllowed"
+	// SourceUnsafeReason: the archive has entries that could escape its
+	// directory (absolute paths, "..", links out, devices).
+	SourceUnsafeReason = "SourceUnsafe"
+	// SourceTooLargeReason: the archive is over a size or entry limit.
+	SourceTooLargeReason = "SourceTooLarge"
+	// SourceUnavailableReason: the server answered an HTTP error or could
+	// not be reached.
+	SourceUnavailableReason = "SourceUnavailable"
 )
 
 // sourceWait is how long a Stack waits before looking at a source that is
@@ -44,11 +56,24 @@ type source struct {
 	// revision identifies the content for status: the Program or Flux
 	// artifact revision, or the digest of a URL.
 	revision string
-	// fromArtifactServer is true for Programs: the runner fetches them
-	// itself over mutual TLS; other tarballs are downloaded by the
-	// controller and uploaded to the runner.
-	fromArtifactServer bool
+	// origin says who downloads the tarball, from where.
+	origin sourceOrigin
 }
+
+// sourceOrigin says where a tarball comes from, and so who downloads it.
+type sourceOrigin int
+
+const (
+	// fromArtifactServer: a Program; the runner fetches it from the
+	// controller's artifact server over mutual TLS.
+	fromArtifactServer sourceOrigin = iota
+	// fromStackURL: spec.source.url; the runner fetches it from its pod's
+	// network position, never the controller from its own.
+	fromStackURL
+	// fromFluxArtifact: a Flux source's artifact; the controller
+	// downloads it from an allowed host (source-controller) and uploads it.
+	fromFluxArtifact
+)
 
 // resolveSource finds the tarball a Stack deploys.
 func (r *Reconciler) resolveSource(ctx context.Context, s *scope) error {
@@ -59,7 +84,7 @@ func (r *Reconciler) resolveSource(ctx context.Context, s *scope) error {
 	case src.SourceRef != nil:
 		return r.resolveFluxSource(ctx, s, src.SourceRef)
 	default:
-		s.source = &source{description: "URL " + src.URL, url: src.URL, digest: src.Digest, revision: src.Digest}
+		s.source = &source{description: "URL " + describeURL(src.URL), url: src.URL, digest: src.Digest, revision: src.Digest, origin: fromStackURL}
 		return nil
 	}
 }
@@ -81,7 +106,7 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 	if a == nil || ready == nil || ready.Status != "True" || ready.ObservedGeneration != prog.Generation {
 		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s has no artifact for generation %d yet", key, prog.Generation))
 	}
-	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, fromArtifactServer: true}
+	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, origin: fromArtifactServer}
 	return nil
 }
 
@@ -118,6 +143,33 @@ func (r *Reconciler) resolveFluxSource(ctx context.Context, s *scope, ref *terra
 	if revision == "" {
 		revision = digest
 	}
-	s.source = &source{description: desc, url: url, digest: digest, revision: revision}
+	if err := r.checkArtifactHost(desc, url); err != nil {
+		return err
+	}
+	s.source = &source{description: desc, url: url, digest: digest, revision: revision, origin: fromFluxArtifact}
 	return nil
+}
+
+// checkArtifactHost refuses, before any connection, a Flux artifact URL
+// whose host the operator did not allow: whoever may write a Flux
+// source's status must not make the controller read its own network.
+func (r *Reconciler) checkArtifactHost(desc, rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact URL without an http(s) host; only artifacts on the hosts of the controller flag --source-artifact-hosts (%s) are fetched", desc, r.Options.SourceArtifactHosts)
+	}
+	if !r.Options.SourceArtifactHosts.Allows(u) {
+		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact on host %s, which is not an allowed source host (%s); the operator may add it with the controller flag --source-artifact-hosts", desc, u.Host, r.Options.SourceArtifactHosts)
+	}
+	return nil
+}
+
+// describeURL names a URL in messages without its credentials or query,
+// which may hold tokens.
+func describeURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return rawURL
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }

@@ -138,7 +138,7 @@ func TestGatherInputs(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns, ResourceVersion: "7"},
 		Data: map[string][]byte{"token": []byte("s3cret"), "count": []byte("3")}}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: ns}, Data: map[string]string{"region": "eu", "count": "4"}}
-	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(secret, cm).Build()
+	c := (&authorizer{allowAll: true}).client(secret, cm)
 	r := &Reconciler{Client: c, APIReader: c}
 	stack := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, Spec: terracev1.StackSpec{
 		Vars: map[string]apiextensionsv1.JSON{"region": {Raw: []byte(`"us"`)}, "tags": {Raw: []byte(`{"a":1}`)}},

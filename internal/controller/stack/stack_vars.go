@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 )
 
@@ -45,7 +47,10 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 		vars[name] = json.RawMessage(v.Raw)
 	}
 	for i, ref := range s.stack.Spec.VarsFrom {
-		data, version, err := r.readVarsObject(ctx, s.stack.Namespace, ref.Kind, ref.Name)
+		data, version, err := r.readVarsObject(ctx, s, i, ref)
+		if isTerminalOrWaiting(err) {
+			return err
+		}
 		if apierrors.IsNotFound(err) {
 			if ref.Optional {
 				continue
@@ -91,11 +96,15 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// readVarsObject returns the data and resourceVersion of a Secret (read
-// directly, never cached) or a ConfigMap.
-func (r *Reconciler) readVarsObject(ctx context.Context, namespace, kind, name string) (map[string][]byte, string, error) {
-	key := types.NamespacedName{Namespace: namespace, Name: name}
-	if kind == "Secret" {
+// readVarsObject returns the data and resourceVersion of a varsFrom object
+// (a Secret read directly, never cached) that the Stack's runner
+// ServiceAccount may read (checkVarsAccess).
+func (r *Reconciler) readVarsObject(ctx context.Context, s *scope, i int, ref terracev1.VarsReference) (map[string][]byte, string, error) {
+	if err := r.checkVarsAccess(ctx, s, i, ref); err != nil {
+		return nil, "", err
+	}
+	key := types.NamespacedName{Namespace: s.stack.Namespace, Name: ref.Name}
+	if ref.Kind == "Secret" {
 		var sec corev1.Secret
 		if err := r.APIReader.Get(ctx, key, &sec); err != nil {
 			return nil, "", err
@@ -114,6 +123,12 @@ func (r *Reconciler) readVarsObject(ctx context.Context, namespace, kind, name s
 		data[k] = v
 	}
 	return data, cm.ResourceVersion, nil
+}
+
+func isTerminalOrWaiting(err error) bool {
+	var terminal *reconcile.TerminalError
+	var waiting *reconcile.WaitingError
+	return errors.As(err, &terminal) || errors.As(err, &waiting)
 }
 
 // asJSONValue keeps a value that is valid JSON (numbers, lists, objects) and

@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 type fixture struct {
 	store     state.Store
 	authority *pki.Authority
+	runs      *runRegistry
 	baseURL   string
 }
 
@@ -59,7 +60,8 @@ func newFixture(t *testing.T, opts httpbackend.Options) *fixture {
 		t.Fatal(err)
 	}
 	opts.ListenAddress = "127.0.0.1:0"
-	srv := httpbackend.NewServer(opts, store, pki.ServerTLSConfig(pki.StaticCertificate(serverCert), authority, nil))
+	runs := newRunRegistry(t)
+	srv := httpbackend.NewServer(opts, store, runs.checker, pki.ServerTLSConfig(pki.StaticCertificate(serverCert), authority, nil))
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func newFixture(t *testing.T, opts httpbackend.Options) *fixture {
 		}
 		store.Close()
 	})
-	return &fixture{store: store, authority: authority, baseURL: "https://" + srv.Addr().String()}
+	return &fixture{store: store, authority: authority, runs: runs, baseURL: "https://" + srv.Addr().String()}
 }
 
 // leaf issues a client certificate for id.

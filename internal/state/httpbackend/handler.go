@@ -10,7 +10,16 @@
 // A write that does not follow from the stored state (lower serial, other
 // lineage) is refused with 409 and a plain-text reason. Access is decided by
 // the client certificate's identity: the controller may use every state, a
-// runner only its own Stack's. A tofu configuration for a runner:
+// runner only its own Stack's, only while its run is the Stack's current
+// run (RunChecker), and only under a lock it took itself. A runner is never
+// told who holds a lock: its 423s carry a lock info that names nobody.
+//
+// Every state is held in memory whole while it is served, so sizes are
+// bounded: a state over Options.MaxStateBytes is refused with 413, and
+// large states in flight share Options.MaxInflightBytes (a namespace at
+// most Options.MaxInflightBytesPerNamespace); a transfer that finds no room
+// within Options.AdmissionWait is answered 503 with Retry-After. A tofu
+// configuration for a runner:
 //
 //	terraform {
 //	  backend "http" {
@@ -29,7 +38,6 @@
 package httpbackend
 
 import (
-	"bytes"
 	"crypto/md5" //nolint:gosec // Content-MD5 is what the tofu http backend sends; it checks transport integrity only.
 	"encoding/base64"
 	"encoding/json"
@@ -40,6 +48,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -59,7 +68,22 @@ const (
 
 // DefaultMaxStateBytes bounds a state upload. States of large estates reach
 // tens of MiB; the stores handle far more than the 1 MiB Secret limit.
-const DefaultMaxStateBytes = 256 << 20
+const DefaultMaxStateBytes = 64 << 20
+
+// retryAfterSeconds is the Retry-After of a 503 for a busy server.
+const retryAfterSeconds = "5"
+
+// A large state admitted must move at least this fast, so a client that
+// trickles its bytes cannot hold the budget of bytes in flight for long.
+const (
+	minTransferBytesPerSecond = 1 << 20
+	minTransferTime           = 15 * time.Second
+)
+
+// transferDeadline is when a transfer of size bytes must be done.
+func transferDeadline(size int64) time.Time {
+	return time.Now().Add(minTransferTime + time.Duration(size/minTransferBytesPerSecond)*time.Second)
+}
 
 const maxLockBodyBytes = 1 << 20
 
@@ -69,11 +93,16 @@ type IdentityFunc func(r *http.Request) (pki.Identity, error)
 // Handler serves the http backend protocol over a Store.
 type Handler struct {
 	Store state.Store
+	// Runs tells current runs; without it no runner is accepted.
+	Runs RunChecker
 	// Identify defaults to pki.IdentityFromRequest.
 	Identify IdentityFunc
 	// MaxStateBytes defaults to DefaultMaxStateBytes.
 	MaxStateBytes int64
 	Log           logr.Logger
+
+	admitOnce sync.Once
+	admit     *admission
 }
 
 // Address returns the backend address of key under baseURL (the advertised
@@ -103,24 +132,6 @@ func ParsePath(escapedPath string) (state.Key, error) {
 	return key, key.Validate()
 }
 
-// authorize lets the controller use every state and a runner only its own Stack's.
-func authorize(id pki.Identity, key state.Key, method string) error {
-	if id == pki.ControllerIdentity {
-		return nil
-	}
-	ns, stack, _, ok := id.Runner()
-	if !ok {
-		return fmt.Errorf("identity %s may not use the state server", id)
-	}
-	if ns != key.Namespace || stack != key.Stack {
-		return fmt.Errorf("identity %s may not use the state of %s/%s", id, key.Namespace, key.Stack)
-	}
-	if method == http.MethodDelete {
-		return fmt.Errorf("identity %s may not delete state: only the controller may", id)
-	}
-	return nil
-}
-
 // statusRecorder keeps the response code for the access log.
 type statusRecorder struct {
 	http.ResponseWriter
@@ -129,6 +140,9 @@ type statusRecorder struct {
 }
 
 func (w *statusRecorder) WriteHeader(code int) { w.code = code; w.ResponseWriter.WriteHeader(code) }
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (w *statusRecorder) Write(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
@@ -159,35 +173,58 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
-	if err := authorize(id, key, r.Method); err != nil {
+	if err := h.authorize(r.Context(), id, key, r.Method); err != nil {
+		if !errors.Is(err, errForbidden) {
+			h.fail(w, r, id, key, err)
+			return
+		}
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}
 	switch r.Method {
 	case http.MethodGet:
-		h.get(w, r, key)
+		h.get(w, r, id, key)
 	case http.MethodPost, http.MethodPut:
-		h.put(w, r, key)
+		h.put(w, r, id, key)
 	case http.MethodDelete:
-		h.delete(w, r, key)
+		h.delete(w, r, id, key)
 	case MethodLock:
-		h.lock(w, r, key)
+		h.lock(w, r, id, key)
 	case MethodUnlock:
-		h.unlock(w, r, key)
+		h.unlock(w, r, id, key)
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE, LOCK, UNLOCK")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
 }
 
-func (h *Handler) get(w http.ResponseWriter, r *http.Request, key state.Key) {
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
+	// The size is known before the bytes are loaded: admit them first.
+	versions, err := h.Store.ListVersions(r.Context(), key)
+	if errors.Is(err, state.ErrNotFound) || (err == nil && len(versions) == 0) {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err != nil {
+		h.fail(w, r, id, key, err)
+		return
+	}
+	release, err := h.admission().acquire(r.Context(), key.Namespace, versions[0].Size)
+	if err != nil {
+		h.fail(w, r, id, key, err)
+		return
+	}
+	defer release()
+	if versions[0].Size > smallBodyBytes {
+		_ = http.NewResponseController(w).SetWriteDeadline(transferDeadline(versions[0].Size))
+	}
 	st, err := h.Store.Get(r.Context(), key)
 	if errors.Is(err, state.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if err != nil {
-		h.fail(w, r, key, err)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	sum := md5.Sum(st.Data) //nolint:gosec // see import
@@ -198,16 +235,58 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, key state.Key) {
 	_, _ = w.Write(st.Data)
 }
 
-func (h *Handler) put(w http.ResponseWriter, r *http.Request, key state.Key) {
-	limit := h.MaxStateBytes
-	if limit <= 0 {
-		limit = DefaultMaxStateBytes
+func (h *Handler) maxStateBytes() int64 {
+	if h.MaxStateBytes <= 0 {
+		return DefaultMaxStateBytes
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	return h.MaxStateBytes
+}
+
+// admission returns the server's admission, or one of the defaults for a
+// Handler built without NewServer.
+func (h *Handler) admission() *admission {
+	h.admitOnce.Do(func() {
+		if h.admit == nil {
+			d := DefaultOptions()
+			h.admit = newAdmission(d.MaxInflightBytes, d.MaxInflightBytesPerNamespace, d.AdmissionWait)
+		}
+	})
+	return h.admit
+}
+
+// tooLarge answers 413 with the limit, in words tofu shows the user.
+func tooLarge(w http.ResponseWriter, limit int64) {
+	http.Error(w, fmt.Sprintf("state is larger than the state server's limit of %d bytes (--state-server-max-state-bytes): split the Stack or ask the operator to raise the limit", limit), http.StatusRequestEntityTooLarge)
+}
+
+func (h *Handler) put(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
+	limit := h.maxStateBytes()
+	if r.ContentLength > limit {
+		// Refused before a byte of the body is read.
+		tooLarge(w, limit)
+		return
+	}
+	if !h.checkRunnerLock(w, r, id, key) {
+		return
+	}
+	size := r.ContentLength
+	if size < 0 {
+		size = limit // unknown length: admit the worst case
+	}
+	release, err := h.admission().acquire(r.Context(), key.Namespace, size)
+	if err != nil {
+		h.fail(w, r, id, key, err)
+		return
+	}
+	defer release()
+	if size > smallBodyBytes {
+		_ = http.NewResponseController(w).SetReadDeadline(transferDeadline(size))
+	}
+	body, err := readBody(w, r, limit, size)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("state is larger than the server's limit of %d bytes", limit), http.StatusRequestEntityTooLarge)
+			tooLarge(w, limit)
 			return
 		}
 		http.Error(w, "failed to read the request body", http.StatusBadRequest)
@@ -222,25 +301,33 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, key state.Key) {
 	}
 	meta, err := h.Store.Put(r.Context(), key, body, state.PutOptions{LockID: r.URL.Query().Get("ID")})
 	if err != nil {
-		h.fail(w, r, key, err)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(int64(meta.Version), 10)))
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key state.Key) {
+// readBody reads the whole body, at most limit bytes, into one buffer of
+// the announced size (io.ReadAll would double it while growing).
+func readBody(w http.ResponseWriter, r *http.Request, limit, size int64) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, min(size, limit)+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	return buf.Bytes(), err
+}
+
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
 	held, err := h.Store.GetLock(r.Context(), key)
 	if err != nil {
-		h.fail(w, r, key, err)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	if err := state.CheckLock(key.String(), held, r.URL.Query().Get("ID")); err != nil && held != nil {
-		h.fail(w, r, key, err)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	if err := h.Store.Delete(r.Context(), key); err != nil {
-		h.fail(w, r, key, err)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -252,8 +339,9 @@ func readLockInfo(r *http.Request) (state.LockInfo, error) {
 	if err != nil || len(body) > maxLockBodyBytes {
 		return info, errors.New("failed to read the lock info body (at most 1 MiB)")
 	}
-	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&info); err != nil {
-		return info, errors.New("lock info must be a JSON object like tofu sends")
+	// Unmarshal, not a Decoder: the body must be one JSON value, nothing after it.
+	if err := json.Unmarshal(body, &info); err != nil {
+		return info, errors.New("lock info must be one JSON object like tofu sends")
 	}
 	if info.ID == "" {
 		return info, errors.New("lock info has no ID")
@@ -261,7 +349,7 @@ func readLockInfo(r *http.Request) (state.LockInfo, error) {
 	return info, nil
 }
 
-func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key state.Key) {
+func (h *Handler) lock(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
 	info, err := readLockInfo(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -270,37 +358,42 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key state.Key) {
 	if info.Path == "" {
 		info.Path = key.String()
 	}
+	// Who took the lock is the server's word, never the client's.
+	info.Owner = string(id)
+	if !h.checkRunnerLock(w, r, id, key) {
+		return
+	}
 	if err := h.Store.Lock(r.Context(), key, info); err != nil {
-		h.fail(w, r, key, err)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key state.Key) {
+func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
 	info, err := readLockInfo(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if !h.checkRunnerLock(w, r, id, key) {
+		return
+	}
 	if err := h.Store.Unlock(r.Context(), key, info.ID); err != nil {
-		h.fail(w, r, key, err)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
 // fail maps store errors to the protocol's status codes.
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, key state.Key, err error) {
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key, err error) {
 	var locked *state.LockedError
 	var conflict *state.ConflictError
 	switch {
 	case errors.As(err, &locked) && locked.Holder != nil:
 		// tofu reads the holder's lock info from the body of a 423.
-		raw, _ := json.Marshal(locked.Holder)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusLocked)
-		_, _ = w.Write(raw)
+		writeLocked(w, id, locked.Holder)
 	case errors.As(err, &locked):
 		http.Error(w, locked.Error(), http.StatusConflict)
 	case errors.As(err, &conflict):
@@ -309,6 +402,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, key state.Key, er
 		http.Error(w, err.Error(), http.StatusConflict)
 	case errors.Is(err, state.ErrInvalidState):
 		http.Error(w, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, errBusy):
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		http.Error(w, err.Error()+"; retry later", http.StatusServiceUnavailable)
 	case r.Context().Err() != nil:
 		http.Error(w, "request cancelled", http.StatusServiceUnavailable)
 	default:

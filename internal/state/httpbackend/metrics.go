@@ -19,10 +19,14 @@ var (
 		Help:    "Time to answer a state server request, by method.",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 	}, []string{"method"})
+	inflightBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "terrace_state_inflight_bytes",
+		Help: "Bytes of large states the state server holds admitted right now (see --state-server-max-inflight-bytes).",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(requestsTotal, requestSeconds)
+	metrics.Registry.MustRegister(requestsTotal, requestSeconds, inflightBytes)
 }
 
 // observe records one request; methods outside the protocol count as "other"

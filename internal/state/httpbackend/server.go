@@ -28,13 +28,29 @@ type Options struct {
 	AdvertisedURL string
 	// MaxStateBytes bounds a state upload.
 	MaxStateBytes int64
+	// MaxInflightBytes bounds the bytes of large states (over 1 MiB) the
+	// server reads or sends at once; each is held in memory a few times
+	// over while the store encodes it.
+	MaxInflightBytes int64
+	// MaxInflightBytesPerNamespace bounds one namespace's share of it.
+	MaxInflightBytesPerNamespace int64
+	// AdmissionWait is how long a large transfer waits for room before it
+	// is answered 503 with Retry-After.
+	AdmissionWait time.Duration
 	// ShutdownTimeout bounds the wait for requests in flight on shutdown.
 	ShutdownTimeout time.Duration
 }
 
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
-	return Options{ListenAddress: ":9444", MaxStateBytes: DefaultMaxStateBytes, ShutdownTimeout: 30 * time.Second}
+	return Options{
+		ListenAddress:                ":9444",
+		MaxStateBytes:                DefaultMaxStateBytes,
+		MaxInflightBytes:             2 * DefaultMaxStateBytes,
+		MaxInflightBytesPerNamespace: DefaultMaxStateBytes,
+		AdmissionWait:                10 * time.Second,
+		ShutdownTimeout:              30 * time.Second,
+	}
 }
 
 // BindFlags registers the options as --state-server-* flags.
@@ -42,7 +58,10 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	d := DefaultOptions()
 	fs.StringVar(&o.ListenAddress, "state-server-bind-address", d.ListenAddress, "Address the Terraform http-backend state server listens on (mutual TLS).")
 	fs.StringVar(&o.AdvertisedURL, "state-server-advertised-url", o.AdvertisedURL, "https URL runners reach the state server at, e.g. https://terrace-controller.terrace-system.svc:9444.")
-	fs.Int64Var(&o.MaxStateBytes, "state-server-max-state-bytes", d.MaxStateBytes, "Largest state upload the state server accepts, in bytes.")
+	fs.Int64Var(&o.MaxStateBytes, "state-server-max-state-bytes", d.MaxStateBytes, "Largest state upload the state server accepts, in bytes; larger ones are refused with 413.")
+	fs.Int64Var(&o.MaxInflightBytes, "state-server-max-inflight-bytes", d.MaxInflightBytes, "Bytes of large states (over 1 MiB) the state server reads or sends at once; more wait, then get 503 with Retry-After. Budget about 3x this in the controller's memory limit.")
+	fs.Int64Var(&o.MaxInflightBytesPerNamespace, "state-server-max-inflight-bytes-per-namespace", d.MaxInflightBytesPerNamespace, "One namespace's share of --state-server-max-inflight-bytes, so one tenant cannot take it all.")
+	fs.DurationVar(&o.AdmissionWait, "state-server-admission-wait", d.AdmissionWait, "How long a large state transfer waits for room under --state-server-max-inflight-bytes before it gets 503.")
 	fs.DurationVar(&o.ShutdownTimeout, "state-server-shutdown-timeout", d.ShutdownTimeout, "How long the state server waits for requests in flight on shutdown.")
 }
 
@@ -62,10 +81,11 @@ var (
 	_ manager.LeaderElectionRunnable = (*Server)(nil)
 )
 
-// NewServer returns a state server for store. tlsConfig must require and
-// verify client certificates (pki.ServerTLSConfig with a nil authorize:
-// the handler authorizes per state).
-func NewServer(opts Options, store state.Store, tlsConfig *tls.Config) *Server {
+// NewServer returns a state server for store. runs tells which runner
+// certificates are current (nil: no runner is accepted). tlsConfig must
+// require and verify client certificates (pki.ServerTLSConfig with a nil
+// authorize: the handler authorizes per state).
+func NewServer(opts Options, store state.Store, runs RunChecker, tlsConfig *tls.Config) *Server {
 	d := DefaultOptions()
 	if opts.ListenAddress == "" {
 		opts.ListenAddress = d.ListenAddress
@@ -76,12 +96,22 @@ func NewServer(opts Options, store state.Store, tlsConfig *tls.Config) *Server {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = d.ShutdownTimeout
 	}
+	if opts.MaxInflightBytes <= 0 {
+		opts.MaxInflightBytes = d.MaxInflightBytes
+	}
+	if opts.AdmissionWait <= 0 {
+		opts.AdmissionWait = d.AdmissionWait
+	}
 	cfg := tlsConfig.Clone()
 	if cfg.MinVersion < tls.VersionTLS12 {
 		cfg.MinVersion = tls.VersionTLS12
 	}
 	cfg.NextProtos = []string{"http/1.1"}
-	return &Server{opts: opts, tlsConfig: cfg, handler: &Handler{Store: store, MaxStateBytes: opts.MaxStateBytes}}
+	handler := &Handler{
+		Store: store, Runs: runs, MaxStateBytes: opts.MaxStateBytes,
+		admit: newAdmission(opts.MaxInflightBytes, opts.MaxInflightBytesPerNamespace, opts.AdmissionWait),
+	}
+	return &Server{opts: opts, tlsConfig: cfg, handler: handler}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.

@@ -28,7 +28,9 @@ func TestProtocol(t *testing.T) {
 	ns, stack := uniqueName("ns-"), "app"
 	key := state.Key{Namespace: ns, Stack: stack, Workspace: "default"}
 	url := httpbackend.Address(f.baseURL, key)
+	f.runs.startRun(t, ns, stack, "run-1")
 	c := f.client(t, pki.RunnerIdentity(ns, stack, "run-1"))
+	ctrl := f.client(t, pki.ControllerIdentity)
 
 	if r := do(t, c, http.MethodGet, url, nil); r.code != http.StatusNoContent {
 		t.Fatalf("GET of a missing state: %d %s", r.code, r.body)
@@ -49,10 +51,18 @@ func TestProtocol(t *testing.T) {
 	if r := do(t, c, httpbackend.MethodLock, url, lockBody(t, holder)); r.code != http.StatusOK {
 		t.Fatalf("LOCK: %d %s", r.code, r.body)
 	}
+	// A runner is told the state is locked, never by whom; the controller is.
 	r = do(t, c, httpbackend.MethodLock, url, lockBody(t, state.LockInfo{ID: "lock-2", Who: "other"}))
 	var got state.LockInfo
+	if r.code != http.StatusLocked || json.Unmarshal(r.body, &got) != nil || got.ID != "held-by-another-run" || bytes.Contains(r.body, []byte(holder.ID)) || bytes.Contains(r.body, []byte(holder.Who)) {
+		t.Fatalf("second LOCK by a runner: %d %s, want 423 with a lock info naming nobody", r.code, r.body)
+	}
+	r = do(t, ctrl, httpbackend.MethodLock, url, lockBody(t, state.LockInfo{ID: "lock-3", Who: "controller"}))
 	if r.code != http.StatusLocked || json.Unmarshal(r.body, &got) != nil || got.ID != holder.ID || got.Who != holder.Who || got.Operation != holder.Operation {
-		t.Fatalf("second LOCK: %d %s, want 423 with the holder's lock info", r.code, r.body)
+		t.Fatalf("LOCK by the controller: %d %s, want 423 with the holder's lock info", r.code, r.body)
+	}
+	if got.Owner != string(pki.RunnerIdentity(ns, stack, "run-1")) {
+		t.Fatalf("the lock's owner is %q, want the runner that took it", got.Owner)
 	}
 	s2 := storetest.StateJSON("lin", 2, 0, 1000)
 	if r := do(t, c, http.MethodPost, url, s2); r.code != http.StatusLocked {
@@ -100,7 +110,6 @@ func TestProtocol(t *testing.T) {
 	if r := do(t, c, http.MethodDelete, url, nil); r.code != http.StatusForbidden {
 		t.Fatalf("DELETE by a runner: %d", r.code)
 	}
-	ctrl := f.client(t, pki.ControllerIdentity)
 	if r := do(t, ctrl, http.MethodDelete, url, nil); r.code != http.StatusOK {
 		t.Fatalf("DELETE by the controller: %d %s", r.code, r.body)
 	}
@@ -115,6 +124,7 @@ func TestRunnerMayUseOnlyItsOwnStack(t *testing.T) {
 	f := newFixture(t, httpbackend.Options{})
 	nsA, nsB := uniqueName("a-"), uniqueName("b-")
 	own := state.Key{Namespace: nsA, Stack: "stack-a", Workspace: "default"}
+	f.runs.startRun(t, nsA, "stack-a", "run-1")
 	runnerA := f.client(t, pki.RunnerIdentity(nsA, "stack-a", "run-1"))
 	ctrl := f.client(t, pki.ControllerIdentity)
 	seed := storetest.StateJSON("l", 1, 0, 100)

@@ -86,6 +86,7 @@ func TestTofuHTTPBackend(t *testing.T) {
 	f := newFixture(t, httpbackend.Options{})
 	ns, stack := uniqueName("tofu-"), "web"
 	key := state.Key{Namespace: ns, Stack: stack, Workspace: "default"}
+	f.runs.startRun(t, ns, stack, "run-7")
 	leaf := f.leaf(t, pki.RunnerIdentity(ns, stack, "run-7"))
 	address := httpbackend.Address(f.baseURL, key)
 	tofu := newTofuRunner(t, map[string]any{
@@ -131,7 +132,7 @@ func TestTofuHTTPBackend(t *testing.T) {
 		t.Fatalf("plan after apply is not empty:\n%s", out)
 	}
 
-	// Someone else holds the lock: tofu is refused and names the holder.
+	// Someone else holds the lock: tofu is refused and is not told who.
 	holder := state.LockInfo{ID: "5d5d0f3c-held-by-test", Operation: "OperationTypeApply", Who: "runner@stack-web-run-6", Version: "1.12.6", Created: time.Now().UTC()}
 	if err := f.store.Lock(t.Context(), key, holder); err != nil {
 		t.Fatal(err)
@@ -141,9 +142,12 @@ func TestTofuHTTPBackend(t *testing.T) {
 		t.Fatal("tofu plan ran while another holder had the lock")
 	}
 	t.Logf("tofu plan refused while locked:\n%s", errOut)
-	for _, want := range []string{"Error acquiring the state lock", holder.ID, holder.Who, holder.Operation} {
-		if !strings.Contains(errOut, want) {
-			t.Fatalf("tofu's refusal does not mention %q:\n%s", want, errOut)
+	if !strings.Contains(errOut, "Error acquiring the state lock") || !strings.Contains(errOut, "held-by-another-run") {
+		t.Fatalf("tofu's refusal does not say the state is locked by another run:\n%s", errOut)
+	}
+	for _, secret := range []string{holder.ID, holder.Who} {
+		if strings.Contains(errOut, secret) {
+			t.Fatalf("tofu's refusal discloses the holder's %q:\n%s", secret, errOut)
 		}
 	}
 	_, _, err = tofu.run(t, "apply", "-auto-approve", "-input=false", "-var", "n=3", "-lock-timeout=0s")
@@ -153,10 +157,16 @@ func TestTofuHTTPBackend(t *testing.T) {
 	if cur, err := f.store.Get(t.Context(), key); err != nil || cur.Version != second.Version {
 		t.Fatalf("state changed while locked: %+v %v", cur, err)
 	}
-	// force-unlock sends UNLOCK with the holder's ID, as an operator would.
-	tofu.mustRun(t, "force-unlock", "-force", holder.ID)
-	if lock, err := f.store.GetLock(t.Context(), key); err != nil || lock != nil {
-		t.Fatalf("lock after tofu force-unlock: %+v, %v", lock, err)
+	// Even knowing the holder's ID, the runner may not release a lock it
+	// did not take; the controller releases the locks of runs that are gone.
+	if _, errOut, err := tofu.run(t, "force-unlock", "-force", holder.ID); err == nil {
+		t.Fatalf("a runner force-unlocked another holder's lock:\n%s", errOut)
+	}
+	if lock, err := f.store.GetLock(t.Context(), key); err != nil || lock == nil || lock.ID != holder.ID {
+		t.Fatalf("lock after a runner's force-unlock: %+v, %v; want it still held", lock, err)
+	}
+	if err := f.store.ForceUnlock(t.Context(), key); err != nil {
+		t.Fatal(err)
 	}
 	tofu.mustRun(t, "apply", "-auto-approve", "-input=false", "-var", "n=3")
 	versions, err := f.store.ListVersions(t.Context(), key)
@@ -165,15 +175,17 @@ func TestTofuHTTPBackend(t *testing.T) {
 	}
 }
 
-// Two real tofu processes at once: while one apply holds the lock, the
-// other is refused with the first one's lock info.
+// Two real tofu processes at once (of one run: only one run of a Stack is
+// current): while one apply holds the lock, the other is refused.
 func TestTofuConcurrentOperationsRefused(t *testing.T) {
 	f := newFixture(t, httpbackend.Options{})
 	ns, stack := uniqueName("tofu-"), "api"
 	key := state.Key{Namespace: ns, Stack: stack, Workspace: "default"}
 	address := httpbackend.Address(f.baseURL, key)
+	runID := uniqueName("run-")
+	f.runs.startRun(t, ns, stack, runID)
 	backend := func() map[string]any {
-		leaf := f.leaf(t, pki.RunnerIdentity(ns, stack, uniqueName("run-")))
+		leaf := f.leaf(t, pki.RunnerIdentity(ns, stack, runID))
 		return map[string]any{
 			"address": address, "lock_address": address, "unlock_address": address,
 			"client_certificate_pem": string(leaf.CertPEM), "client_private_key_pem": string(leaf.KeyPEM), "client_ca_certificate_pem": string(leaf.CABundlePEM),
@@ -220,8 +232,8 @@ func TestTofuConcurrentOperationsRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("a second tofu plan ran while the first apply held the lock")
 	}
-	if !strings.Contains(errOut, held.ID) || !strings.Contains(errOut, "OperationTypeApply") {
-		t.Fatalf("the refusal does not carry the holder's lock info (%s):\n%s", held.ID, errOut)
+	if !strings.Contains(errOut, "held-by-another-run") || strings.Contains(errOut, held.ID) {
+		t.Fatalf("the refusal does not say the state is locked, or names the holder's lock %s:\n%s", held.ID, errOut)
 	}
 	_, _ = stdin.Write([]byte("no\n"))
 	_ = stdin.Close()

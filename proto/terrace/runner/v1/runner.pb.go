@@ -419,10 +419,15 @@ func (x *UploadResponse) GetSource() *SourceInfo {
 
 type FetchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// url is an https URL served by the controller.
+	// url is an https URL served by the controller, or, when external is
+	// set, any http or https URL.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// digest is the expected "sha256:<hex>" of the archive.
-	Digest        string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Digest string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	// external marks a URL that is not the controller's: the runner fetches
+	// it with the system's CAs and the pod's proxy settings, without its
+	// client certificate. Errors never quote the answer's body.
+	External      bool `protobuf:"varint,3,opt,name=external,proto3" json:"external,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -469,6 +474,13 @@ func (x *FetchRequest) GetDigest() string {
 		return x.Digest
 	}
 	return ""
+}
+
+func (x *FetchRequest) GetExternal() bool {
+	if x != nil {
+		return x.External
+	}
+	return false
 }
 
 type FetchResponse struct {
@@ -2284,10 +2296,11 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\fUploadHeader\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\"G\n" +
 	"\x0eUploadResponse\x125\n" +
-	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"8\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"T\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\tR\x06digest\"F\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1a\n" +
+	"\bexternal\x18\x03 \x01(\bR\bexternal\"F\n" +
 	"\rFetchResponse\x125\n" +
 	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\x9c\x01\n" +
 	"\vInitRequest\x12\x12\n" +

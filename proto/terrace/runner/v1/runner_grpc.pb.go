@@ -58,9 +58,11 @@ type RunnerServiceClient interface {
 	// archive in chunks. The archive is verified against the digest before
 	// anything is extracted. It replaces any source uploaded before.
 	Upload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadRequest, UploadResponse], error)
-	// Fetch downloads the module source over HTTPS with the runner's client
-	// certificate, verifying that the server is the controller, checks the
-	// digest and extracts it. It replaces any source uploaded before.
+	// Fetch downloads the module source, checks the digest and extracts it.
+	// It replaces any source uploaded before. A controller URL is fetched over
+	// HTTPS with the runner's client certificate, verifying that the server
+	// is the controller; an external URL (a Stack's spec.source.url) from the
+	// pod's own network position, as any other client in the pod would.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 	// Init runs `init` in the module directory.
 	Init(ctx context.Context, in *InitRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InitResponse], error)
@@ -296,9 +298,11 @@ type RunnerServiceServer interface {
 	// archive in chunks. The archive is verified against the digest before
 	// anything is extracted. It replaces any source uploaded before.
 	Upload(grpc.ClientStreamingServer[UploadRequest, UploadResponse]) error
-	// Fetch downloads the module source over HTTPS with the runner's client
-	// certificate, verifying that the server is the controller, checks the
-	// digest and extracts it. It replaces any source uploaded before.
+	// Fetch downloads the module source, checks the digest and extracts it.
+	// It replaces any source uploaded before. A controller URL is fetched over
+	// HTTPS with the runner's client certificate, verifying that the server
+	// is the controller; an external URL (a Stack's spec.source.url) from the
+	// pod's own network position, as any other client in the pod would.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	// Init runs `init` in the module directory.
 	Init(*InitRequest, grpc.ServerStreamingServer[InitResponse]) error

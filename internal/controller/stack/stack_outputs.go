@@ -1,0 +1,171 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/ownership"
+	"github.com/terrace-dev/terrace/internal/runner"
+)
+
+// OutputsSecretConflictReason: spec.writeOutputsToSecret names a Secret
+// Terrace did not create for this Stack. Terrace never writes into or
+// deletes such a Secret: someone who may edit Stacks but not Secrets must
+// not be able to overwrite or garbage-collect the namespace's Secrets.
+const OutputsSecretConflictReason = "OutputsSecretConflict"
+
+// checkOutputsSecret refuses, before anything runs, a Stack whose
+// writeOutputsToSecret names a Secret that is not its own: nothing is
+// planned or applied whose outputs could not be written.
+func (r *Reconciler) checkOutputsSecret(ctx context.Context, s *scope) error {
+	spec := s.stack.Spec.WriteOutputsToSecret
+	if spec == nil {
+		return nil
+	}
+	_, err := r.ownedOutputsSecret(ctx, s.stack, spec.Name)
+	return err
+}
+
+// ownedOutputsSecret reads the named Secret uncached: nil when it does not
+// exist, the Secret when Terrace made it for this Stack, and a terminal
+// OutputsSecretConflict otherwise.
+func (r *Reconciler) ownedOutputsSecret(ctx context.Context, stack *terracev1.Stack, name string) (*corev1.Secret, error) {
+	sec := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: stack.Namespace, Name: name}, sec)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read outputs Secret %s: %w", name, err)
+	}
+	if !ownership.Owns(sec, stack, ownership.ComponentOutputs) {
+		return nil, reconcile.Terminalf(OutputsSecretConflictReason,
+			"spec.writeOutputsToSecret: Secret %s already exists and %s, so Terrace leaves it untouched: "+
+				"set spec.writeOutputsToSecret.name to a Secret that does not exist yet (Terrace creates it), or delete Secret %s if nothing needs it",
+			name, ownership.Describe(sec), name)
+	}
+	return sec, nil
+}
+
+// writeOutputs writes the outputs into the Stack's own outputs Secret,
+// creating it, and removes the Stack's outputs Secrets of earlier names.
+func (r *Reconciler) writeOutputs(ctx context.Context, s *scope, outputs map[string]runner.Output) error {
+	spec := s.stack.Spec.WriteOutputsToSecret
+	if spec == nil {
+		return r.removeOutputsSecrets(ctx, s, "")
+	}
+	existing, err := r.ownedOutputsSecret(ctx, s.stack, spec.Name)
+	if err != nil {
+		return err
+	}
+	data := map[string][]byte{}
+	for name, o := range outputs {
+		if len(spec.Outputs) == 0 || slices.Contains(spec.Outputs, name) {
+			data[name] = outputBytes(o)
+		}
+	}
+	forced := map[string]string{launcher.LabelStack: launcher.StackLabelValue(s.stack.Name)}
+	if existing == nil {
+		sec := &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: data}
+		sec.Name, sec.Namespace = spec.Name, s.stack.Namespace
+		sec.Labels = mergeMaps(nil, spec.Labels, forced)
+		sec.Annotations = mergeMaps(nil, spec.Annotations, nil)
+		if err := ownership.Claim(sec, s.stack, ownership.ComponentOutputs, r.Client.Scheme()); err != nil {
+			return err
+		}
+		// AlreadyExists means someone created it since the read: the retry
+		// reads it again and decides whose it is.
+		if err := r.Client.Create(ctx, sec); err != nil {
+			return fmt.Errorf("failed to create outputs Secret %s: %w", spec.Name, err)
+		}
+	} else {
+		before := existing.DeepCopy()
+		existing.Data = data
+		existing.Labels = mergeMaps(existing.Labels, spec.Labels, mergeMaps(forced, nil, ownedLabels()))
+		existing.Annotations = mergeMaps(existing.Annotations, spec.Annotations, nil)
+		if !maps.EqualFunc(before.Data, existing.Data, slices.Equal) || !maps.Equal(before.Labels, existing.Labels) ||
+			!maps.Equal(before.Annotations, existing.Annotations) {
+			// Update carries the resourceVersion read with the ownership
+			// check: a Secret replaced since is a conflict, never overwritten.
+			if err := r.Client.Update(ctx, existing); err != nil {
+				return fmt.Errorf("failed to write outputs to Secret %s: %w", spec.Name, err)
+			}
+		}
+	}
+	return r.removeOutputsSecrets(ctx, s, spec.Name)
+}
+
+func ownedLabels() map[string]string {
+	return map[string]string{ownership.LabelManagedBy: ownership.ManagedByTerrace, ownership.LabelComponent: ownership.ComponentOutputs}
+}
+
+// syncOutputs brings the outputs Secret in line with the spec after a plan
+// without changes: writeOutputsToSecret may have been set, renamed or
+// removed since the last apply, which changes nothing tofu would plan.
+// planOnly Stacks never write outputs.
+func (r *Reconciler) syncOutputs(ctx context.Context, s *scope, cl *runner.Client, kind runKind) error {
+	if kind != runPlan || s.stack.Spec.PlanOnly {
+		return nil
+	}
+	if s.stack.Spec.WriteOutputsToSecret == nil {
+		return r.removeOutputsSecrets(ctx, s, "")
+	}
+	outputs, err := cl.Outputs(ctx)
+	if err != nil {
+		return fmt.Errorf("failed to read outputs: %w", err)
+	}
+	return r.writeOutputs(ctx, s, outputs)
+}
+
+// removeOutputsSecrets deletes the outputs Secrets Terrace made for this
+// Stack, except keep. Ownership is decided from what the API server holds
+// now, never from the spec, and each delete is conditional on the UID and
+// resourceVersion just checked: a Secret put in an owned one's place since
+// is left alone.
+func (r *Reconciler) removeOutputsSecrets(ctx context.Context, s *scope, keep string) error {
+	var list corev1.SecretList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(s.stack.Namespace), client.MatchingLabels(ownedLabels())); err != nil {
+		return fmt.Errorf("failed to list outputs Secrets: %w", err)
+	}
+	for i := range list.Items {
+		sec := &list.Items[i]
+		if sec.Name == keep || !ownership.Owns(sec, s.stack, ownership.ComponentOutputs) {
+			continue
+		}
+		uid, version := sec.UID, sec.ResourceVersion
+		err := r.Client.Delete(ctx, sec, client.Preconditions{UID: &uid, ResourceVersion: &version})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("failed to delete outputs Secret %s: %w", sec.Name, err)
+		}
+		switch {
+		case keep != "":
+			r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret names %s now", sec.Name, keep)
+		case s.stack.DeletionTimestamp.IsZero():
+			r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret is no longer set", sec.Name)
+		}
+	}
+	return nil
+}
+
+// outputBytes stores a string output as its text and anything else as JSON,
+// as tofu-controller does, so consumers can mount strings directly.
+func outputBytes(o runner.Output) []byte {
+	var str string
+	if err := json.Unmarshal(o.Value, &str); err == nil {
+		return []byte(str)
+	}
+	return o.Value
+}

@@ -1,0 +1,93 @@
+package httpbackend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/state"
+)
+
+// errForbidden marks an identity that may not make a request (403).
+var errForbidden = errors.New("forbidden")
+
+// authorize lets the controller use every state and a runner only its own
+// Stack's, and only while its run is the Stack's current run.
+func (h *Handler) authorize(ctx context.Context, id pki.Identity, key state.Key, method string) error {
+	if id == pki.ControllerIdentity {
+		return nil
+	}
+	ns, stack, runID, ok := id.Runner()
+	if !ok {
+		return fmt.Errorf("%w: identity %s may not use the state server", errForbidden, id)
+	}
+	if ns != key.Namespace || stack != key.Stack {
+		return fmt.Errorf("%w: identity %s may not use the state of %s/%s", errForbidden, id, key.Namespace, key.Stack)
+	}
+	if method == http.MethodDelete {
+		return fmt.Errorf("%w: identity %s may not delete state: only the controller may", errForbidden, id)
+	}
+	if h.Runs == nil {
+		return fmt.Errorf("%w: runner identities are not accepted: the server has no way to tell current runs", errForbidden)
+	}
+	current, err := h.Runs.IsCurrentRun(ctx, ns, stack, runID)
+	if err != nil {
+		return fmt.Errorf("failed to check that run %s is current: %w", runID, err)
+	}
+	if !current {
+		return fmt.Errorf("%w: run %s is not the current run of Stack %s/%s: its certificate works only while it is", errForbidden, runID, ns, stack)
+	}
+	return nil
+}
+
+// lockedByAnotherRun is what a runner is told about a lock it does not
+// hold: tofu prints a 423's lock info, and another run's lock ID is all it
+// takes to write or unlock under it.
+var lockedByAnotherRun = mustJSON(state.LockInfo{
+	ID:        "held-by-another-run",
+	Operation: "unknown",
+	Who:       "another Terrace run or the controller",
+	Info:      "the state is locked by someone else; Terrace releases the lock of a run that is gone, retry when it ends",
+})
+
+func mustJSON(v any) []byte {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return raw
+}
+
+// writeLocked answers 423 with the holder's lock info, or, to a runner, a
+// lock info that names nobody.
+func writeLocked(w http.ResponseWriter, id pki.Identity, holder *state.LockInfo) {
+	body := lockedByAnotherRun
+	if id == pki.ControllerIdentity {
+		body = mustJSON(holder)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusLocked)
+	_, _ = w.Write(body)
+}
+
+// checkRunnerLock refuses a runner's write or unlock under a lock it does
+// not own (taken by another run, a migration or the controller). The store
+// still checks the lock ID; this adds who took it.
+func (h *Handler) checkRunnerLock(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) bool {
+	if id == pki.ControllerIdentity {
+		return true
+	}
+	held, err := h.Store.GetLock(r.Context(), key)
+	if err != nil {
+		h.fail(w, r, id, key, err)
+		return false
+	}
+	if held != nil && held.Owner != string(id) {
+		writeLocked(w, id, held)
+		return false
+	}
+	return true
+}

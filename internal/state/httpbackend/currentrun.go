@@ -1,0 +1,126 @@
+package httpbackend
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/launcher"
+)
+
+// RunChecker decides whether a run is its Stack's current run: a runner's
+// certificate opens the state only while it is.
+type RunChecker interface {
+	IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error)
+}
+
+// StackRuns is the RunChecker of the controller. A run is current while the
+// Stack's status.currentRun names it (the controller records each run there
+// before starting it, so an earlier run is never current again) and its
+// runner pod exists and is not retained (a finished run's pod is deleted;
+// a terminating pod may still save the state tofu was interrupted in).
+//
+// Reads go to the caches first; when they say no, the API server decides,
+// so a run that has just started is never refused for a stale cache. A run
+// the API server refuses can never become current again: that answer is
+// remembered, so a stale certificate cannot turn its requests into API load.
+type StackRuns struct {
+	// Stacks reads Stacks, usually the manager's cached client.
+	Stacks client.Reader
+	// Pods reads runner pod metadata, usually NewRunnerPodCache.
+	Pods client.Reader
+	// Live reads from the API server (the manager's API reader).
+	Live client.Reader
+
+	mu    sync.Mutex
+	ended map[string]bool
+}
+
+// maxEndedRuns bounds the memory of refused runs; it starts over when full.
+const maxEndedRuns = 10000
+
+// IsCurrentRun implements RunChecker.
+func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error) {
+	key := namespace + "/" + stack + "/" + runID
+	s.mu.Lock()
+	ended := s.ended[key]
+	s.mu.Unlock()
+	if ended {
+		return false, nil
+	}
+	if ok, err := isCurrent(ctx, s.Stacks, s.Pods, namespace, stack, runID); err == nil && ok {
+		return true, nil
+	}
+	ok, err := isCurrent(ctx, s.Live, s.Live, namespace, stack, runID)
+	if err != nil || ok {
+		return ok, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended == nil || len(s.ended) >= maxEndedRuns {
+		s.ended = map[string]bool{}
+	}
+	s.ended[key] = true
+	return false, nil
+}
+
+func isCurrent(ctx context.Context, stacks, pods client.Reader, namespace, stack, runID string) (bool, error) {
+	st := &terracev1.Stack{}
+	if err := stacks.Get(ctx, types.NamespacedName{Namespace: namespace, Name: stack}, st); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("failed to read Stack %s/%s: %w", namespace, stack, err)
+	}
+	if st.Status.CurrentRun != runID {
+		return false, nil
+	}
+	pod := runnerPodMetadata()
+	if err := pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: launcher.PodName(stack, runID)}, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("failed to read the runner pod of run %s: %w", runID, err)
+	}
+	l := pod.GetLabels()
+	return l[launcher.LabelRun] == runID && l[launcher.LabelStack] == launcher.StackLabelValue(stack) &&
+		l[launcher.LabelComponent] == launcher.ComponentRunner && pod.GetAnnotations()[launcher.AnnotationRetained] != "true", nil
+}
+
+func runnerPodMetadata() *metav1.PartialObjectMetadata {
+	pod := &metav1.PartialObjectMetadata{}
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return pod
+}
+
+// NewRunnerPodCache watches the metadata of Terrace's runner pods, and
+// nothing else, in every namespace. Add it to the manager (it runs on every
+// replica) and pass it as StackRuns.Pods.
+func NewRunnerPodCache(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (*RunnerPodCache, error) {
+	opts := cache.Options{Scheme: scheme, Mapper: mapper}
+	opts.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{launcher.LabelManagedBy: launcher.ManagedByTerrace, launcher.LabelComponent: launcher.ComponentRunner})
+	opts.DefaultTransform = cache.TransformStripManagedFields()
+	c, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the runner pod cache: %w", err)
+	}
+	return &RunnerPodCache{Cache: c}, nil
+}
+
+// RunnerPodCache is a cache.Cache that runs on every replica, not only the leader.
+type RunnerPodCache struct{ cache.Cache }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (*RunnerPodCache) NeedLeaderElection() bool { return false }

@@ -1,0 +1,86 @@
+package httpbackend_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+)
+
+// countingReader counts the reads that reach the API server.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int64
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// failingReader is a cache that has not started.
+type failingReader struct{ client.Reader }
+
+func (failingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errors.New("the cache is not started")
+}
+
+func TestStackRunsTrustsTheAPIServerOverItsCache(t *testing.T) {
+	ctx := t.Context()
+	stale, live := newRunRegistry(t), newRunRegistry(t)
+	stale.startRun(t, "ns", "app", "run-1")
+	live.startRun(t, "ns", "app", "run-1")
+	live.endRun(t, "ns", "app", "run-1")
+	live.startRun(t, "ns", "app", "run-2")
+	api := &countingReader{Reader: live.client}
+	runs := &httpbackend.StackRuns{Stacks: stale.client, Pods: stale.client, Live: api}
+
+	// The cache still shows run-1; the API server knows run-2 started.
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "run-2"); err != nil || !ok {
+		t.Fatalf("a run the cache has not seen yet: %v %v, want current", ok, err)
+	}
+	// Once the cache has caught up too, the ended run is refused.
+	stale.endRun(t, "ns", "app", "run-1")
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "run-1"); err != nil || ok {
+		t.Fatalf("an ended run: %v %v, want refused", ok, err)
+	}
+	// A refused run is refused again without asking the API server, even
+	// if a pod of its name reappears (a tenant may create pods).
+	stale.startRun(t, "ns", "app", "run-1")
+	before := api.gets.Load()
+	for range 100 {
+		if ok, _ := runs.IsCurrentRun(ctx, "ns", "app", "run-1"); ok {
+			t.Fatal("an ended run became current")
+		}
+	}
+	if n := api.gets.Load() - before; n != 0 {
+		t.Fatalf("100 requests with an ended run's certificate made %d API reads", n)
+	}
+	// A cache that cannot answer falls back to the API server.
+	runs = &httpbackend.StackRuns{Stacks: failingReader{}, Pods: failingReader{}, Live: live.client}
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "run-2"); err != nil || !ok {
+		t.Fatalf("with the cache down: %v %v, want current", ok, err)
+	}
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "other", "run-2"); err != nil || ok {
+		t.Fatalf("a run of a Stack that does not exist: %v %v", ok, err)
+	}
+	// A pod of the run's name without Terrace's labels is not its runner.
+	live.startRun(t, "ns", "web", "run-3")
+	pod := &corev1.Pod{}
+	if err := live.client.Get(ctx, client.ObjectKey{Namespace: "ns", Name: launcher.PodName("web", "run-3")}, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Labels = nil
+	if err := live.client.Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "web", "run-3"); err != nil || ok {
+		t.Fatalf("a run whose pod lacks Terrace's labels: %v %v, want refused", ok, err)
+	}
+}
