@@ -105,12 +105,13 @@ FUZZ_TARGETS := \
 	./internal/state/httpbackend:FuzzStateServer
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s); a failure leaves its input in testdata/fuzz.
-	@for t in $(FUZZ_TARGETS); do \
+	@failed=""; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \
 	  echo "== $$name in $$pkg for $(FUZZTIME)"; \
 	  TERRACE_TEST_POSTGRES_URL=$${TERRACE_TEST_POSTGRES_URL:-postgres://unused.invalid/fuzz} \
-	    go test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
-	done
+	    go test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz targets failed:$$failed (inputs kept under testdata/fuzz/)"; exit 1; fi
 
 demo: deps-demo tools build ## A local cluster, the operator, a real Stack planned and applied, results printed.
 	$(LOCALBIN)/terrace dev --demo

@@ -185,6 +185,9 @@ func parseEntryProgram(program string) []programEntry {
 			continue
 		}
 		fields := strings.SplitN(line, " ", 3)
+		if fields[0] == "" {
+			continue // a line starting with a space has no type
+		}
 		e := programEntry{typ: fields[0][0]}
 		if len(fields) > 1 {
 			e.name = fields[1]

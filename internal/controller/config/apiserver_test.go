@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 )
 
@@ -211,7 +212,8 @@ func TestAPIServerWithoutTheInstalledBindingSaysWhatToInstall(t *testing.T) {
 	ns := env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
 	waitForConfig(t, ns, "a Ready message naming the missing binding", func(c *terracev1.TerraceConfig) bool {
-		return strings.Contains(readyMessage(c), "ClusterRoleBinding "+APIAuthBindingName+" is missing")
+		ready := reconcile.Get(c, terracev1.ReadyCondition)
+		return ready != nil && ready.Status == metav1.ConditionFalse && strings.Contains(ready.Message, "ClusterRoleBinding "+APIAuthBindingName+" is missing")
 	})
 	// The controller never creates ClusterRoleBindings.
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(crb), crb); !apierrors.IsNotFound(err) {
