@@ -196,12 +196,22 @@ func OpenFor(stored []byte, encoding string, key *EncryptionKey, owner Binding, 
 	if err != nil {
 		return nil, &CorruptError{What: what, Reason: "not gzip data"}
 	}
-	plain, err := io.ReadAll(zr)
+	// Whoever may write the namespace's Secrets can plant a small chunk
+	// that inflates without end; the shared controller must not hold it.
+	plain, err := io.ReadAll(io.LimitReader(zr, MaxOpenedBytes+1))
 	if err != nil {
 		return nil, &CorruptError{What: what, Reason: "gzip data is damaged"}
 	}
+	if int64(len(plain)) > MaxOpenedBytes {
+		return nil, &CorruptError{What: what, Reason: fmt.Sprintf("it inflates beyond %d bytes, more than any state or plan Terrace writes", MaxOpenedBytes)}
+	}
 	return plain, nil
 }
+
+// MaxOpenedBytes bounds what Open inflates: four times the state server's
+// default upload limit and above every plan limit, so only data Terrace
+// did not write reaches it.
+const MaxOpenedBytes = 256 << 20
 
 const reasonAuthFailed = "authenticated decryption failed"
 
