@@ -534,7 +534,7 @@ func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
 	logPath := filepath.Join(dir, "terrace-dev.log")
 	for _, want := range []string{
 		"full log: " + logPath,
-		"created namespace demo",
+		"applied Namespace demo",
 		"Program demo/web-app: Current",
 		"Stack demo/web-app: Current",
 		"  digest   sha256:",

@@ -172,8 +172,19 @@ func TestTenancyRunCredentialsEndWithTheRun(t *testing.T) {
 		t.Fatalf("LOCK while the run holds the lock: %d %s; want 423 not naming holder %s (%s)", code, body, held.ID, held.Who)
 	}
 
-	// The run ends: its pod is gone, and so is its certificate's access.
+	// The run ends: once its pod is gone (a terminating runner may still
+	// save the state tofu was interrupted in), so is its certificate's access.
 	e.waitStack(t, "victim", stackTimeout, "Ready after the second run", readyAt)
+	eventually(t, time.Minute, "the second run's pod to be gone", func() error {
+		var pods corev1.PodList
+		if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{launcher.LabelRun: thief.runID}); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("pod %s is still there", pods.Items[0].Name)
+		}
+		return nil
+	})
 	e.assertAllRefused(t, thief, "victim", "its own Stack after the run")
 
 	// Another run starts and ends: the old run is a previous run now.
