@@ -63,8 +63,11 @@ test-e2e: deps ## The end-to-end tier alone: dev cluster, runner pods, real tofu
 	hack/tools/build.sh >/dev/null
 	env $$(hack/tools/build.sh --env) go test ./test/e2e/ -count=1 -timeout 40m
 
-demo: deps-demo tools build ## A local cluster, the operator, a real Stack planned and applied, results printed.
-	$(LOCALBIN)/terrace dev --demo
+demo: deps-demo ## A local cluster, the operator, a real Stack planned and applied, results printed.
+	@# Quiet unless something is built: the demo's output is its progress and results.
+	@hack/tools/build.sh 2>&1 >/dev/null | { grep -v ': cached' || true; }
+	@$(MAKE) --no-print-directory -s build
+	@$(LOCALBIN)/terrace dev --demo
 
 clean:
 	rm -rf $(LOCALBIN)
