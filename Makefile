@@ -113,8 +113,11 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s); a failure leaves its i
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz targets failed:$$failed (inputs kept under testdata/fuzz/)"; exit 1; fi
 
-demo: deps-demo tools build ## A local cluster, the operator, a real Stack planned and applied, results printed.
-	$(LOCALBIN)/terrace dev --demo
+demo: deps-demo ## A local cluster, the operator, a real Stack planned and applied, results printed.
+	@# Quiet unless something is built: the demo's output is its progress and results.
+	@hack/tools/build.sh 2>&1 >/dev/null | { grep -v ': cached' || true; }
+	@$(MAKE) --no-print-directory -s build
+	@$(LOCALBIN)/terrace dev --demo
 
 clean:
 	rm -rf $(LOCALBIN)

@@ -20,6 +20,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/stackview"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/migrate"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -193,7 +194,7 @@ func (r *Reconciler) announceRun(ctx context.Context, s *scope, kind runKind) er
 	case runDestroy:
 		msg = "destroying"
 	default:
-		msg = "planning " + s.source.revision
+		msg = "planning " + stackview.ShortRevision(s.source.revision)
 	}
 	reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", msg)
 	// Recorded before the runner exists: its certificate opens the state
