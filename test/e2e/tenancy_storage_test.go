@@ -97,6 +97,7 @@ var echoedNames = regexp.MustCompile(`\b(pin|flag|short|echo_\w+)\b`)
 // came from no Secret stays readable.
 func TestSecretValuesOfAnyTypeAndLengthStayMasked(t *testing.T) {
 	e := newStackEnv(t)
+	e.allowRunnerToRead(t, "pins")
 	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pins"}, StringData: map[string]string{"pin": "7", "flag": "true", "short": "ab"}})
 	e.create(t, &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
 		Spec: terracev1.TerraceConfigSpec{Runner: &terracev1.RunnerConfig{Retain: ptrTo(true)}}})
@@ -116,6 +117,10 @@ func TestSecretValuesOfAnyTypeAndLengthStayMasked(t *testing.T) {
 	})
 	planID := st.Status.Plan.Pending
 	e.assertReadablePlanMasked(t, "echo", planID)
+	// retain keeps only a Stack's latest runner pod: read the planning
+	// run's log before the apply run replaces it.
+	logs := map[string]string{}
+	e.collectRunnerLogs(t, "echo", logs)
 
 	e.updateStack(t, "echo", func(s *terracev1.Stack) { s.Spec.ApprovePlan = planID })
 	st = e.waitStack(t, "echo", stackTimeout, "Ready after the approved apply", readyAt)
@@ -153,7 +158,8 @@ func TestSecretValuesOfAnyTypeAndLengthStayMasked(t *testing.T) {
 			t.Errorf("a Secret value appears in %q", text)
 		}
 	}
-	e.assertRunnerLogsMasked(t)
+	e.collectRunnerLogs(t, "echo", logs)
+	assertRunnerLogsMasked(t, logs)
 }
 
 // assertReadablePlanMasked reads the stored readable plan and checks every
@@ -205,38 +211,50 @@ func (e *stackEnv) assertReadablePlanMasked(t *testing.T, stack, planID string) 
 	}
 }
 
-// assertRunnerLogsMasked reads the logs of the Stack's runner pods (kept by
-// retain), as `terrace logs` does: every line about the echoed values shows
-// them masked.
-func (e *stackEnv) assertRunnerLogsMasked(t *testing.T) {
+// collectRunnerLogs adds the logs of the Stack's runner pods (kept by
+// retain) to logs, by pod name, as `terrace logs` reads them.
+func (e *stackEnv) collectRunnerLogs(t *testing.T, stack string, logs map[string]string) {
 	t.Helper()
 	var pods corev1.PodList
-	if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{"terrace.dev/stack": "echo"}); err != nil {
+	if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{"terrace.dev/stack": stack}); err != nil {
 		t.Fatal(err)
 	}
-	var all strings.Builder
 	for _, pod := range pods.Items {
-		logs, err := podLogs(context.Background(), e.cs, e.ns, pod.Name, &corev1.PodLogOptions{Container: "runner"})
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		text, err := podLogs(context.Background(), e.cs, e.ns, pod.Name, &corev1.PodLogOptions{Container: "runner"})
 		if err != nil {
 			t.Fatalf("log of runner pod %s: %v", pod.Name, err)
 		}
-		all.WriteString(logs)
+		logs[pod.Name] = text
 	}
-	mentions, masked := 0, 0
-	for _, line := range strings.Split(all.String(), "\n") {
-		if !echoedNames.MatchString(line) {
-			continue
-		}
-		mentions++
-		if strings.Contains(line, tf.Redacted) {
-			masked++
-		}
-		if secretTokens.MatchString(line) {
-			t.Errorf("runner log line shows a Secret value: %q", line)
-		}
+}
+
+// assertRunnerLogsMasked checks that every line about the echoed values
+// shows them masked, in the logs of both the planning and the applying run.
+func assertRunnerLogsMasked(t *testing.T, logs map[string]string) {
+	t.Helper()
+	if len(logs) < 2 {
+		t.Errorf("read the logs of %d runner pods, want the planning and the applying one", len(logs))
 	}
-	if mentions == 0 || masked == 0 {
-		t.Fatalf("the runner logs (%d pods) never mention the echoed values (%d lines, %d masked): the test checks nothing\n%s", len(pods.Items), mentions, masked, lastLines(all.String(), 40))
+	for pod, text := range logs {
+		mentions, masked := 0, 0
+		for _, line := range strings.Split(text, "\n") {
+			if !echoedNames.MatchString(line) {
+				continue
+			}
+			mentions++
+			if strings.Contains(line, tf.Redacted) {
+				masked++
+			}
+			if secretTokens.MatchString(line) {
+				t.Errorf("runner pod %s logs a Secret value: %q", pod, line)
+			}
+		}
+		if mentions == 0 || masked == 0 {
+			t.Errorf("runner pod %s never logs the echoed values (%d lines, %d masked): the check checks nothing\n%s", pod, mentions, masked, lastLines(text, 40))
+		}
 	}
 }
 
