@@ -164,6 +164,10 @@ func TestLargePlanAndStateStreamAcrossRunners(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	planner := startRunner(t, nil)
+	// The value lands in the plan JSON several times over (before, after,
+	// planned values, output changes): past DefaultLimits, which another
+	// test holds. This one is about streaming past gRPC's 4 MiB.
+	planner.client.SetLimits(Limits{PlanJSONBytes: 64 << 20, ShowPlanBytes: 64 << 20})
 	planner.upload(t, map[string]string{"main.tf": bigModule})
 	if _, err := planner.client.Init(ctx, &runnerv1.InitRequest{}, nil); err != nil {
 		t.Fatalf("init failed: %v", err)
@@ -190,6 +194,7 @@ func TestLargePlanAndStateStreamAcrossRunners(t *testing.T) {
 
 	// A fresh runner, as after an approval hours later, applies the kept plan.
 	applier := startRunner(t, planner.authority)
+	applier.client.SetLimits(Limits{PlanJSONBytes: 64 << 20, ShowPlanBytes: 64 << 20})
 	applier.upload(t, map[string]string{"main.tf": bigModule})
 	if _, err := applier.client.Init(ctx, &runnerv1.InitRequest{}, nil); err != nil {
 		t.Fatalf("init on the second runner failed: %v", err)
@@ -216,8 +221,11 @@ func TestLargePlanAndStateStreamAcrossRunners(t *testing.T) {
 		t.Fatalf("output big: %d bytes, err %v; want %d", len(big), err, bigLength)
 	}
 	again, err := applier.client.Plan(ctx, &runnerv1.PlanRequest{}, nil)
-	if err != nil || again.GetHasChanges() {
-		t.Fatalf("plan after applying the uploaded plan: has_changes=%v err=%v, want no changes", again.GetHasChanges(), err)
+	if err != nil {
+		t.Fatalf("plan after applying the uploaded plan failed: %v", err)
+	}
+	if again.GetHasChanges() {
+		t.Fatal("plan after applying the uploaded plan has changes, want none")
 	}
 	if _, err := applier.client.ShowPlan(ctx, "no-such-plan", runnerv1.PlanFormat_PLAN_FORMAT_JSON); status.Code(err) != codes.NotFound {
 		t.Errorf("show of an unknown plan answered %v, want NotFound", err)
