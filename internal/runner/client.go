@@ -29,9 +29,12 @@ type Client struct {
 // Limits bound what the controller holds in memory from one runner. A
 // runner runs a tenant's module and image, so it is not trusted to keep
 // its answers small: an answer over a limit ends the call with a
-// *TooLargeError before more of it is read.
+// *TooLargeError before more of it is read, except the plan JSON, which is
+// dropped (Plan.JSONOmitted) and the plan kept.
 type Limits struct {
-	// PlanJSONBytes bounds the redacted `show -json` of a plan.
+	// PlanJSONBytes bounds the redacted `show -json` kept with a plan; it
+	// is about ten times the plan's largest values, so it easily outgrows
+	// a state the state server accepts.
 	PlanJSONBytes int64
 	// ShowPlanBytes bounds a readable plan (ShowPlan).
 	ShowPlanBytes int64
@@ -42,11 +45,11 @@ type Limits struct {
 }
 
 // DefaultLimits keep --max-concurrent-runs (4) runs at their worst, about
-// 120 MiB each with the copies the plan store makes, inside the memory
-// budget of config/manager; a plan of thousands of resources stays well
-// under them.
+// 150 MiB each with the copies the plan store makes, inside the memory
+// budget of config/manager; a plan of thousands of resources, or with an
+// output of several MiB (which its JSON repeats a few times), stays under them.
 func DefaultLimits() Limits {
-	return Limits{PlanJSONBytes: 16 << 20, ShowPlanBytes: 16 << 20, OutputsBytes: 8 << 20, PlanFileBytes: 32 << 20}
+	return Limits{PlanJSONBytes: 32 << 20, ShowPlanBytes: 32 << 20, OutputsBytes: 8 << 20, PlanFileBytes: 32 << 20}
 }
 
 // TooLargeError says a runner's answer went over one of the Limits.
@@ -253,8 +256,10 @@ func endOfStream(err error) error {
 // Plan is a saved plan with its redacted JSON.
 type Plan struct {
 	*runnerv1.PlanResult
-	// JSON is the redacted `show -json` of the plan.
+	// JSON is the redacted `show -json` of the plan, nil when JSONOmitted.
 	JSON []byte
+	// JSONOmitted says the JSON was over Limits.PlanJSONBytes and dropped.
+	JSONOmitted bool
 }
 
 // Plan makes and saves a plan.
@@ -266,7 +271,8 @@ func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFu
 	if err != nil {
 		return nil, err
 	}
-	js := boundedBuffer{what: "plan JSON", limit: c.limits.PlanJSONBytes}
+	js := &boundedBuffer{what: "plan JSON", limit: c.limits.PlanJSONBytes}
+	var received int64
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -276,12 +282,16 @@ func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFu
 		case *runnerv1.PlanResponse_Log:
 			logTo(logf, ev.Log)
 		case *runnerv1.PlanResponse_JsonChunk:
-			if err := js.add(ev.JsonChunk); err != nil {
-				return nil, err
+			received += int64(len(ev.JsonChunk))
+			if js != nil && js.add(ev.JsonChunk) != nil {
+				js = nil // over the limit: the plan is kept, its JSON is not
 			}
 		case *runnerv1.PlanResponse_Result:
-			if int64(js.Len()) != ev.Result.GetJsonSize() {
-				return nil, fmt.Errorf("plan JSON is %d bytes, the runner announced %d", js.Len(), ev.Result.GetJsonSize())
+			if received != ev.Result.GetJsonSize() {
+				return nil, fmt.Errorf("plan JSON is %d bytes, the runner announced %d", received, ev.Result.GetJsonSize())
+			}
+			if js == nil {
+				return &Plan{PlanResult: ev.Result, JSONOmitted: true}, nil
 			}
 			return &Plan{PlanResult: ev.Result, JSON: js.Bytes()}, nil
 		}

@@ -42,10 +42,16 @@ func (h *hostileRunner) stream(ctx context.Context, send func([]byte) error) err
 	return nil
 }
 
+// Plan sends 96 MiB of plan JSON, then its result.
 func (h *hostileRunner) Plan(_ *runnerv1.PlanRequest, s grpc.ServerStreamingServer[runnerv1.PlanResponse]) error {
-	return h.stream(s.Context(), func(c []byte) error {
-		return s.Send(&runnerv1.PlanResponse{Event: &runnerv1.PlanResponse_JsonChunk{JsonChunk: c}})
-	})
+	chunk := make([]byte, chunkSize)
+	const total = 96 << 20
+	for n := 0; n < total; n += len(chunk) {
+		if err := s.Send(&runnerv1.PlanResponse{Event: &runnerv1.PlanResponse_JsonChunk{JsonChunk: chunk}}); err != nil {
+			return err
+		}
+	}
+	return s.Send(&runnerv1.PlanResponse{Event: &runnerv1.PlanResponse_Result{Result: &runnerv1.PlanResult{PlanId: "p", HasChanges: true, JsonSize: total}}})
 }
 
 func (h *hostileRunner) ShowPlan(_ *runnerv1.ShowPlanRequest, s grpc.ServerStreamingServer[runnerv1.ShowPlanResponse]) error {
@@ -105,7 +111,6 @@ func TestClientRefusesOversizedRunnerAnswers(t *testing.T) {
 		limit int64
 		call  func(ctx context.Context) error
 	}{
-		{"plan JSON", limits.PlanJSONBytes, func(ctx context.Context) error { _, err := c.Plan(ctx, &runnerv1.PlanRequest{}, nil); return err }},
 		{"readable plan", limits.ShowPlanBytes, func(ctx context.Context) error {
 			_, err := c.ShowPlan(ctx, "p", runnerv1.PlanFormat_PLAN_FORMAT_JSON)
 			return err
@@ -147,6 +152,29 @@ func TestClientRefusesOversizedRunnerAnswers(t *testing.T) {
 				t.Fatalf("the controller allocated %d bytes reading %s limited to %d", grown, tc.what, tc.limit)
 			}
 		})
+	}
+}
+
+// A plan whose JSON is over the limit is kept without its JSON: the
+// controller holds at most the limit while it reads the rest.
+func TestClientDropsOversizedPlanJSON(t *testing.T) {
+	c := startHostileRunner(t, &hostileRunner{})
+	c.SetLimits(Limits{PlanJSONBytes: 8 << 20})
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	p, err := c.Plan(t.Context(), &runnerv1.PlanRequest{}, nil)
+	if err != nil {
+		t.Fatalf("a plan with 96 MiB of JSON: %v", err)
+	}
+	if !p.JSONOmitted || p.JSON != nil || p.GetPlanId() != "p" || !p.GetHasChanges() {
+		t.Fatalf("plan: omitted=%v, %d bytes of JSON, id %q; want the plan without its JSON", p.JSONOmitted, len(p.JSON), p.GetPlanId())
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if after.HeapAlloc > before.HeapAlloc+16<<20 {
+		t.Fatalf("the controller retains %d MiB after reading a plan whose JSON was dropped", (after.HeapAlloc-before.HeapAlloc)>>20)
 	}
 }
 
