@@ -232,8 +232,20 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 	}
 	mapper := newPathMapper(paths.root, c.VolumeMounts)
 	spec := &processSpec{root: paths.root, mapper: mapper, dir: paths.root}
+	// devnode's own variables hold host paths already (KUBECONFIG, HOME,
+	// TMPDIR, PATH, the image's): only the pod's values are in the
+	// container's terms. Rewriting a host path would break it when it
+	// happens to start with a mount path, such as /tmp.
+	hostValues := make(map[string]string, len(base))
+	for _, v := range base {
+		hostValues[v.name] = v.value
+	}
 	for _, v := range vars {
-		spec.env = append(spec.env, v.name+"="+mapper.rewrite(v.value))
+		value := v.value
+		if hv, ok := hostValues[v.name]; !ok || hv != value {
+			value = mapper.rewrite(value)
+		}
+		spec.env = append(spec.env, v.name+"="+value)
 	}
 	argv0 := argv[0]
 	if podStart == 0 {

@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -640,17 +641,20 @@ func TestDeployRunsTheControllerFromTheImage(t *testing.T) {
 	// The pod's image is <registry>/terrace-dev/terrace:dev; its id names the digest.
 	wantImageID := dev.Image[:strings.LastIndex(dev.Image, ":")] + "@" + pushed
 	var podNames []string
-	eventually(t, 4*time.Minute, "two controller pods Ready from the registry image", func() error {
+	eventually(t, 3*time.Minute, "two controller pods Ready from the registry image", func() error {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return err
 		}
 		podNames = nil
+		var states []string
 		for _, p := range pods.Items {
 			if len(p.Status.ContainerStatuses) != 1 {
+				states = append(states, p.Name+": "+string(p.Status.Phase))
 				continue
 			}
 			st := p.Status.ContainerStatuses[0]
+			states = append(states, podState(ctx, cs, &p, st))
 			if w := st.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
 				t.Fatalf("pod %s cannot pull %s: %s", p.Name, st.Image, w.Message)
 			}
@@ -662,23 +666,38 @@ func TestDeployRunsTheControllerFromTheImage(t *testing.T) {
 			}
 		}
 		if len(podNames) != 2 {
-			return fmt.Errorf("ready controller pods: %v of %d", podNames, len(pods.Items))
+			return fmt.Errorf("ready controller pods: %v of %d:\n%s", podNames, len(pods.Items), strings.Join(states, "\n"))
 		}
 		return nil
 	})
-	eventually(t, time.Minute, "a controller pod to hold the leader Lease", func() error {
+	// The Lease's holder is <hostname>_<uuid>, and every devnode pod shares
+	// the host's name: the leader is the pod whose reconcilers started
+	// (they run only on the elected leader).
+	eventually(t, time.Minute, "one controller pod to hold the leader Lease", func() error {
 		lease, err := cs.CoordinationV1().Leases(ns).Get(ctx, "terrace-controller-leader", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		for _, p := range podNames {
-			if lease.Spec.HolderIdentity != nil && strings.HasPrefix(*lease.Spec.HolderIdentity, p) {
-				return nil
-			}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return errors.New("the Lease has no holder")
 		}
-		return fmt.Errorf("the Lease is held by %v, not by %v", lease.Spec.HolderIdentity, podNames)
+		var leaders []string
+		var last string
+		for _, p := range podNames {
+			logs, err := podLogs(ctx, cs, ns, p, &corev1.PodLogOptions{})
+			if err != nil {
+				return err
+			}
+			if strings.Contains(logs, `"msg":"Starting workers"`) {
+				leaders = append(leaders, p)
+			}
+			last = lastLines(logs, 5)
+		}
+		if len(leaders) != 1 {
+			return fmt.Errorf("pods running reconcilers (the Lease is held by %s): %v; the last pod's log ends:\n%s", *lease.Spec.HolderIdentity, leaders, last)
+		}
+		return nil
 	})
-
 	env.ns = testNamespace(t, cs)
 	runnerImages := watchImageIDs(ctx, t, cs, env.ns)
 	env.program(t, "data", map[string]string{"main.tf": `
@@ -754,4 +773,21 @@ func watchImageIDs(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 		}
 		return out
 	}
+}
+
+// podState describes a controller pod for a failure message: its state and
+// the last lines of its log.
+func podState(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, st corev1.ContainerStatus) string {
+	state := fmt.Sprintf("%s: ready=%v restarts=%d", p.Name, st.Ready, st.RestartCount)
+	if w := st.State.Waiting; w != nil {
+		state += " waiting " + w.Reason + ": " + w.Message
+	}
+	if st.State.Running != nil {
+		state += " running"
+	}
+	logs, err := podLogs(ctx, cs, p.Namespace, p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](8)})
+	if err == nil && logs != "" {
+		state += "\n    " + strings.ReplaceAll(strings.TrimSpace(logs), "\n", "\n    ")
+	}
+	return state
 }
