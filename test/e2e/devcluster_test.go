@@ -539,7 +539,7 @@ func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
 		"Stack demo/web-app: Current",
 		"  digest   sha256:",
 		"web-demo-app",
-		"demo: 4 of 4 objects Ready, 0 failed",
+		"demo: 6 of 6 objects Ready, 0 failed",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
