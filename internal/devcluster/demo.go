@@ -113,7 +113,11 @@ func WaitAll(ctx context.Context, cfg *rest.Config, objs []Applied, progress fun
 			}
 			o.Object = current
 			health, msg := Evaluate(current)
-			if health != o.Health || msg != o.Message {
+			// An object without status (a Namespace, a Role, a Secret) is
+			// Current as soon as it exists: "applied" said so already, and the
+			// results list it, so the terminal gets no line for it here.
+			quietlyCurrent := health == Current && msg == "" && o.Message == ""
+			if (health != o.Health || msg != o.Message) && !quietlyCurrent {
 				progress(fmt.Sprintf("%s: %s %s", o.Ref(), health, msg))
 			}
 			o.Health, o.Message = health, msg
