@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -161,9 +162,15 @@ func (e *stackEnv) createFluxSource(t testing.TB, kind, name string, a *fluxArti
 	src.SetName(name)
 	src.SetNamespace(e.ns)
 	src.Object["spec"] = map[string]any{"interval": "1m", "url": "https://git.example.com/infra.git"}
-	if err := e.c.Create(context.Background(), src); err != nil {
-		t.Fatalf("failed to create %s %s: %v", kind, name, err)
-	}
+	// The client's REST mapper learns a kind installed a moment ago on its
+	// next discovery refresh; until then a create is "no matches for kind".
+	eventually(t, 30*time.Second, fmt.Sprintf("%s %s created", kind, name), func() error {
+		err := e.c.Create(context.Background(), src)
+		if err != nil && !meta.IsNoMatchError(err) {
+			t.Fatalf("failed to create %s %s: %v", kind, name, err)
+		}
+		return err
+	})
 	if a != nil {
 		e.setArtifact(t, kind, name, *a)
 	}
