@@ -5,8 +5,6 @@ package chart
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,8 +13,6 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,13 +21,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/terrace-dev/terrace/test/chart/chartrender"
 )
 
-const namespace = "terrace-system"
+const namespace = chartrender.Namespace
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -44,9 +41,9 @@ func repoRoot(t *testing.T) string {
 
 func loadChart(t *testing.T) *chart.Chart {
 	t.Helper()
-	ch, err := loader.Load(filepath.Join(repoRoot(t), "charts", "terrace"))
+	ch, err := chartrender.Load(repoRoot(t))
 	if err != nil {
-		t.Fatalf("failed to load the chart: %v", err)
+		t.Fatal(err)
 	}
 	return ch
 }
@@ -54,33 +51,20 @@ func loadChart(t *testing.T) *chart.Chart {
 // render renders the chart as `helm template -n terrace-system` does.
 func render(t *testing.T, vals map[string]any) []*unstructured.Unstructured {
 	t.Helper()
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "terrace", namespace
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
-	rel, err := install.Run(loadChart(t), vals)
+	objs, err := chartrender.Render(repoRoot(t), vals)
 	if err != nil {
-		t.Fatalf("failed to render the chart: %v", err)
+		t.Fatal(err)
 	}
-	return decode(t, rel.Manifest)
+	return objs
 }
 
 func decode(t *testing.T, manifest string) []*unstructured.Unstructured {
 	t.Helper()
-	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	for {
-		var raw map[string]any
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out
-			}
-			t.Fatalf("failed to decode: %v", err)
-		}
-		if len(raw) > 0 {
-			out = append(out, &unstructured.Unstructured{Object: raw})
-		}
+	objs, err := chartrender.Decode(manifest)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return objs
 }
 
 // kustomizeDefault renders config/default as `kubectl kustomize` does.

@@ -587,7 +587,17 @@ func devnodeAddresses(c *corev1.Container) {
 // test process.
 func TestDeployRunsTheControllerFromTheImage(t *testing.T) {
 	d := renderDefault(t)
-	ns := d.controller.Namespace
+	runControllerFromImage(t, d.objects, d.controller)
+}
+
+// runControllerFromImage installs objects (a rendering of config/default or
+// of the Helm chart, whose controller Deployment is controller) on a dev
+// cluster of its own with the image pointed at the dev registry, waits for
+// two controller pods running from that image with one leader, and applies
+// a Stack through them whose runner pods run from the same image.
+func runControllerFromImage(t *testing.T, objects []*unstructured.Unstructured, controller *appsv1.Deployment) {
+	t.Helper()
+	ns := controller.Namespace
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
@@ -616,9 +626,9 @@ func TestDeployRunsTheControllerFromTheImage(t *testing.T) {
 	}
 
 	var install []devcluster.Applied
-	for _, o := range d.objects {
+	for _, o := range objects {
 		if o.GetKind() == "Deployment" {
-			dep := d.controller.DeepCopy()
+			dep := controller.DeepCopy()
 			ctr := &dep.Spec.Template.Spec.Containers[0]
 			ctr.Image = dev.Image // kustomize edit set image, in effect
 			devnodeAddresses(ctr)
@@ -629,15 +639,15 @@ func TestDeployRunsTheControllerFromTheImage(t *testing.T) {
 			o = &unstructured.Unstructured{Object: obj}
 			o.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
 		}
-		install = append(install, devcluster.Applied{Object: o.DeepCopy(), Source: "config/default"})
+		install = append(install, devcluster.Applied{Object: o.DeepCopy(), Source: "the rendered manifests"})
 	}
 	env := &stackEnv{dev: dev, cs: cs, c: c}
 	env.installOperatorConfig(t)
 	if err := devcluster.Apply(ctx, admin, install, func(string) {}); err != nil {
-		t.Fatalf("failed to apply config/default: %v", err)
+		t.Fatalf("failed to apply the rendered manifests: %v", err)
 	}
 
-	selector := metav1.FormatLabelSelector(d.controller.Spec.Selector)
+	selector := metav1.FormatLabelSelector(controller.Spec.Selector)
 	// The pod's image is <registry>/terrace-dev/terrace:dev; its id names the digest.
 	wantImageID := dev.Image[:strings.LastIndex(dev.Image, ":")] + "@" + pushed
 	var podNames []string
