@@ -36,7 +36,9 @@ build() {
   log "$name $version: building (this can take many minutes on a cold cache)"
   local start=$SECONDS
   mkdir -p "$(dirname "$dest")"
-  (cd "$here/$moddir" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "$ldflags" -o "$dest.tmp" "$pkg")
+  # GOOS/GOARCH from the caller cross-compile; BUILD_NICE lowers its priority.
+  (cd "$here/$moddir" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
+    ${BUILD_NICE:+nice -n "$BUILD_NICE"} go build -trimpath -ldflags "$ldflags" -o "$dest.tmp" "$pkg")
   mv "$dest.tmp" "$dest"
   log "$name $version: built in $((SECONDS - start))s"
 }
@@ -61,21 +63,14 @@ fi
 if [ "${1:-}" = "--tofu-for" ] || [ "${1:-}" = "--tofu-path-for" ]; then
   platform=${2:?usage: build.sh --tofu-for linux/ARCH}
   goos=${platform%%/*}; goarch=${platform#*/}
-  if [ "$goos/$goarch" = "$(go env GOOS)/$(go env GOARCH)" ]; then
-    dest="$cache/tofu-$OPENTOFU_VERSION/tofu"
-  else
-    dest="$cache/tofu-$OPENTOFU_VERSION-$goos-$goarch/tofu"
+  version=$OPENTOFU_VERSION
+  if [ "$goos/$goarch" != "$(go env GOOS)/$(go env GOARCH)" ]; then
+    version=$OPENTOFU_VERSION-$goos-$goarch
   fi
-  if [ "$1" = "--tofu-for" ] && [ ! -x "$dest" ]; then
-    log "tofu $OPENTOFU_VERSION for $platform: building under nice (~12 min of CPU on a cold cache)"
-    start=$SECONDS
-    mkdir -p "$(dirname "$dest")"
-    (cd "$here/opentofu" && GOOS=$goos GOARCH=$goarch CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
-      nice -n 19 go build -trimpath -ldflags "-s -w" -o "$dest.tmp" github.com/opentofu/opentofu/cmd/tofu)
-    mv "$dest.tmp" "$dest"
-    log "tofu $OPENTOFU_VERSION for $platform: built in $((SECONDS - start))s"
+  if [ "$1" = "--tofu-for" ]; then
+    GOOS=$goos GOARCH=$goarch BUILD_NICE=19 build tofu "$version" opentofu github.com/opentofu/opentofu/cmd/tofu
   fi
-  echo "$dest"
+  echo "$cache/tofu-$version/tofu"
   exit 0
 fi
 
