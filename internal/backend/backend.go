@@ -101,9 +101,7 @@ type cachedSet struct {
 // connection strings) through c, which should not cache Secrets (the
 // manager's client, configured so, or an uncached client).
 func New(c client.Client, resolve ResolveFunc) *Backends {
-	pools := newPoolCache()
-	pools.grace = DefaultPoolCloseGrace
-	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, pools: pools}
+	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, pools: newPoolCache(DefaultPoolCloseGrace)}
 }
 
 // For returns the stores of namespace in the backend that holds its data,

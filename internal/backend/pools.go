@@ -30,7 +30,9 @@ type sharedPool struct {
 	refs int
 }
 
-func newPoolCache() *poolCache { return &poolCache{pools: map[string]*sharedPool{}} }
+func newPoolCache(grace time.Duration) *poolCache {
+	return &poolCache{pools: map[string]*sharedPool{}, grace: grace}
+}
 
 func poolID(connString string) string {
 	sum := sha256.Sum256([]byte(connString))
@@ -79,11 +81,4 @@ func (c *poolCache) closeAll() {
 	for _, sp := range pools {
 		sp.pool.Close()
 	}
-}
-
-// open reports how many pools are open.
-func (c *poolCache) open() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pools)
 }

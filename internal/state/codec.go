@@ -173,24 +173,18 @@ func IsBound(encoding string) bool { return !strings.HasPrefix(encoding, encodin
 // a [*CorruptError]; a missing or different key is a plain error saying so.
 func OpenFor(stored []byte, encoding string, key *EncryptionKey, owner Binding, what string) ([]byte, error) {
 	compressed := stored
+	var err error
 	switch {
 	case encoding == EncodingGzip:
 	case strings.HasPrefix(encoding, encodingBoundPrefix):
-		var err error
-		if compressed, err = decrypt(stored, strings.TrimPrefix(encoding, encodingBoundPrefix), key, owner.associatedData(), what); err != nil {
-			var corrupt *CorruptError
-			if errors.As(err, &corrupt) && corrupt.Reason == reasonAuthFailed {
-				corrupt.Reason = fmt.Sprintf("authenticated decryption failed: the data was not sealed for %s (copied from another Stack, workspace, version or plan?) or is damaged; restore this object from its own backup", owner)
-			}
-			return nil, err
-		}
+		compressed, err = decrypt(stored, strings.TrimPrefix(encoding, encodingBoundPrefix), key, &owner, what)
 	case strings.HasPrefix(encoding, encodingSealPrefix):
-		var err error
-		if compressed, err = decrypt(stored, strings.TrimPrefix(encoding, encodingSealPrefix), key, nil, what); err != nil {
-			return nil, err
-		}
+		compressed, err = decrypt(stored, strings.TrimPrefix(encoding, encodingSealPrefix), key, nil, what)
 	default:
 		return nil, &CorruptError{What: what, Reason: fmt.Sprintf("unknown encoding %q", encoding)}
+	}
+	if err != nil {
+		return nil, err
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(compressed))
 	if err != nil {
@@ -213,11 +207,10 @@ func OpenFor(stored []byte, encoding string, key *EncryptionKey, owner Binding, 
 // did not write reaches it.
 const MaxOpenedBytes = 256 << 20
 
-const reasonAuthFailed = "authenticated decryption failed"
-
-// decrypt opens nonce||ciphertext with key (whose fingerprint must be want)
-// and the associated data ad.
-func decrypt(stored []byte, want string, key *EncryptionKey, ad []byte, what string) ([]byte, error) {
+// decrypt opens nonce||ciphertext with key (whose fingerprint must be want),
+// authenticating owner as the associated data; a nil owner is the old
+// unbound format, sealed without any.
+func decrypt(stored []byte, want string, key *EncryptionKey, owner *Binding, what string) ([]byte, error) {
 	if key == nil {
 		return nil, fmt.Errorf("%s is encrypted (key %s) but no encryption key is configured", what, want)
 	}
@@ -231,11 +224,19 @@ func decrypt(stored []byte, want string, key *EncryptionKey, ad []byte, what str
 	if len(stored) < aead.NonceSize() {
 		return nil, &CorruptError{What: what, Reason: "encrypted data shorter than its nonce"}
 	}
-	plain, err := aead.Open(nil, stored[:aead.NonceSize()], stored[aead.NonceSize():], ad)
-	if err != nil {
-		return nil, &CorruptError{What: what, Reason: reasonAuthFailed}
+	var ad []byte
+	if owner != nil {
+		ad = owner.associatedData()
 	}
-	return plain, nil
+	plain, err := aead.Open(nil, stored[:aead.NonceSize()], stored[aead.NonceSize():], ad)
+	switch {
+	case err == nil:
+		return plain, nil
+	case owner == nil:
+		return nil, &CorruptError{What: what, Reason: "authenticated decryption failed"}
+	default:
+		return nil, &CorruptError{What: what, Reason: fmt.Sprintf("authenticated decryption failed: the data was not sealed for %s (copied from another Stack, workspace, version or plan?) or is damaged; restore this object from its own backup", *owner)}
+	}
 }
 
 func newAEAD(key *EncryptionKey) (cipher.AEAD, error) {

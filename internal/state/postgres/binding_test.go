@@ -2,10 +2,6 @@ package postgres_test
 
 import (
 	"bytes"
-	"compress/gzip"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"errors"
 	"strings"
 	"testing"
@@ -17,40 +13,13 @@ import (
 	"github.com/terrace-dev/terrace/internal/state/storetest"
 )
 
-// rawKey returns a key and its bytes, so a test can seal the way Terrace
-// did before blobs were bound to their owner.
-func rawKey(t *testing.T) ([]byte, *state.EncryptionKey) {
-	t.Helper()
-	raw := make([]byte, 32)
-	_, _ = rand.Read(raw)
-	k, err := state.ParseEncryptionKey(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw, k
-}
-
-// sealUnbound is the first sealed format: gzip, AES-256-GCM, no associated data.
-func sealUnbound(t *testing.T, plain, raw []byte, k *state.EncryptionKey) ([]byte, string) {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	_, _ = zw.Write(plain)
-	_ = zw.Close()
-	block, _ := aes.NewCipher(raw)
-	aead, _ := cipher.NewGCM(block)
-	nonce := make([]byte, aead.NonceSize())
-	_, _ = rand.Read(nonce)
-	return aead.Seal(nonce, nonce, buf.Bytes(), nil), "gzip+aes256gcm:" + k.Fingerprint()
-}
-
 // The attack on the database: the encrypted row of Stack A's state is
 // copied over Stack B's current version (with A's digest and size, so
 // every plain check passes). B's state no longer opens, with an error
 // that says the data was not sealed for it; A is untouched, and putting
 // B's own row back recovers B.
 func TestStateRowCopiedToAnotherStackFailsToOpen(t *testing.T) {
-	_, key := rawKey(t)
+	key := newKey(t)
 	s := open(t, postgres.Options{Keys: state.StaticKey(key)})
 	ns := uniqueNamespace()
 	a := state.Key{Namespace: ns, Stack: "a", Workspace: "default"}
@@ -110,7 +79,7 @@ func TestStateRowCopiedToAnotherStackFailsToOpen(t *testing.T) {
 // A state written before binding existed still reads, and the next write
 // stores the new version bound.
 func TestUnboundStateStillReadsAndIsRewrittenBound(t *testing.T) {
-	raw, key := rawKey(t)
+	raw, key := storetest.RawKey(t)
 	s := open(t, postgres.Options{Keys: state.StaticKey(key)})
 	k := state.Key{Namespace: uniqueNamespace(), Stack: "old", Workspace: "default"}
 	if _, err := s.Put(ctx(t), k, storetest.StateJSON("lineage-o", 1, 1, 64), state.PutOptions{}); err != nil {
@@ -122,7 +91,7 @@ func TestUnboundStateStillReadsAndIsRewrittenBound(t *testing.T) {
 	}
 	defer pool.Close()
 	old := storetest.StateJSON("lineage-o", 1, 1, 64)
-	sealed, encoding := sealUnbound(t, old, raw, key)
+	sealed, encoding := storetest.SealUnbound(t, old, raw)
 	if _, err := pool.Exec(ctx(t), `UPDATE terrace_state_versions SET encoding=$4, data=$5, digest=$6, size=$7 WHERE namespace=$1 AND stack=$2 AND workspace=$3`,
 		k.Namespace, k.Stack, k.Workspace, encoding, sealed, state.Digest(old), int64(len(old))); err != nil {
 		t.Fatal(err)

@@ -2,10 +2,6 @@ package secrets_test
 
 import (
 	"bytes"
-	"compress/gzip"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -77,12 +73,7 @@ func TestStateChunksOfAnotherStackFailToOpen(t *testing.T) {
 // readable in the history.
 func TestUnboundStateStillReadsAndIsRewrittenBound(t *testing.T) {
 	ns := env.Namespace(t)
-	raw := make([]byte, 32)
-	_, _ = rand.Read(raw)
-	key, err := state.ParseEncryptionKey(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, key := storetest.RawKey(t)
 	s := secrets.New(env.Client, secrets.Options{Keys: state.StaticKey(key)})
 	k := state.Key{Namespace: ns, Stack: "old", Workspace: "default"}
 	old := storetest.StateJSON("lineage-o", 1, 1, 1000)
@@ -90,15 +81,7 @@ func TestUnboundStateStillReadsAndIsRewrittenBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Replace version 1's blob with the same state sealed the old way.
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	_, _ = zw.Write(old)
-	_ = zw.Close()
-	block, _ := aes.NewCipher(raw)
-	aead, _ := cipher.NewGCM(block)
-	nonce := make([]byte, aead.NonceSize())
-	_, _ = rand.Read(nonce)
-	sealed := aead.Seal(nonce, nonce, gz.Bytes(), nil)
+	sealed, encoding := storetest.SealUnbound(t, old, raw)
 	chunk := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secrets.ObjectName("terrace-state", "old", "default", "legacy-0"),
 		Labels:      map[string]string{secrets.LabelManagedBy: secrets.ManagedByTerrace, secrets.LabelKind: secrets.KindStateChunk, secrets.LabelStack: "old", secrets.LabelWorkspace: "default"},
 		Annotations: map[string]string{secrets.AnnotationStack: "old", secrets.AnnotationWorkspace: "default"}},
@@ -109,7 +92,7 @@ func TestUnboundStateStillReadsAndIsRewrittenBound(t *testing.T) {
 	var index map[string]any
 	_ = json.Unmarshal(indexSecret(t, k).Data["index"], &index)
 	v1 := index["versions"].([]any)[0].(map[string]any)
-	v1["blob"] = map[string]any{"encoding": "gzip+aes256gcm:" + key.Fingerprint(), "sealedDigest": state.Digest(sealed), "sealedSize": len(sealed),
+	v1["blob"] = map[string]any{"encoding": encoding, "sealedDigest": state.Digest(sealed), "sealedSize": len(sealed),
 		"chunks": []any{map[string]any{"name": chunk.Name, "digest": state.Digest(sealed), "size": len(sealed)}}}
 	rawIndex, _ := json.Marshal(index)
 	setIndex(t, k, rawIndex)
