@@ -156,7 +156,23 @@ func NewSourceClient(allowed *HostAllowlist, userAgent string) *http.Client {
 	if allowed == nil {
 		allowed = &HostAllowlist{} // allows nothing
 	}
+	return newDownloadClient(nil, allowed, userAgent)
+}
+
+// NewExternalClient returns the client a runner downloads a Stack's
+// spec.source.url with, from its pod's network position: the system's
+// CAs, the pod's proxy settings, no client certificate, timeouts on every
+// phase and at most a few redirects.
+func NewExternalClient(userAgent string) *http.Client {
+	return newDownloadClient(http.ProxyFromEnvironment, nil, userAgent)
+}
+
+// newDownloadClient is a client with a timeout on every phase and at most
+// maxRedirects redirects; with allowed, only its hosts are connected to,
+// at the first request and at each redirect.
+func newDownloadClient(proxy func(*http.Request) (*url.URL, error), allowed *HostAllowlist, userAgent string) *http.Client {
 	base := &http.Transport{
+		Proxy:                 proxy,
 		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   dialTimeout,
 		ResponseHeaderTimeout: responseHeaderTimeout,
@@ -170,33 +186,8 @@ func NewSourceClient(allowed *HostAllowlist, userAgent string) *http.Client {
 			if len(via) >= maxRedirects {
 				return fmt.Errorf("stopped after %d redirects", maxRedirects)
 			}
-			if !allowed.Allows(req.URL) {
+			if allowed != nil && !allowed.Allows(req.URL) {
 				return &HostNotAllowedError{Host: req.URL.Host}
-			}
-			return nil
-		},
-	}
-}
-
-// NewExternalClient returns the client a runner downloads a Stack's
-// spec.source.url with, from its pod's network position: the system's
-// CAs, the pod's proxy settings, no client certificate, timeouts on every
-// phase and at most a few redirects.
-func NewExternalClient(userAgent string) *http.Client {
-	base := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   dialTimeout,
-		ResponseHeaderTimeout: responseHeaderTimeout,
-		MaxIdleConns:          4,
-		IdleConnTimeout:       90 * time.Second,
-	}
-	return &http.Client{
-		Transport: &guardedTransport{base: base, userAgent: userAgent},
-		Timeout:   fetchTimeout,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= maxRedirects {
-				return fmt.Errorf("stopped after %d redirects", maxRedirects)
 			}
 			return nil
 		},

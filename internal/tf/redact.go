@@ -34,13 +34,21 @@ func NewRedactor() *Redactor {
 // string, json.Number or float64, bool, []any, map[string]any): strings of
 // any length, numbers and booleans. Values from Secrets come this way.
 func (r *Redactor) AddValue(v any) {
+	r.learnLeaves(v, func(any) bool { return true })
+}
+
+// learnLeaves learns the scalars of v that keep accepts, and rebuilds the
+// replacer if any was new.
+func (r *Redactor) learnLeaves(v any, keep func(leaf any) bool) {
 	var leaves []any
 	collectScalars(v, &leaves)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
 	for _, leaf := range leaves {
-		changed = r.values.learn(leaf) || changed
+		if keep(leaf) {
+			changed = r.values.learn(leaf) || changed
+		}
 	}
 	if changed {
 		r.rebuild()
@@ -100,19 +108,10 @@ func (r *Redactor) Add(secrets ...string) {
 // not learnt as tokens: unlike values from Secrets, marked values include
 // whole provider attributes full of ordinary flags and counts.
 func (r *Redactor) learnMarked(v any) {
-	var leaves []any
-	collectScalars(v, &leaves)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	changed := false
-	for _, leaf := range leaves {
-		if s, ok := leaf.(string); ok && len(strings.TrimSpace(s)) >= minSecretLength {
-			changed = r.values.learn(s) || changed
-		}
-	}
-	if changed {
-		r.rebuild()
-	}
+	r.learnLeaves(v, func(leaf any) bool {
+		s, ok := leaf.(string)
+		return ok && len(strings.TrimSpace(s)) >= minSecretLength
+	})
 }
 
 // jsonForms are s as it appears inside JSON strings, with and without

@@ -106,11 +106,10 @@ func (e *Executor) prepareVariables(vars Variables) ([]string, func(), error) {
 	return files, cleanup, nil
 }
 
+// learnJSON teaches the redactor a sensitive JSON value; text that is not
+// JSON is ignored (Redactor.AddJSON would learn it as a string).
 func (e *Executor) learnJSON(raw []byte) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err == nil {
+	if v, err := decodeJSON(raw); err == nil {
 		e.redactor.AddValue(v)
 	}
 }

@@ -255,10 +255,9 @@ func (r *Reconciler) loadSource(ctx context.Context, s *scope, cl *runner.Client
 // fluxFetchUserAgent names the controller to source-controller.
 const fluxFetchUserAgent = "terrace-controller"
 
+// uploadFluxArtifact streams a Flux artifact to the runner. Its host was
+// checked by resolveFluxSource, and the source client refuses any other.
 func (r *Reconciler) uploadFluxArtifact(ctx context.Context, s *scope, cl *runner.Client) error {
-	if err := r.checkArtifactHost(s.source.description, s.source.url); err != nil {
-		return err
-	}
 	httpClient := artifact.NewSourceClient(r.Options.SourceArtifactHosts, fluxFetchUserAgent)
 	defer httpClient.CloseIdleConnections()
 	// Cancelling the upload ends the runner's side when the download fails.

@@ -100,8 +100,12 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 // (a Secret read directly, never cached) that the Stack's runner
 // ServiceAccount may read (checkVarsAccess).
 func (r *Reconciler) readVarsObject(ctx context.Context, s *scope, i int, ref terracev1.VarsReference) (map[string][]byte, string, error) {
-	if err := r.checkVarsAccess(ctx, s, i, ref); err != nil {
+	bound, err := r.checkVarsAccess(ctx, s, i, ref)
+	if err != nil {
 		return nil, "", err
+	}
+	if bound != nil {
+		return bound.Data, bound.ResourceVersion, nil
 	}
 	key := types.NamespacedName{Namespace: s.stack.Namespace, Name: ref.Name}
 	if ref.Kind == "Secret" {

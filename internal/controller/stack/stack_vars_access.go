@@ -45,29 +45,30 @@ const valuesBindingRecheck = 2 * time.Second
 // The one exception is an installation's values Secret that Terrace bound
 // to this very Stack (ownership.ComponentValues, controller reference to the
 // Stack's UID): whoever created the installation was authorized to write it.
-func (r *Reconciler) checkVarsAccess(ctx context.Context, s *scope, i int, ref terracev1.VarsReference) error {
+// That Secret, read for the check, is returned so it is not read twice.
+func (r *Reconciler) checkVarsAccess(ctx context.Context, s *scope, i int, ref terracev1.VarsReference) (*corev1.Secret, error) {
 	ns, sa := s.stack.Namespace, runnerServiceAccount(s)
 	allowed, err := r.serviceAccountMayGet(ctx, ns, sa, ref.Kind, ref.Name)
 	if err != nil || allowed {
-		return err
+		return nil, err
 	}
 	if ref.Kind == "Secret" {
 		sec := &corev1.Secret{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, sec)
 		switch {
 		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("failed to read spec.varsFrom[%d] Secret %s: %w", i, ref.Name, err)
+			return nil, fmt.Errorf("failed to read spec.varsFrom[%d] Secret %s: %w", i, ref.Name, err)
 		case err == nil && ownership.Owns(sec, s.stack, ownership.ComponentValues):
-			return nil
+			return sec, nil
 		case err == nil && ownership.Marked(sec, ownership.ComponentValues) && metav1.GetControllerOfNoCopy(sec) == nil:
-			return reconcile.Waiting(VarsSourcePendingReason, valuesBindingRecheck,
+			return nil, reconcile.Waiting(VarsSourcePendingReason, valuesBindingRecheck,
 				fmt.Errorf("spec.varsFrom[%d]: values Secret %s is not bound to a Stack yet; if this lasts, create the installation again", i, ref.Name))
 		}
 	}
 	// The same answer whether or not the object exists: a Stack author
 	// learns nothing about objects the ServiceAccount may not read.
 	resource := strings.ToLower(ref.Kind) + "s"
-	return reconcile.Terminalf(VarsSourceForbiddenReason,
+	return nil, reconcile.Terminalf(VarsSourceForbiddenReason,
 		"spec.varsFrom[%d]: ServiceAccount %s, which the Stack's runner runs as, may not get %s %s/%s, so Terrace does not read it: "+
 			"grant it with a Role and RoleBinding (kubectl -n %s create role read-%s --verb=get --resource=%s --resource-name=%s; "+
 			"kubectl -n %s create rolebinding read-%s --role=read-%s --serviceaccount=%s:%s) or name an object it may read",
