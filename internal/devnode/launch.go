@@ -5,14 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // A container of a pulled image runs without chroot or namespaces, which
@@ -199,28 +199,8 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 	if err != nil {
 		return nil, err
 	}
-	base = append(base,
-		envVar{"PATH", path},
-		envVar{"HOME", home}, // the image's, moved into root, else root/root
-		envVar{"TMPDIR", filepath.Join(paths.root, "tmp")},
-		envVar{"HOSTNAME", pod.Name},
-		envVar{EnvPodIP, w.podIP()},
-		envVar{EnvPodName, pod.Name},
-		envVar{EnvPodNamespace, pod.Namespace},
-		envVar{EnvPodRoot, paths.root},
-		envVar{"KUBERNETES_SERVICE_HOST", w.node.apiHost},
-		envVar{"KUBERNETES_SERVICE_PORT", w.node.apiPort},
-		envVar{"KUBERNETES_SERVICE_PORT_HTTPS", w.node.apiPort},
-	)
-	if mountsServiceAccount(c) {
-		kubeconfig, err := writePodKubeconfig(paths, w.node.apiURL)
-		if err != nil {
-			return nil, err
-		}
-		base = append(base, envVar{"KUBECONFIG", kubeconfig})
-	}
-	for _, e := range w.node.opts.Env {
-		base = append(base, envVar{e.Name, e.Value})
+	if base, err = w.nodeEnv(pod, c, paths, base, path, home); err != nil {
+		return nil, err
 	}
 	vars, err := resolveEnv(ctx, newObjectSource(w.node.client, pod.Namespace), pod, c, w.podIP(), base)
 	if err != nil {
@@ -264,15 +244,8 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 		if workingDir == "" {
 			workingDir = img.config.WorkingDir
 		}
-		spec.lookup = func(argv0 string) (string, error) { return lookPath(paths.root, argv0, path) }
-	} else {
-		spec.lookup = func(argv0 string) (string, error) {
-			if !isTerraceCommand(argv0) {
-				return "", fmt.Errorf("%s is not the terrace binary", argv0)
-			}
-			return w.node.opts.Binary, nil
-		}
 	}
+	spec.lookup = w.programLookup(img, paths.root, path)
 	if spec.exe, err = spec.lookup(argv0); err != nil {
 		return nil, fmt.Errorf("container %q: %w", c.Name, err)
 	}
@@ -283,6 +256,51 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 		}
 	}
 	return spec, nil
+}
+
+// nodeEnv appends what devnode gives every process to env (the image's):
+// PATH and HOME (host paths already), the pod's identity, the API server,
+// KUBECONFIG when the service account is mounted, and the node's own Env.
+func (w *podWorker) nodeEnv(pod *corev1.Pod, c *corev1.Container, paths containerPaths, env []envVar, path, home string) ([]envVar, error) {
+	env = append(env,
+		envVar{"PATH", path},
+		envVar{"HOME", home}, // the image's, moved into root, else root/root
+		envVar{"TMPDIR", filepath.Join(paths.root, "tmp")},
+		envVar{"HOSTNAME", pod.Name},
+		envVar{EnvPodIP, w.podIP()},
+		envVar{EnvPodName, pod.Name},
+		envVar{EnvPodNamespace, pod.Namespace},
+		envVar{EnvPodRoot, paths.root},
+		envVar{"KUBERNETES_SERVICE_HOST", w.node.apiHost},
+		envVar{"KUBERNETES_SERVICE_PORT", w.node.apiPort},
+		envVar{"KUBERNETES_SERVICE_PORT_HTTPS", w.node.apiPort},
+	)
+	if mountsServiceAccount(c) {
+		kubeconfig, err := writePodKubeconfig(paths, w.node.apiURL)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, envVar{"KUBECONFIG", kubeconfig})
+	}
+	for _, e := range w.node.opts.Env {
+		env = append(env, envVar{e.Name, e.Value})
+	}
+	return env, nil
+}
+
+// programLookup finds a container's programs (its entrypoint, an exec
+// probe's command): in the image under root, on its PATH, or, in
+// host-binary mode, only the terrace binary.
+func (w *podWorker) programLookup(img *pulledImage, root, path string) func(argv0 string) (string, error) {
+	if img != nil {
+		return func(argv0 string) (string, error) { return lookPath(root, argv0, path) }
+	}
+	return func(argv0 string) (string, error) {
+		if !isTerraceCommand(argv0) {
+			return "", fmt.Errorf("%s is not the terrace binary", argv0)
+		}
+		return w.node.opts.Binary, nil
+	}
 }
 
 func mountsServiceAccount(c *corev1.Container) bool {

@@ -2,11 +2,9 @@ package stackview
 
 import "regexp"
 
-// shortDigestHex is how many hex digits of a digest a listing shows, as
-// Flux does (main@sha1:e3f62017): enough to tell revisions apart by eye.
-const shortDigestHex = 8
-
-// digestPattern matches a sha256 or sha1 digest anywhere in a text.
+// digestPattern matches a sha256 or sha1 digest anywhere in a text, keeping
+// its first 8 hex digits as Flux does (main@sha1:e3f62017): enough to tell
+// revisions apart by eye.
 var digestPattern = regexp.MustCompile(`\b(sha256|sha1):([0-9a-f]{8})[0-9a-f]{24,56}\b`)
 
 // ShortRevision shortens every digest in s to its first 8 hex digits:

@@ -289,20 +289,7 @@ func TestManifestRBACRunsAStack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
-		Dir:           t.TempDir(),
-		TerraceBinary: terraceBinary,
-		NodeName:      "deploy-devnode",
-		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-	})
-	if err != nil {
-		t.Fatalf("failed to start the dev cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := dev.Stop(); err != nil {
-			t.Errorf("failed to stop the dev cluster: %v", err)
-		}
-	})
+	dev := startOwnDev(ctx, t, "deploy-devnode")
 	admin := dev.Cluster.Config
 
 	// Everything but the Deployment for real (it would run a second
@@ -473,6 +460,27 @@ output "note" { value = terraform_data.note.output }
 	}
 }
 
+// startOwnDev starts a dev cluster for one test, with the CRDs installed
+// and the dev image in its registry, and stops it when the test ends.
+func startOwnDev(ctx context.Context, t *testing.T, nodeName string) *devcluster.Dev {
+	t.Helper()
+	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
+		Dir:           t.TempDir(),
+		TerraceBinary: terraceBinary,
+		NodeName:      nodeName,
+		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
+	})
+	if err != nil {
+		t.Fatalf("failed to start the dev cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := dev.Stop(); err != nil {
+			t.Errorf("failed to stop the dev cluster: %v", err)
+		}
+	})
+	return dev
+}
+
 // dryRunCreate has the API server validate and admit the Deployment, and a
 // pod of its template (the namespace enforces the restricted Pod Security
 // level), without running them.
@@ -600,20 +608,7 @@ func runControllerFromImage(t *testing.T, objects []*unstructured.Unstructured, 
 	ns := controller.Namespace
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
-		Dir:           t.TempDir(),
-		TerraceBinary: terraceBinary,
-		NodeName:      "deploy-image-devnode",
-		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-	})
-	if err != nil {
-		t.Fatalf("failed to start the dev cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := dev.Stop(); err != nil {
-			t.Errorf("failed to stop the dev cluster: %v", err)
-		}
-	})
+	dev := startOwnDev(ctx, t, "deploy-image-devnode")
 	admin := dev.Cluster.Config
 	cs := kubernetes.NewForConfigOrDie(admin)
 	c, err := client.New(admin, client.Options{Scheme: scheme.New()})
