@@ -447,13 +447,7 @@ func TestNamespaceConfigCannotPointTheControllerAtAnyPostgres(t *testing.T) {
 		})
 	}
 
-	other := newStackEnv(t)
-	other.program(t, "files", map[string]string{"main.tf": `resource "terraform_data" "x" { input = "x" }`})
-	other.create(t, &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "fine"}, Spec: terracev1.StackSpec{
-		Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "files"}},
-		ApprovePlan: terracev1.ApprovePlanAuto,
-	}})
-	other.waitStack(t, "fine", stackTimeout, "another namespace Ready", readyAt)
+	assertStillServing(t)
 	if n := accepted.Load(); n != 0 {
 		t.Fatalf("the controller connected %d times to refused servers", n)
 	}
