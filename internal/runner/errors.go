@@ -41,6 +41,9 @@ const (
 	ReasonFetchFailed = "FETCH_FAILED"
 	// ReasonInterrupted: the call was cancelled and tofu interrupted.
 	ReasonInterrupted = "INTERRUPTED"
+	// ReasonStateLocked: tofu could not take the state lock, which another
+	// run holds (Aborted); it passes when that run ends.
+	ReasonStateLocked = "STATE_LOCKED"
 	// ReasonUndeclaredVariable: the variables set a name the module does not
 	// declare, and it matters: a YAML-boolean key, or tofu missed a required
 	// value (InvalidArgument).
@@ -79,6 +82,8 @@ func (s *Server) toStatus(err error) error {
 		return statusError(codes.DeadlineExceeded, ReasonInterrupted, msg)
 	case errors.Is(err, tf.ErrUndeclaredVariable):
 		return statusError(codes.InvalidArgument, ReasonUndeclaredVariable, msg)
+	case errors.As(err, &cmdErr) && cmdErr.StateLocked():
+		return statusError(codes.Aborted, ReasonStateLocked, msg)
 	case errors.As(err, &cmdErr):
 		return statusError(codes.Unknown, ReasonCommandFailed, msg)
 	case errors.Is(err, tf.ErrNotInitialized), errors.Is(err, tf.ErrNoSource):

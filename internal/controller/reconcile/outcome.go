@@ -47,6 +47,22 @@ func Waiting(reason string, after time.Duration, err error) error {
 func (e *WaitingError) Error() string { return e.Err.Error() }
 func (e *WaitingError) Unwrap() error { return e.Err }
 
+// AwaitingError means the object waits on a person (a plan to approve):
+// settled for this generation, not Ready, and neither Reconciling nor
+// Stalled. Nothing is retried; the person's change wakes the object.
+type AwaitingError struct {
+	Reason string
+	Err    error
+}
+
+// Awaiting wraps a message as an AwaitingError.
+func Awaiting(reason, format string, args ...any) error {
+	return &AwaitingError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+func (e *AwaitingError) Error() string { return e.Err.Error() }
+func (e *AwaitingError) Unwrap() error { return e.Err }
+
 // Outcome is what a reconcile ends with.
 type Outcome struct {
 	// Result and Err are returned from Reconcile.
@@ -63,7 +79,10 @@ type Outcome struct {
 //   - nil: Ready=True with readyReason and readyMessage; final; requeue
 //     after interval (0 for none).
 //   - *TerminalError: Stalled=True and Ready=False with its reason and
-//     message; final; no error, no requeue.
+//     message; final; no error; requeue after interval (the world may
+//     change under an unchanged object).
+//   - *AwaitingError: Ready=False with its reason; Reconciling and Stalled
+//     removed; final; no requeue.
 //   - *WaitingError: Ready=False and Reconciling=True with its reason;
 //     requeue after its delay; no error.
 //   - anything else: transient; Ready=False ReconciliationFailed and
@@ -72,12 +91,18 @@ type Outcome struct {
 func Summarize(obj Object, err error, readyReason, readyMessage string, interval time.Duration) Outcome {
 	var terminal *TerminalError
 	var waiting *WaitingError
+	var awaiting *AwaitingError
 	switch {
 	case err == nil:
 		MarkReady(obj, readyReason, "%s", readyMessage)
 		return Outcome{Result: ctrl.Result{RequeueAfter: interval}, Final: true}
 	case errors.As(err, &terminal):
 		MarkStalled(obj, terminal.Reason, "%s", terminal.Err.Error())
+		return Outcome{Result: ctrl.Result{RequeueAfter: interval}, Final: true}
+	case errors.As(err, &awaiting):
+		MarkFalse(obj, terracev1.ReadyCondition, awaiting.Reason, "%s", awaiting.Err.Error())
+		Delete(obj, terracev1.ReconcilingCondition)
+		Delete(obj, terracev1.StalledCondition)
 		return Outcome{Final: true}
 	case errors.As(err, &waiting):
 		Delete(obj, terracev1.StalledCondition)

@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -40,7 +42,8 @@ func TestSummarize(t *testing.T) {
 		readyMessageContains        string
 	}{
 		{name: "success", err: nil, ready: "True/ArtifactReady", reconciling: "-", stalled: "-", final: true, requeueAfter: time.Hour, readyMessageContains: "all good"},
-		{name: "terminal", err: fmt.Errorf("failed to validate: %w", Terminalf("InvalidProgram", "main.tf:1:1: bad")), ready: "False/InvalidProgram", reconciling: "-", stalled: "True/InvalidProgram", final: true, readyMessageContains: "main.tf:1:1: bad"},
+		{name: "terminal", err: fmt.Errorf("failed to validate: %w", Terminalf("InvalidProgram", "main.tf:1:1: bad")), ready: "False/InvalidProgram", reconciling: "-", stalled: "True/InvalidProgram", final: true, requeueAfter: time.Hour, readyMessageContains: "main.tf:1:1: bad"},
+		{name: "awaiting a person", err: Awaiting("AwaitingApproval", "plan p1 awaits approval"), ready: "False/AwaitingApproval", reconciling: "-", stalled: "-", final: true, readyMessageContains: "plan p1"},
 		{name: "waiting", err: Waiting("DependencyNotReady", 30*time.Second, errors.New("stack a is not ready")), ready: "False/DependencyNotReady", reconciling: "True/DependencyNotReady", stalled: "-", requeueAfter: 30 * time.Second, readyMessageContains: "stack a"},
 		{name: "transient", err: errors.New("conflict"), ready: "False/ReconciliationFailed", reconciling: "True/ProgressingWithRetry", stalled: "-", returnsErr: true, readyMessageContains: "conflict"},
 	} {
@@ -199,5 +202,64 @@ func TestStatusPatcherKeepsOthersConditions(t *testing.T) {
 	}
 	if got.ResourceVersion != rv {
 		t.Fatalf("an empty patch was sent: resourceVersion %s → %s", rv, got.ResourceVersion)
+	}
+}
+
+// A write between this reconcile's read and its patch is neither lost nor
+// silently overwritten: the patch carries the resourceVersion it was made
+// against, and after the conflict the same changes are laid over the
+// latest object.
+func TestStatusPatcherLocksAndRemergesAfterAConflict(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := terracev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	obj := program(1)
+	var patches, conflicts int
+	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).WithStatusSubresource(obj).Build()
+	c := interceptor.NewClient(base, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			patches++
+			err := cl.SubResource(sub).Patch(ctx, o, p, opts...)
+			if apierrors.IsConflict(err) {
+				conflicts++
+			}
+			return err
+		},
+	})
+	ctx := context.Background()
+	mine := &terracev1.Program{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), mine); err != nil {
+		t.Fatal(err)
+	}
+	patcher := NewStatusPatcher(c, mine)
+
+	// Someone else writes the status after our read: an artifact and a
+	// condition of their own.
+	theirs := mine.DeepCopy()
+	theirs.Status.Artifact = &terracev1.Artifact{URL: "https://theirs", Revision: "r9"}
+	meta.SetStatusCondition(&theirs.Status.Conditions, metav1.Condition{Type: "Audited", Status: metav1.ConditionTrue, Reason: "Ok"})
+	if err := base.Status().Update(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+
+	MarkReady(mine, "ArtifactReady", "ready")
+	mine.Status.ObservedGeneration = 1
+	if err := patcher.Patch(ctx, mine, KstatusConditions...); err != nil {
+		t.Fatal(err)
+	}
+	if conflicts != 1 || patches != 2 {
+		t.Fatalf("%d patches with %d conflicts, want the first refused by the lock and one retry", patches, conflicts)
+	}
+	got := &terracev1.Program{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatal(err)
+	}
+	if !IsTrue(got, terracev1.ReadyCondition) || !IsTrue(got, "Audited") || got.Status.ObservedGeneration != 1 ||
+		got.Status.Artifact == nil || got.Status.Artifact.URL != "https://theirs" {
+		t.Fatalf("status after the re-merged patch: %+v", got.Status)
+	}
+	if mine.ResourceVersion != got.ResourceVersion || mine.Status.Artifact == nil {
+		t.Fatalf("the patched object does not hold what the server stored: rv %s vs %s", mine.ResourceVersion, got.ResourceVersion)
 	}
 }

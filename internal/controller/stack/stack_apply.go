@@ -1,44 +1,75 @@
 package stack
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
-	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
-// apply applies a saved plan, then records outputs and the release. A
-// failed apply is recorded as a failed release and retried with backoff.
-func (r *Reconciler) apply(ctx context.Context, s *scope, cl *runner.Client, stores *storeSet, logf runner.LogFunc, planID string, summary *runnerv1.PlanSummary, started time.Time) error {
-	rel := release.Release{
-		Namespace: s.stack.Namespace, Stack: s.stack.Name,
-		SourceRevision: s.source.revision, PlanID: planID, StartedAt: started,
-		ToolVersion: s.observed.tool.version, RunnerImage: s.observed.tool.image,
-		Plan: release.PlanSummary{Add: int(summary.GetAdd()), Change: int(summary.GetChange()), Destroy: int(summary.GetDestroy())},
+// planRecord is a saved plan about to be applied.
+type planRecord struct {
+	id      string
+	summary *runnerv1.PlanSummary
+	started time.Time
+}
+
+// applyApproved is the step of apply runs: the stored, approved plan is
+// restored in this (new) runner and applied exactly.
+func (r *Reconciler) applyApproved(ctx context.Context, s *scope) error {
+	planID := pendingPlan(s)
+	stores := s.run.stores
+	stored, err := stores.Plans.GetPlan(ctx, planKey(s.stack, planID))
+	if errors.Is(err, state.ErrNotFound) {
+		s.observed.lostPlan = planID
+		return reconcile.Terminalf(PlanNoLongerValidReason, "plan %s is no longer stored; a new plan will be made on the next change or terrace.dev/requestedAt", planID)
 	}
-	rel.SecretInputs = s.inputs.secretValues()
-	if err := cl.SetSensitiveVariables(ctx, s.inputs.sensitiveNames()); err != nil {
+	if err != nil {
+		return fmt.Errorf("failed to read plan %s: %w", planID, err)
+	}
+	if err := s.run.client.UploadPlan(ctx, planID, stored.Digest, bytes.NewReader(stored.Binary)); err != nil {
+		return classify(s.run.session, err, ApplyFailedReason, "failed to restore the plan in the runner")
+	}
+	summary := &runnerv1.PlanSummary{}
+	if p := s.recorded().Plan; p != nil {
+		summary = &runnerv1.PlanSummary{Add: p.Add, Change: p.Change, Destroy: p.Destroy}
+	}
+	if err := r.apply(ctx, s, planRecord{id: planID, summary: summary, started: r.now()}); err != nil {
+		return err
+	}
+	return stores.Plans.DeletePlan(ctx, planKey(s.stack, planID))
+}
+
+// apply applies a saved plan, then writes the outputs and records the
+// release. A failed apply is recorded as a failed release and retried.
+func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
+	run := s.run
+	rel := r.newRelease(s, p)
+	if err := run.client.SetSensitiveVariables(ctx, s.inputs.sensitiveNames()); err != nil {
 		return fmt.Errorf("failed to tell the runner which variables came from Secrets: %w", err)
 	}
-	if err := cl.Apply(ctx, planID, logf); err != nil {
+	if err := run.client.Apply(ctx, p.id, run.logf); err != nil {
 		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
 		rel.Message = "apply failed; see the Stack's Ready condition"
-		if _, recErr := stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
+		if _, recErr := run.stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
 			s.observed.release = &rel
 		}
-		return fmt.Errorf("apply of %s failed: %w", planID, err)
+		// Retried with backoff whatever tofu said: an apply fails half-way
+		// for reasons that pass (a cloud API's limits), and the next
+		// plan starts from the state it left.
+		return fmt.Errorf("apply of %s failed: %w", p.id, err)
 	}
-	outputs, err := cl.Outputs(ctx)
+	outputs, err := run.client.Outputs(ctx)
 	if err != nil {
-		return fmt.Errorf("failed to read outputs after applying %s: %w", planID, err)
+		return fmt.Errorf("failed to read outputs after applying %s: %w", p.id, err)
 	}
 	if err := r.writeOutputs(ctx, s, outputs); err != nil {
 		return err
@@ -52,21 +83,25 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, cl *runner.Client, sto
 		names[i] = o.Name
 	}
 	rel.Status, rel.FinishedAt = release.StatusDeployed, r.now()
-	recorded, err := stores.History.Record(ctx, rel)
+	recorded, err := run.stores.History.Record(ctx, rel)
 	if err != nil {
 		return fmt.Errorf("failed to record the release: %w", err)
 	}
-	st := &s.stack.Status
-	st.Outputs = names
-	st.LastAppliedRevision = s.source.revision
-	st.LastAppliedInputsDigest = s.inputs.digest
-	if st.Plan != nil {
-		st.Plan.Pending = ""
-	}
-	s.observed.applied = true
+	s.observed.applied = &applyObservation{outputs: names}
 	s.observed.release = recorded
-	r.event(s.stack, "Normal", AppliedReason, "applied %s (%s): release %d", planID, summaryText(summary), recorded.Revision)
+	r.event(s.stack, "Normal", AppliedReason, "applied %s (%s): release %d", p.id, summaryText(p.summary), recorded.Revision)
 	return nil
+}
+
+// newRelease is the release record of applying p, before the apply.
+func (r *Reconciler) newRelease(s *scope, p planRecord) release.Release {
+	return release.Release{
+		Namespace: s.stack.Namespace, Stack: s.stack.Name,
+		SourceRevision: s.source.revision, PlanID: p.id, StartedAt: p.started,
+		ToolVersion: s.observed.tool.version, RunnerImage: s.observed.tool.image,
+		Plan:         release.PlanSummary{Add: int(p.summary.GetAdd()), Change: int(p.summary.GetChange()), Destroy: int(p.summary.GetDestroy())},
+		SecretInputs: s.inputs.secretValues(),
+	}
 }
 
 func mergeMaps(base, extra, forced map[string]string) map[string]string {
@@ -80,28 +115,4 @@ func mergeMaps(base, extra, forced map[string]string) map[string]string {
 		base[k] = v
 	}
 	return base
-}
-
-func summaryText(sum *runnerv1.PlanSummary) string {
-	return fmt.Sprintf("+%d ~%d -%d", sum.GetAdd(), sum.GetChange(), sum.GetDestroy())
-}
-
-// recordPlan copies a plan's summary into status.plan.
-func (s *scope) recordPlan(planID string, p *runner.Plan, at time.Time) {
-	sum := p.GetSummary()
-	created := metav1.NewTime(at)
-	pending := ""
-	if s.stack.Status.Plan != nil {
-		pending = s.stack.Status.Plan.Pending
-	}
-	s.stack.Status.Plan = &terracev1.PlanStatus{
-		ID: planID, Pending: pending, Add: sum.GetAdd(), Change: sum.GetChange(), Destroy: sum.GetDestroy(),
-		Drift: sum.GetDrift(), CreatedAt: &created, InputsDigest: s.inputs.digest,
-	}
-	if pending != "" {
-		// A new plan replaces any plan that was waiting.
-		s.stack.Status.Plan.Pending = ""
-	}
-	s.observed.planned = true
-	s.observed.hasChanges = p.GetHasChanges()
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -65,18 +64,6 @@ type Reconciler struct {
 	sources *sourceWatches
 }
 
-// scope is what the steps of one reconcile share and observe.
-type scope struct {
-	stack    *terracev1.Stack
-	config   config.Effective
-	source   *source
-	inputs   *inputs
-	observed observations
-}
-
-// step is one stage of a reconcile; an error ends the reconcile.
-type step func(ctx context.Context, s *scope) error
-
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks/status,verbs=patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks/finalizers,verbs=update
@@ -86,15 +73,17 @@ type step func(ctx context.Context, s *scope) error
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile moves one Stack towards its desired state.
+// Reconcile moves one Stack towards its desired state. It has the one
+// shape every Terrace reconciler has: read, one deferred summarize and
+// patch, deletion, finalizer, suspend, then the steps in order.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	stack := &terracev1.Stack{}
 	if err := r.Client.Get(ctx, req.NamespacedName, stack); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("stack", klog.KObj(stack)))
-	patcher := reconcile.NewStatusPatcher(r.Client, stack)
-	s := &scope{stack: stack}
+	log := ctrl.LoggerFrom(ctx).WithValues("stack", klog.KObj(stack))
+	ctx = ctrl.LoggerInto(ctx, log)
+	s := &scope{stack: stack, log: log, patcher: reconcile.NewStatusPatcher(r.Client, stack)}
 	started := time.Now()
 
 	defer func() {
@@ -102,24 +91,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		// transient failure (with its stack in the log) and retry.
 		if p := recover(); p != nil {
 			retErr = fmt.Errorf("internal error (panic): %v", p)
-			ctrl.LoggerFrom(ctx).Error(retErr, "reconcile panicked", "stack", string(debug.Stack()))
+			log.Error(retErr, "reconcile panicked", "stack", string(debug.Stack()))
 		}
-		if stack.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(stack, Finalizer) {
-			return // gone, or about to be: nothing to patch
-		}
-		if s.observed.staleCache && retErr == nil {
-			// Nothing was done; look again once the cache has caught up.
-			ctrl.LoggerFrom(ctx).V(1).Info("the cached Stack is behind the API server; looking again before starting a run")
-			result = ctrl.Result{RequeueAfter: staleCacheRetry}
-			return
-		}
-		stepErr := retErr
-		outcome := r.summarize(ctx, s, stepErr)
-		if err := patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
-			outcome.Err = errors.Join(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
-		}
-		recordMetrics(stack, s, stepErr, time.Since(started).Seconds())
-		result, retErr = outcome.Result, outcome.Err
+		result, retErr = r.finish(ctx, s, retErr, time.Since(started))
 	}()
 
 	if !stack.DeletionTimestamp.IsZero() {
@@ -135,19 +109,44 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		s.observed.suspended = true
 		return ctrl.Result{}, nil
 	}
-	for _, st := range []step{
+	return ctrl.Result{}, runSteps(ctx, s,
 		r.checkDependencies,
 		r.resolveSource,
 		r.resolveConfig,
 		r.gatherInputs,
 		r.checkOutputsSecret,
-		r.run,
-	} {
+		r.reconcileRun,
+	)
+}
+
+// runSteps runs steps in order until one fails.
+func runSteps(ctx context.Context, s *scope, steps ...step) error {
+	for _, st := range steps {
 		if err := st(ctx, s); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
-	return ctrl.Result{}, nil
+	return nil
+}
+
+// finish summarizes what the steps observed into the status, patches it
+// and records metrics: the one place a reconcile's outcome is decided.
+func (r *Reconciler) finish(ctx context.Context, s *scope, stepErr error, elapsed time.Duration) (ctrl.Result, error) {
+	stack := s.stack
+	if stack.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(stack, Finalizer) {
+		return ctrl.Result{}, stepErr // gone, or about to be: nothing to patch
+	}
+	if s.observed.staleCache && stepErr == nil {
+		// Nothing was done; look again once the cache has caught up.
+		s.log.V(1).Info("the cached Stack is behind the API server; looking again before starting a run")
+		return ctrl.Result{RequeueAfter: staleCacheRetry}, nil
+	}
+	outcome := r.summarize(ctx, s, stepErr)
+	if err := s.patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
+		outcome.Err = errors.Join(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
+	}
+	recordMetrics(stack, s, stepErr, elapsed.Seconds())
+	return outcome.Result, outcome.Err
 }
 
 func (r *Reconciler) now() time.Time {
@@ -184,14 +183,4 @@ func (r *Reconciler) cacheIsCurrent(ctx context.Context, stack *terracev1.Stack)
 		return false, fmt.Errorf("failed to read the Stack before a run: %w", err)
 	}
 	return live.ResourceVersion == stack.ResourceVersion, nil
-}
-
-// requestedReconcile reports a terrace.dev/requestedAt value not yet handled.
-func requestedReconcile(stack *terracev1.Stack) (string, bool) {
-	v, ok := stack.GetAnnotations()[terracev1.ReconcileRequestAnnotation]
-	return v, ok && v != stack.Status.LastHandledReconcileAt
-}
-
-func conditionTrue(stack *terracev1.Stack, t string) bool {
-	return meta.IsStatusConditionTrue(stack.Status.Conditions, t)
 }

@@ -6,10 +6,8 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -21,8 +19,9 @@ const (
 	DestroyingReason    = "Destroying"
 )
 
-// reconcileDelete destroys the Stack's resources when destroyOnDelete is set,
-// removes what Terrace stored for it, and releases the finalizer. Without
+// reconcileDelete destroys the Stack's resources when destroyOnDelete is
+// set (a destroy run, through the same path as every run), removes what
+// Terrace stored for it, and releases the finalizer. Without
 // destroyOnDelete the resources and their state are deliberately kept.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	stack := s.stack
@@ -38,19 +37,22 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		s.observed.staleCache = true
 		return nil
 	}
-	if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
-		return fmt.Errorf("failed to remove runner pods: %w", err)
-	}
-	if stack.Spec.DestroyOnDelete && stack.Status.LastAppliedInputsDigest != "" {
-		if err := r.destroy(ctx, s); err != nil {
-			return err
-		}
-		if err := r.removeStoredData(ctx, s); err != nil {
-			return err
+	applied := s.recorded().LastAppliedInputsDigest != ""
+	switch {
+	case stack.Spec.DestroyOnDelete && applied:
+		if err := runSteps(ctx, s, r.resolveSource, r.resolveConfig, r.gatherInputs, r.executeDestroy, r.removeStoredData); err != nil {
+			return deletionBlocked(err)
 		}
 		r.event(stack, "Normal", "Destroyed", "destroyed the Stack's resources and removed its state, plans, releases and outputs")
-	} else if stack.Status.LastAppliedInputsDigest != "" {
+	case applied:
+		if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
+			return fmt.Errorf("failed to remove runner pods: %w", err)
+		}
 		r.event(stack, "Warning", "ResourcesKept", "Stack deleted without destroyOnDelete: its resources are left in place and their state is kept (state Secrets of %s/%s, workspace %s)", stack.Namespace, stack.Name, stack.Spec.Workspace)
+	default:
+		if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
+			return fmt.Errorf("failed to remove runner pods: %w", err)
+		}
 	}
 	controllerutil.RemoveFinalizer(stack, Finalizer)
 	if err := r.Client.Update(ctx, stack); err != nil && !apierrors.IsNotFound(err) {
@@ -59,45 +61,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// destroy runs `destroy` in a runner with the Stack's current inputs.
+// executeDestroy runs a destroy run.
+func (r *Reconciler) executeDestroy(ctx context.Context, s *scope) error {
+	return r.execute(ctx, s, runDestroy)
+}
+
+// destroy is the step of destroy runs: `destroy` with the Stack's current
+// inputs.
 func (r *Reconciler) destroy(ctx context.Context, s *scope) error {
-	for _, st := range []step{r.resolveSource, r.resolveConfig, r.gatherInputs} {
-		if err := st(ctx, s); err != nil {
-			return fmt.Errorf("cannot destroy: %w", err)
-		}
-	}
-	if err := r.announceRun(ctx, s, runDestroy); err != nil {
-		return err
-	}
-	stores, err := r.openStores(ctx, s.stack.Namespace)
+	vars, err := s.variables()
 	if err != nil {
 		return err
 	}
-	if err := r.recoverFromDeadRuns(ctx, s, stores.States); err != nil {
-		return err
-	}
-	sess, err := r.Runs.Start(ctx, runRequestFor(s))
-	if err != nil {
-		return fmt.Errorf("failed to start a runner for destroy: %w", err)
-	}
-	defer func() {
-		if err := sess.Close(context.WithoutCancel(ctx)); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "failed to remove runner pod")
-		}
-	}()
-	rctx, cl, logf := sess.Context(), sess.Client(), runLogger(ctx, sess.ID())
-	if err := r.loadSource(rctx, s, cl); err != nil {
-		return err
-	}
-	if _, err := cl.Init(rctx, r.initRequest(s, sess.ID()), logf); err != nil {
-		return classify(sess, err, DestroyFailedReason, "init for destroy failed")
-	}
-	req, err := r.planRequest(s, "")
-	if err != nil {
-		return err
-	}
-	if err := cl.Destroy(rctx, &runnerv1.DestroyRequest{Variables: req.Variables}, logf); err != nil {
-		return classify(sess, err, DestroyFailedReason, "destroy failed")
+	if err := s.run.client.Destroy(ctx, &runnerv1.DestroyRequest{Variables: vars}, s.run.logf); err != nil {
+		return classify(s.run.session, err, DestroyFailedReason, "destroy failed")
 	}
 	return nil
 }
@@ -130,14 +107,17 @@ func (r *Reconciler) removeStoredData(ctx context.Context, s *scope) error {
 	return r.Stores.ForgetEmptyLocation(ctx, s.stack.Namespace)
 }
 
-// summarizeDelete reports a failed destroy; the finalizer stays until it works.
-func (r *Reconciler) summarizeDelete(stack *terracev1.Stack, err error) reconcile.Outcome {
-	if err == nil {
-		return reconcile.Outcome{}
+// deletionBlocked says, in the error's own kind, that the Stack stays until
+// the error is fixed, and how to leave the resources instead.
+func deletionBlocked(err error) error {
+	const format = "deletion blocked: %s; fix it, or remove the finalizer %s to leave the resources"
+	var terminal *reconcile.TerminalError
+	var waiting *reconcile.WaitingError
+	switch {
+	case errors.As(err, &terminal):
+		return reconcile.Terminalf(terminal.Reason, format, terminal.Err.Error(), Finalizer)
+	case errors.As(err, &waiting):
+		return reconcile.Waiting(waiting.Reason, waiting.RequeueAfter, fmt.Errorf(format, waiting.Err.Error(), Finalizer))
 	}
-	stack.Status.Failures++
-	reconcile.MarkFalse(stack, terracev1.ReadyCondition, DestroyFailedReason, "deletion blocked: %s; fix it, or remove the finalizer %s to leave the resources", err.Error(), Finalizer)
-	reconcile.MarkTrue(stack, terracev1.ReconcilingCondition, DestroyingReason, "retrying destroy")
-	r.event(stack, "Warning", DestroyFailedReason, "%s", err.Error())
-	return reconcile.Outcome{Result: ctrl.Result{RequeueAfter: retryBackoff(stack, stack.Status.Failures)}}
+	return fmt.Errorf("deletion blocked, retrying (or remove the finalizer %s to leave the resources): %w", Finalizer, err)
 }

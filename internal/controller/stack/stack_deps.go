@@ -52,15 +52,3 @@ func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 	}
 	return nil
 }
-
-func (r *Reconciler) setDependenciesCondition(s *scope) {
-	if len(s.stack.Spec.DependsOn) == 0 {
-		reconcile.Delete(s.stack, terracev1.DependenciesReadyCondition)
-		return
-	}
-	if s.observed.dependencyWait != "" {
-		reconcile.MarkFalse(s.stack, terracev1.DependenciesReadyCondition, DependencyNotReadyReason, "waiting for %s", s.observed.dependencyWait)
-		return
-	}
-	reconcile.MarkTrue(s.stack, terracev1.DependenciesReadyCondition, "DependenciesReady", "all dependencies are Ready")
-}

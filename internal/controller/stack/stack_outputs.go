@@ -113,14 +113,14 @@ func ownedLabels() map[string]string {
 // without changes: writeOutputsToSecret may have been set, renamed or
 // removed since the last apply, which changes nothing tofu would plan.
 // planOnly Stacks never write outputs.
-func (r *Reconciler) syncOutputs(ctx context.Context, s *scope, cl *runner.Client, kind runKind) error {
-	if kind != runPlan || s.stack.Spec.PlanOnly {
+func (r *Reconciler) syncOutputs(ctx context.Context, s *scope) error {
+	if s.run.kind != runPlan || s.stack.Spec.PlanOnly {
 		return nil
 	}
 	if s.stack.Spec.WriteOutputsToSecret == nil {
 		return r.removeOutputsSecrets(ctx, s, "")
 	}
-	outputs, err := cl.Outputs(ctx)
+	outputs, err := s.run.client.Outputs(ctx)
 	if err != nil {
 		return fmt.Errorf("failed to read outputs: %w", err)
 	}

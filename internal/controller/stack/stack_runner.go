@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -69,7 +66,7 @@ type runRequest struct {
 }
 
 func runRequestFor(s *scope) runRequest {
-	return runRequest{Stack: s.stack, Config: s.config, RunID: s.stack.Status.CurrentRun}
+	return runRequest{Stack: s.stack, Config: s.config, RunID: s.run.id}
 }
 
 // runSession is a started runner pod and a connection to it.
@@ -98,31 +95,4 @@ type runStarter interface {
 func runLogger(ctx context.Context, runID string) runner.LogFunc {
 	logger := ctrl.LoggerFrom(ctx).WithValues("run", runID).V(1)
 	return func(line string) { logger.Info(line) }
-}
-
-// classify turns a runner call's error into terminal (the module or its
-// inputs are wrong: the user must change something) or transient (the
-// runner died, the network failed: retry with backoff).
-func classify(sess runSession, err error, reason, what string) error {
-	if died := sess.Died(); died != nil {
-		return fmt.Errorf("%s: the runner died: %w", what, died)
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	switch st.Code() {
-	case codes.Unknown, codes.InvalidArgument:
-		msg := st.Message()
-		if isLockContention(msg) {
-			return fmt.Errorf("%s: the state is locked: %s", what, msg)
-		}
-		return reconcile.Terminalf(runnerFailureReason(err, reason), "%s: %s", what, msg)
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-// isLockContention spots tofu's state-lock errors, which pass.
-func isLockContention(msg string) bool {
-	return strings.Contains(msg, "Error acquiring the state lock") || strings.Contains(msg, "state lock")
 }

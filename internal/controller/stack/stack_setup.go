@@ -76,7 +76,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(readyChanged{})).
 		Watches(&terracev1.TerraceConfig{}, handler.EnqueueRequestsFromMapFunc(config.StacksForConfig(mgr.GetClient(), r.Options.OperatorNamespace)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: newRetryLimiter(mgr.GetClient())}).
 		Build(r)
 	if err != nil {
 		return err

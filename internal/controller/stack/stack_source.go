@@ -29,6 +29,9 @@ const (
 	SourceUnsafeReason = "SourceUnsafe"
 	// SourceTooLargeReason: the archive is over a size or entry limit.
 	SourceTooLargeReason = "SourceTooLarge"
+	// SourceInvalidReason: the runner refused the source request itself
+	// (a URL that is not http(s), a malformed digest).
+	SourceInvalidReason = "SourceInvalid"
 	// SourceUnavailableReason: the server answered an HTTP error or could
 	// not be reached.
 	SourceUnavailableReason = "SourceUnavailable"

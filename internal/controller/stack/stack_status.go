@@ -8,13 +8,15 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
+
+// This file is the only writer of a Stack's status: steps record what they
+// saw on the scope's observations, and summarize (or, when a run starts,
+// summarizeProgress) derives every field and condition from them.
 
 // ownedConditions are the conditions the Stack controller writes.
 var ownedConditions = []string{
@@ -23,33 +25,40 @@ var ownedConditions = []string{
 	terracev1.DependenciesReadyCondition,
 }
 
-// observations are what the steps saw; conditions are derived from them in
-// one place, summarize.
-type observations struct {
-	kind             runKind
-	suspended        bool
-	dependencyWait   string
-	planned          bool
-	hasChanges       bool
-	noChanges        bool
-	planOnly         bool
-	awaitingApproval bool
-	applied          bool
-	driftChecked     bool
-	drifted          bool
-	release          *release.Release
-	// tool is the tofu version and runner image of the run, for its release.
-	tool runTool
-	// staleCache: a run was due but the cached Stack was older than the
-	// API server's; nothing was done and the reconcile is retried.
-	staleCache   bool
-	requeueAfter time.Duration
+// progressConditions are the conditions a run's announcement writes.
+var progressConditions = []string{terracev1.ReadyCondition, terracev1.ReconcilingCondition}
+
+// defaultInterval is spec.interval's default, for a config not resolved.
+const defaultInterval = 10 * time.Minute
+
+// recorded is the status as it was read (plus what this reconcile's
+// announcement wrote): what earlier reconciles recorded. A copy, so that
+// steps can read it but never write it.
+func (s *scope) recorded() *terracev1.StackStatus {
+	return s.stack.Status.DeepCopy()
 }
 
-// summarize derives every condition from the observations and the step
-// error, and decides what Reconcile returns.
+// requestedReconcile reports a terrace.dev/requestedAt value not yet handled.
+func requestedReconcile(stack *terracev1.Stack) (string, bool) {
+	v, ok := stack.GetAnnotations()[terracev1.ReconcileRequestAnnotation]
+	return v, ok && v != stack.Status.LastHandledReconcileAt
+}
+
+func conditionTrue(stack *terracev1.Stack, t string) bool {
+	return reconcile.IsTrue(stack, t)
+}
+
+// summarizeProgress records a run that is starting: its id (the state
+// server admits only the current run) and Reconciling with what it does.
+func summarizeProgress(s *scope) {
+	recordRun(s)
+	reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", s.observed.runStarted.message)
+}
+
+// summarize derives the status from the observations and the step error,
+// and decides what Reconcile returns.
 func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) reconcile.Outcome {
-	stack := s.stack
+	stack, o := s.stack, &s.observed
 	st := &stack.Status
 	wasReady := conditionTrue(stack, terracev1.ReadyCondition)
 	// A request is handled by the reconcile that saw it, whatever came of
@@ -58,88 +67,127 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	if v, ok := requestedReconcile(stack); ok {
 		st.LastHandledReconcileAt = v
 	}
-	if stack.DeletionTimestamp != nil {
-		return r.summarizeDelete(stack, stepErr)
-	}
-	if s.observed.suspended {
+	recordRun(s)
+	if o.suspended {
 		reconcile.Delete(stack, terracev1.ReconcilingCondition)
 		return reconcile.Outcome{Final: true}
 	}
-	r.setDependenciesCondition(s)
-	r.setPlanConditions(s)
-	if s.observed.release != nil {
-		st.Release = &terracev1.ReleaseStatus{Revision: int64(s.observed.release.Revision), Status: string(s.observed.release.Status), UpdatedAt: ptrTime(s.observed.release.FinishedAt)}
+	if stack.DeletionTimestamp == nil {
+		r.setDependenciesCondition(s)
+		r.setPlanConditions(s)
 	}
-
-	interval := s.config.Interval
-	if interval <= 0 {
-		interval = 10 * time.Minute
-	}
-	var outcome reconcile.Outcome
-	var terminal *reconcile.TerminalError
-	var waiting *reconcile.WaitingError
-	switch {
-	case stepErr == nil && s.observed.awaitingApproval:
+	err := stepErr
+	if err == nil && o.awaitingApproval() {
 		// Waiting on a person, not on the controller: not Ready (so
 		// `kubectl wait` does not pass), not Reconciling, not Stalled.
-		st.Failures = 0
-		reconcile.MarkFalse(stack, terracev1.ReadyCondition, AwaitingApprovalReason, "%s", readyMessage(s))
-		reconcile.Delete(stack, terracev1.ReconcilingCondition)
-		reconcile.Delete(stack, terracev1.StalledCondition)
-		outcome = reconcile.Outcome{Final: true}
-	case stepErr == nil:
-		st.Failures = 0
-		outcome = reconcile.Summarize(stack, nil, readyReason(s), readyMessage(s), 0)
-		outcome.Result.RequeueAfter = nextLook(s, interval)
-	case errors.As(stepErr, &terminal):
-		st.Failures = 0
-		outcome = reconcile.Summarize(stack, stepErr, "", "", 0)
-		// Terminal for this input, but the world may change under a plan
-		// (a cloud API back up): look again at the normal interval.
-		outcome.Result.RequeueAfter = interval
-	case errors.As(stepErr, &waiting):
-		outcome = reconcile.Summarize(stack, stepErr, "", "", 0)
-	default:
-		// Transient: back off from retryInterval up to maxRetryInterval, as
-		// the API promises, instead of the controller's generic rate limiter.
+		err = reconcile.Awaiting(AwaitingApprovalReason, "%s", readyMessage(s))
+	}
+	outcome := reconcile.Summarize(stack, err, readyReason(s), readyMessage(s), nextLook(s))
+	var waiting *reconcile.WaitingError
+	switch {
+	case outcome.Err != nil:
+		// Transient: the error goes back to controller-runtime, whose rate
+		// limiter (retryLimiter) waits retryInterval doubled per failure.
 		st.Failures++
-		outcome = reconcile.Summarize(stack, stepErr, "", "", 0)
 		backoff := retryBackoff(stack, st.Failures)
-		ctrl.LoggerFrom(ctx).Error(stepErr, "run failed; retrying", "failures", st.Failures, "retryIn", backoff)
+		s.log.Error(stepErr, "run failed; retrying", "failures", st.Failures, "retryIn", backoff)
 		r.event(stack, "Warning", reconcile.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
-		outcome = reconcile.Outcome{Result: ctrl.Result{RequeueAfter: backoff}}
+	case errors.As(err, &waiting):
+	default:
+		st.Failures = 0
 	}
 	if outcome.Final {
 		st.ObservedGeneration = stack.Generation
 	}
-	if !wasReady && conditionTrue(stack, terracev1.ReadyCondition) && st.ObservedGeneration > 0 && s.observed.kind != "" {
+	if !wasReady && conditionTrue(stack, terracev1.ReadyCondition) && st.ObservedGeneration > 0 && o.kind != runNothing {
 		r.event(stack, "Normal", "Ready", "%s", readyMessage(s))
 	}
 	return outcome
 }
 
-func (r *Reconciler) setPlanConditions(s *scope) {
-	stack, o := s.stack, s.observed
-	switch {
-	case o.awaitingApproval && stack.Status.Plan != nil:
-		p := stack.Status.Plan
-		reconcile.MarkTrue(stack, terracev1.PlannedCondition, AwaitingApprovalReason, "plan %s (+%d ~%d -%d) awaits approval", p.Pending, p.Add, p.Change, p.Destroy)
-	case o.planned && o.hasChanges:
-		reconcile.MarkTrue(stack, terracev1.PlannedCondition, PlannedReason, "plan %s: +%d ~%d -%d", stack.Status.Plan.ID, stack.Status.Plan.Add, stack.Status.Plan.Change, stack.Status.Plan.Destroy)
-	case o.planned:
-		reconcile.MarkTrue(stack, terracev1.PlannedCondition, NoChangesReason, "plan %s has no changes", stack.Status.Plan.ID)
+// recordRun writes what a run did into the status fields that remember it.
+func recordRun(s *scope) {
+	st, o := &s.stack.Status, &s.observed
+	if o.runStarted != nil {
+		st.CurrentRun = o.runStarted.id
 	}
-	if o.applied {
+	if o.attempted != "" {
+		st.LastAttemptedRevision = o.attempted
+	}
+	if st.Plan != nil && (o.discardedPlan != "" || o.lostPlan != "") {
+		st.Plan.Pending = ""
+	}
+	if p := o.plan; p != nil {
+		at := metav1.NewTime(p.at)
+		sum := p.summary
+		st.Plan = &terracev1.PlanStatus{
+			ID: p.id, Add: sum.GetAdd(), Change: sum.GetChange(), Destroy: sum.GetDestroy(),
+			Drift: sum.GetDrift(), CreatedAt: &at, InputsDigest: s.inputs.digest,
+		}
+		if p.keptForApproval {
+			st.Plan.Pending = p.id
+		}
+		// Every plan refreshes the state against the world: a drift check.
+		st.LastDriftCheckAt = &at
+		st.LastPlannedRevision = s.source.revision
+		if p.upToDate {
+			st.LastAppliedInputsDigest = s.inputs.digest
+			if st.LastAppliedRevision == "" || o.kind == runPlan {
+				st.LastAppliedRevision = s.source.revision
+			}
+		}
+	}
+	if o.drift.found {
+		at := metav1.NewTime(o.drift.at)
+		st.LastDriftDetectedAt = &at
+	}
+	if o.applied != nil {
+		st.Outputs = o.applied.outputs
+		st.LastAppliedRevision = s.source.revision
+		st.LastAppliedInputsDigest = s.inputs.digest
+		if st.Plan != nil {
+			st.Plan.Pending = ""
+		}
+	}
+	if rel := o.release; rel != nil {
+		st.Release = &terracev1.ReleaseStatus{Revision: int64(rel.Revision), Status: string(rel.Status), UpdatedAt: ptrTime(rel.FinishedAt)}
+	}
+}
+
+func (r *Reconciler) setPlanConditions(s *scope) {
+	stack, o := s.stack, &s.observed
+	p := stack.Status.Plan
+	switch {
+	case o.awaitingApproval() && p != nil:
+		reconcile.MarkTrue(stack, terracev1.PlannedCondition, AwaitingApprovalReason, "plan %s (+%d ~%d -%d) awaits approval", p.Pending, p.Add, p.Change, p.Destroy)
+	case o.plan != nil && o.plan.hasChanges:
+		reconcile.MarkTrue(stack, terracev1.PlannedCondition, PlannedReason, "plan %s: +%d ~%d -%d", p.ID, p.Add, p.Change, p.Destroy)
+	case o.plan != nil:
+		reconcile.MarkTrue(stack, terracev1.PlannedCondition, NoChangesReason, "plan %s has no changes", p.ID)
+	}
+	if o.applied != nil {
 		reconcile.MarkTrue(stack, terracev1.AppliedCondition, AppliedReason, "applied %s", stack.Status.LastAppliedRevision)
 	}
 	switch {
-	case o.drifted && o.applied:
+	case o.drift.found && o.applied != nil:
 		reconcile.MarkTrue(stack, terracev1.DriftedCondition, DriftRepairedReason, "resources changed outside Terrace were put back (%s) at %s", planCounts(stack), r.now().UTC().Format(time.RFC3339))
-	case o.drifted:
+	case o.drift.found:
 		reconcile.MarkTrue(stack, terracev1.DriftedCondition, DriftDetectedReason, "resources changed outside Terrace: %s", planCounts(stack))
-	case o.driftChecked || o.applied:
+	case o.drift.checked || o.applied != nil:
 		reconcile.MarkFalse(stack, terracev1.DriftedCondition, NoDriftReason, "no drift at %s", r.now().UTC().Format(time.RFC3339))
 	}
+}
+
+func (r *Reconciler) setDependenciesCondition(s *scope) {
+	if len(s.stack.Spec.DependsOn) == 0 {
+		reconcile.Delete(s.stack, terracev1.DependenciesReadyCondition)
+		return
+	}
+	if s.observed.dependencyWait != "" {
+		reconcile.MarkFalse(s.stack, terracev1.DependenciesReadyCondition, DependencyNotReadyReason, "waiting for %s", s.observed.dependencyWait)
+		return
+	}
+	reconcile.MarkTrue(s.stack, terracev1.DependenciesReadyCondition, "DependenciesReady", "all dependencies are Ready")
 }
 
 func planCounts(stack *terracev1.Stack) string {
@@ -151,25 +199,26 @@ func planCounts(stack *terracev1.Stack) string {
 }
 
 func readyReason(s *scope) string {
+	o := &s.observed
 	switch {
-	case s.observed.awaitingApproval:
+	case o.awaitingApproval():
 		return AwaitingApprovalReason
-	case s.observed.planOnly:
+	case o.plan != nil && o.plan.planOnly:
 		return PlanOnlyReason
-	case s.observed.drifted && !s.observed.applied:
+	case o.drift.found && o.applied == nil:
 		return DriftDetectedReason
 	}
 	return AppliedReason
 }
 
 func readyMessage(s *scope) string {
-	st := s.stack.Status
+	st, o := s.stack.Status, &s.observed
 	switch {
-	case s.observed.awaitingApproval && st.Plan != nil:
+	case o.awaitingApproval() && st.Plan != nil:
 		return fmt.Sprintf("plan %s (+%d ~%d -%d) awaits approval: set spec.approvePlan to it", st.Plan.Pending, st.Plan.Add, st.Plan.Change, st.Plan.Destroy)
-	case s.observed.planOnly:
+	case o.plan != nil && o.plan.planOnly:
 		return fmt.Sprintf("planned %s (planOnly): %s", st.Plan.ID, planCounts(s.stack))
-	case s.observed.drifted && !s.observed.applied:
+	case o.drift.found && o.applied == nil:
 		return fmt.Sprintf("drift detected (%s), not repaired: approvePlan is not auto or driftDetection is warn", planCounts(s.stack))
 	}
 	// The message is the Status column of `kubectl get stacks`: short digest.
@@ -181,12 +230,16 @@ func readyMessage(s *scope) string {
 }
 
 // nextLook is when a settled Stack looks again: at the next drift check or
-// interval.
-func nextLook(s *scope, interval time.Duration) time.Duration {
+// interval. A terminal failure looks again at the interval too: the world
+// may change under an unchanged plan (a cloud API back up).
+func nextLook(s *scope) time.Duration {
 	if s.observed.requeueAfter > 0 {
 		return s.observed.requeueAfter
 	}
-	return interval
+	if s.config.Interval > 0 {
+		return s.config.Interval
+	}
+	return defaultInterval
 }
 
 // retryBackoff is retryInterval doubled per consecutive failure, capped.

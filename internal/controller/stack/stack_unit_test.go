@@ -211,7 +211,7 @@ func TestNoRunFromAStaleCache(t *testing.T) {
 	r := &Reconciler{Client: c, APIReader: c, Runs: nil} // starting a run would panic
 	s := &scope{stack: &cached, inputs: &inputs{digest: "sha256:in"}, source: &source{},
 		config: config.Effective{Interval: time.Minute, DriftMode: terracev1.DriftDetectionEnabled}}
-	if err := r.run(ctx, s); err != nil {
+	if err := r.reconcileRun(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if !s.observed.staleCache {

@@ -1,0 +1,128 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/state"
+	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
+)
+
+// plan is the step of plan and drift-check runs: plan; apply when
+// approved; otherwise keep the plan for approval (or only report, for
+// drift under warn).
+func (r *Reconciler) plan(ctx context.Context, s *scope) error {
+	run := s.run
+	planID := newPlanID(s)
+	vars, err := s.variables()
+	if err != nil {
+		return err
+	}
+	started := r.now()
+	p, err := run.client.Plan(ctx, &runnerv1.PlanRequest{Variables: vars, PlanId: planID}, run.logf)
+	if err != nil {
+		return classify(run.session, err, PlanFailedReason, "plan failed")
+	}
+	// Every plan refreshes the state against the world, so it counts as a
+	// drift check: the next one is due an interval from now.
+	made := &planObservation{id: planID, summary: p.GetSummary(), hasChanges: p.GetHasChanges(), at: r.now()}
+	s.observed.plan = made
+	r.checkDrift(s, made)
+	if !made.hasChanges {
+		if err := r.syncOutputs(ctx, s); err != nil {
+			return err
+		}
+		made.upToDate = true
+		return nil
+	}
+	if s.stack.Spec.PlanOnly {
+		made.planOnly = true
+		return r.storeReadablePlan(ctx, s, planID, nil)
+	}
+	if s.observed.drift.found && s.config.DriftMode == terracev1.DriftDetectionWarn {
+		if _, requested := requestedReconcile(s.stack); !requested {
+			return nil // reported, never repaired unless a person asks
+		}
+	}
+	if approved(s.stack.Spec.ApprovePlan, "") {
+		return r.apply(ctx, s, planRecord{id: planID, summary: p.GetSummary(), started: started})
+	}
+	return r.keepForApproval(ctx, s, made)
+}
+
+// checkDrift records whether a plan's changes were made outside Terrace.
+func (r *Reconciler) checkDrift(s *scope, p *planObservation) {
+	drift := r.isDrift(s, s.run.kind, p.hasChanges)
+	s.observed.drift = driftObservation{checked: s.run.kind == runDrift || drift, found: drift, at: p.at}
+	if drift {
+		r.event(s.stack, "Warning", DriftDetectedReason, "drift detected: %s", summaryText(p.summary))
+		driftDetectedTotal.WithLabelValues(s.stack.Namespace).Inc()
+	}
+}
+
+// isDrift says whether a plan's changes were made outside Terrace: the
+// inputs are the ones last applied (or planned with no changes), so only
+// the world can have moved. What started the run does not matter: the
+// retry of a failed drift check, or a plan for a new generation that
+// changed only, say, the interval, finds drift just as a drift check does.
+func (r *Reconciler) isDrift(s *scope, kind runKind, hasChanges bool) bool {
+	if !hasChanges || s.config.DriftMode == terracev1.DriftDetectionDisabled {
+		return false
+	}
+	if kind == runDrift {
+		return true
+	}
+	applied := s.recorded().LastAppliedInputsDigest
+	return kind == runPlan && applied != "" && applied == s.inputs.digest
+}
+
+// keepForApproval stores the plan file so that a later run, in a new
+// runner, applies exactly it once spec.approvePlan names it.
+func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObservation) error {
+	var buf bytes.Buffer
+	if _, err := s.run.client.DownloadPlan(ctx, p.id, &buf); err != nil {
+		return classify(s.run.session, err, PlanFailedReason, "failed to download the plan file")
+	}
+	if err := r.storeReadablePlan(ctx, s, p.id, buf.Bytes()); err != nil {
+		return err
+	}
+	p.keptForApproval = true
+	r.event(s.stack, "Normal", "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it", p.id, summaryText(p.summary), p.id)
+	return nil
+}
+
+// storeReadablePlan saves the plan file (when given) with the readable
+// rendering the Stack asks for.
+func (r *Reconciler) storeReadablePlan(ctx context.Context, s *scope, planID string, binary []byte) error {
+	format := s.stack.Spec.StoreReadablePlan
+	if binary == nil && (format == "" || format == terracev1.ReadablePlanNone) {
+		return nil
+	}
+	plan := state.Plan{PlanMeta: state.PlanMeta{Key: planKey(s.stack, planID)}, Binary: binary}
+	if format == terracev1.ReadablePlanJSON || format == terracev1.ReadablePlanHuman {
+		f := runnerv1.PlanFormat_PLAN_FORMAT_JSON
+		if format == terracev1.ReadablePlanHuman {
+			f = runnerv1.PlanFormat_PLAN_FORMAT_HUMAN
+		}
+		readable, err := s.run.client.ShowPlan(ctx, planID, f)
+		if err != nil {
+			return fmt.Errorf("failed to render the plan: %w", err)
+		}
+		plan.Readable = readable
+		plan.ReadableFormat = state.ReadableFormat(format)
+	}
+	if _, err := s.run.stores.Plans.PutPlan(ctx, plan); err != nil {
+		return fmt.Errorf("failed to store plan %s: %w", planID, err)
+	}
+	return nil
+}
+
+func planKey(stack *terracev1.Stack, planID string) state.PlanKey {
+	return state.PlanKey{Namespace: stack.Namespace, Stack: stack.Name, ID: planID}
+}
+
+func summaryText(sum *runnerv1.PlanSummary) string {
+	return fmt.Sprintf("+%d ~%d -%d", sum.GetAdd(), sum.GetChange(), sum.GetDestroy())
+}

@@ -1,0 +1,122 @@
+package stack
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/runner"
+	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
+)
+
+// scope is what the steps of one reconcile share. Steps fill in what they
+// resolved (config, source, inputs) and what they saw (observed); only
+// summarize (stack_status.go) turns that into the Stack's status.
+type scope struct {
+	stack *terracev1.Stack
+	log   logr.Logger
+	// patcher is the reconcile's one status patcher: the deferred
+	// summarize and the announcement of a run both write through it.
+	patcher *reconcile.StatusPatcher
+
+	config config.Effective
+	source *source
+	inputs *inputs
+	// run is the run in progress, while a runner is in use.
+	run      *runScope
+	observed observations
+}
+
+// step is one sub-reconciler: it resolves or does one thing and records
+// what it saw on the scope. An error ends the reconcile; the error's kind
+// (terminal, waiting, awaiting, transient) decides what follows.
+type step func(ctx context.Context, s *scope) error
+
+// runScope is one run: its runner session and the stores it writes.
+type runScope struct {
+	kind    runKind
+	id      string
+	stores  *storeSet
+	session runSession
+	client  *runner.Client
+	logf    runner.LogFunc
+}
+
+// runStep is the work of one run kind inside a started, initialised runner.
+type runStep func(ctx context.Context, s *scope) error
+
+// observations are what the steps saw. Status is derived from them in one
+// place, summarize; a step never writes the Stack's status itself.
+type observations struct {
+	// kind is what this reconcile decided to run (runNothing included).
+	kind      runKind
+	suspended bool
+	// staleCache: a run was due but the cached Stack was older than the
+	// API server's; nothing was done and the reconcile is retried.
+	staleCache     bool
+	dependencyWait string
+	// requeueAfter is when a settled Stack looks again (next drift check).
+	requeueAfter time.Duration
+
+	// discardedPlan is a waiting plan made from inputs that moved on.
+	discardedPlan string
+	// lostPlan is an approved plan no longer stored.
+	lostPlan string
+	// runStarted: a run was announced (status.currentRun) with progress.
+	runStarted *runAnnouncement
+	// attempted is the source revision a runner was started for.
+	attempted string
+	tool      runTool
+
+	plan *planObservation
+	// applied is the apply that succeeded in this reconcile.
+	applied *applyObservation
+	// release is the release recorded in this reconcile, failed or not.
+	release *release.Release
+	drift   driftObservation
+}
+
+// runAnnouncement is what a run says while it runs.
+type runAnnouncement struct {
+	id      string
+	message string
+}
+
+// planObservation is a plan made in this reconcile.
+type planObservation struct {
+	id         string
+	summary    *runnerv1.PlanSummary
+	hasChanges bool
+	at         time.Time
+	// upToDate: no changes, and the outputs Secret is in line with the spec.
+	upToDate bool
+	// keptForApproval: stored, waiting for spec.approvePlan to name it.
+	keptForApproval bool
+	// planOnly: spec.planOnly; reported, never applied.
+	planOnly bool
+}
+
+// applyObservation is a successful apply.
+type applyObservation struct {
+	outputs []string
+}
+
+// driftObservation is what a plan said about changes made outside Terrace.
+type driftObservation struct {
+	// checked: this reconcile's plan counted as a drift check.
+	checked bool
+	// found: the world moved away from the last applied inputs.
+	found bool
+	// at is when it was checked.
+	at time.Time
+}
+
+// awaitingApproval reports a plan waiting for a person, made now or before.
+func (o *observations) awaitingApproval() bool {
+	return o.kind == runAwaitApproval || (o.plan != nil && o.plan.keptForApproval)
+}

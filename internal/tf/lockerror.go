@@ -1,0 +1,11 @@
+package tf
+
+import "strings"
+
+// StateLocked reports whether tofu failed because another process holds
+// the state lock: a conflict that passes, unlike the module's own errors.
+// tofu says so only in its diagnostics ("Error acquiring the state lock"),
+// so this is the one place that reads them for it.
+func (e *CommandError) StateLocked() bool {
+	return strings.Contains(e.Message, "Error acquiring the state lock")
+}
