@@ -62,7 +62,7 @@ func classifySourceError(s *scope, err error) error {
 	msg := runnerMessage(err)
 	switch runner.Reason(err) {
 	case runner.ReasonDigestMismatch:
-		return reconcile.Terminalf(SourceDigestMismatch, "%s: %s; fix the digest, or the tarball it names", desc, msg)
+		return reconcile.Terminalf(SourceDigestMismatchReason, "%s: %s; fix the digest, or the tarball it names", desc, msg)
 	case runner.ReasonUnsafeArchive:
 		return reconcile.Terminalf(SourceUnsafeReason, "%s was refused by the runner: %s", desc, msg)
 	case runner.ReasonTooLarge:

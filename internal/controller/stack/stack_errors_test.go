@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/runner"
@@ -29,3 +30,39 @@ func TestUndeclaredVariableIsATerminalConditionOfItsOwn(t *testing.T) {
 		t.Fatalf("an ordinary command failure became %v, want reason %s", err, PlanFailedReason)
 	}
 }
+
+// The runner's ErrorInfo reason, never the message, decides whether a
+// failed call is terminal (the user must change something) or passes.
+func TestClassifyFollowsTheRunnersReason(t *testing.T) {
+	cases := []struct {
+		name     string
+		err      error
+		terminal bool
+	}{
+		{"command failed", runnerError(t, codes.Unknown, runner.ReasonCommandFailed, "Error: Invalid reference"), true},
+		{"invalid argument", runnerError(t, codes.InvalidArgument, runner.ReasonInvalidArgument, "plan id must be letters"), true},
+		{"state locked", runnerError(t, codes.Aborted, runner.ReasonStateLocked, "Error acquiring the state lock"), false},
+		{"a module whose message mentions the state lock", runnerError(t, codes.Unknown, runner.ReasonCommandFailed, `Error: output "state lock" is invalid`), true},
+		{"busy", runnerError(t, codes.FailedPrecondition, runner.ReasonBusy, "runner is busy"), false},
+		{"interrupted", runnerError(t, codes.Canceled, runner.ReasonInterrupted, "interrupted"), false},
+		{"no answer", status.Error(codes.Unavailable, "connection refused"), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := classify(liveSession{}, tc.err, PlanFailedReason, "plan failed")
+			var terminal *reconcile.TerminalError
+			if got := errors.As(err, &terminal); got != tc.terminal {
+				t.Fatalf("classify(%v) terminal = %v, want %v", tc.err, got, tc.terminal)
+			}
+		})
+	}
+	died := classify(deadSession{}, runnerError(t, codes.Unknown, runner.ReasonCommandFailed, "signal: killed"), PlanFailedReason, "plan failed")
+	var terminal *reconcile.TerminalError
+	if errors.As(died, &terminal) || !strings.Contains(died.Error(), "the runner died") {
+		t.Fatalf("a runner that died: %v, want a transient error saying so", died)
+	}
+}
+
+type deadSession struct{ runSession }
+
+func (deadSession) Died() error { return errors.New("OOMKilled") }

@@ -34,7 +34,6 @@ const (
 	NoDriftReason           = "NoDrift"
 	PlanOnlyReason          = "PlanOnly"
 	ProgressingReason       = reconcile.ProgressingReason
-	SourceDigestMismatch    = "SourceDigestMismatch"
 	PlanNoLongerValidReason = "PlanNoLongerValid"
 )
 

@@ -24,6 +24,8 @@ const (
 	// SourceHostNotAllowedReason: a Flux artifact on a host off
 	// --source-artifact-hosts; nothing was fetched.
 	SourceHostNotAllowedReason = "SourceHostNotAllowed"
+	// SourceDigestMismatchReason: the tarball is not the one its digest names.
+	SourceDigestMismatchReason = "SourceDigestMismatch"
 	// SourceUnsafeReason: the archive has entries that could escape its
 	// directory (absolute paths, "..", links out, devices).
 	SourceUnsafeReason = "SourceUnsafe"

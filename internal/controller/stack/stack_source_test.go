@@ -39,9 +39,10 @@ func TestClassifySourceErrorGivesEachFailureItsReason(t *testing.T) {
 		reason   string
 		terminal bool
 	}{
-		{"digest mismatch", runnerError(t, codes.InvalidArgument, runner.ReasonDigestMismatch, "artifact digest mismatch: expected sha256:00, the content does not match"), SourceDigestMismatch, true},
+		{"digest mismatch", runnerError(t, codes.InvalidArgument, runner.ReasonDigestMismatch, "artifact digest mismatch: expected sha256:00, the content does not match"), SourceDigestMismatchReason, true},
 		{"unsafe archive", runnerError(t, codes.InvalidArgument, runner.ReasonUnsafeArchive, `unsafe archive entry "../x"`), SourceUnsafeReason, true},
 		{"too large for the runner", runnerError(t, codes.InvalidArgument, runner.ReasonTooLarge, "archive limit exceeded"), SourceTooLargeReason, true},
+		{"refused request", runnerError(t, codes.InvalidArgument, runner.ReasonInvalidArgument, "fetch needs an http or https URL with a host"), SourceInvalidReason, true},
 		{"404 at the runner", runnerError(t, codes.NotFound, runner.ReasonFetchFailed, "HTTP 404 from 10.0.0.1"), SourceUnavailableReason, false},
 		{"unreachable from the runner", runnerError(t, codes.Unavailable, runner.ReasonFetchFailed, "connection refused"), SourceUnavailableReason, false},
 		{"404 at the controller", &artifact.FetchStatusError{Host: "source-controller", StatusCode: 404}, SourceUnavailableReason, false},

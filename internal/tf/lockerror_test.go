@@ -1,0 +1,15 @@
+package tf
+
+import "testing"
+
+func TestStateLockedIsReadFromTofusDiagnostics(t *testing.T) {
+	// What tofu 1.12 prints when the http backend answers 423.
+	locked := &CommandError{Op: "plan", Message: "Error: Error acquiring the state lock\n\nError message: HTTP remote state already locked: ID=1f2e\n\nTerraform acquires a state lock to protect the state from being written\nby multiple users at the same time."}
+	if !locked.StateLocked() {
+		t.Error("tofu's lock refusal not recognised")
+	}
+	other := &CommandError{Op: "plan", Message: `Error: Invalid value for variable "lock"`}
+	if other.StateLocked() {
+		t.Error("an ordinary module error taken for a lock conflict")
+	}
+}
