@@ -132,6 +132,7 @@ func runSteps(ctx context.Context, s *scope, steps ...step) error {
 // finish summarizes what the steps observed into the status, patches it
 // and records metrics: the one place a reconcile's outcome is decided.
 func (r *Reconciler) finish(ctx context.Context, s *scope, stepErr error, elapsed time.Duration) (ctrl.Result, error) {
+	defer closeRun(ctx, s)
 	stack := s.stack
 	if stack.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(stack, Finalizer) {
 		return ctrl.Result{}, stepErr // gone, or about to be: nothing to patch

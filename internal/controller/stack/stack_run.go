@@ -80,7 +80,6 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 		return err
 	}
 	s.run = &runScope{kind: kind, id: launcher.NewRunID(), stores: stores}
-	defer func() { s.run = nil }()
 	if err := r.announce(ctx, s); err != nil {
 		return err
 	}
@@ -128,11 +127,8 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 	if err != nil {
 		return fmt.Errorf("failed to start a runner: %w", err)
 	}
-	defer func() {
-		if err := sess.Close(context.WithoutCancel(ctx)); err != nil {
-			s.log.Error(err, "failed to remove runner pod")
-		}
-	}()
+	// Closed by finish, after the final status patch: the outcome is
+	// visible without waiting for the pod to go.
 	run := s.run
 	run.session, run.client, run.logf = sess, sess.Client(), runLogger(ctx, sess.ID())
 	rctx := sess.Context()
@@ -147,6 +143,17 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 	}
 	s.observed.tool = r.runTool(ctx, sess, initResult)
 	return r.stepFor(run.kind)(rctx, s)
+}
+
+// closeRun removes the run's runner pod (unless the config retains it).
+func closeRun(ctx context.Context, s *scope) {
+	if s.run == nil || s.run.session == nil {
+		return
+	}
+	if err := s.run.session.Close(context.WithoutCancel(ctx)); err != nil {
+		s.log.Error(err, "failed to remove runner pod")
+	}
+	s.run.session = nil
 }
 
 // stepFor is the work of each run kind.
