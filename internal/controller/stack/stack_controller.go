@@ -20,8 +20,8 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 // ControllerName names the controller in events and logs.
@@ -54,7 +54,7 @@ type Reconciler struct {
 	// APIReader reads Secrets and Flux sources uncached.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	Configs   *config.Resolver
+	Configs   *settings.Resolver
 	Runs      runStarter
 	Stores    storeProvider
 	Options   Options
@@ -68,7 +68,7 @@ type Reconciler struct {
 // scope is what the steps of one reconcile share and observe.
 type scope struct {
 	stack    *terracev1.Stack
-	config   config.Effective
+	config   settings.Effective
 	source   *source
 	inputs   *inputs
 	observed observations
