@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
@@ -73,7 +73,7 @@ func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
 	at.nobody = serviceAccountToken(t, clientset, ns, "nobody", nil)
 
 	certFile, keyFile, pool := selfSignedCert(t)
-	resolver := &config.Resolver{Reader: env.Client, OperatorNamespace: "terrace-system", Builtin: config.BuiltinDefaults("")}
+	resolver := &settings.Resolver{Reader: env.Client, OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
 	stores := backend.New(env.Client, resolver.ResolveNamespace)
 	t.Cleanup(stores.Close)
 	srv := &Server{Namespace: ns, Client: env.Client, Reviews: clientset, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}

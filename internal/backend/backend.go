@@ -3,7 +3,7 @@
 // encryption) and caches them. Router serves every namespace from its own
 // stores, which is what the Terraform http state server needs.
 //
-//	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: ns, Builtin: config.BuiltinDefaults(image)}
+//	resolver := &settings.Resolver{Reader: mgr.GetClient(), OperatorNamespace: ns, Builtin: settings.BuiltinDefaults(image)}
 //	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
 //	_ = mgr.Add(backends)                 // closes PostgreSQL pools on shutdown
 //	set, err := backends.For(ctx, stack.Namespace)
@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/postgres"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
@@ -53,15 +53,15 @@ type Set struct {
 	// History records releases with the namespace's history limit.
 	History release.History
 	// Effective is the namespace's resolved settings the stores follow.
-	Effective config.Effective
+	Effective settings.Effective
 	// Location says which backend these stores are in (Current) and which
 	// the config asks for. While a migration is pending no run may start.
 	Location Location
 }
 
 // ResolveFunc returns the effective settings of a namespace; usually
-// (*config.Resolver).ResolveNamespace.
-type ResolveFunc func(ctx context.Context, namespace string) (config.Effective, error)
+// (*settings.Resolver).ResolveNamespace.
+type ResolveFunc func(ctx context.Context, namespace string) (settings.Effective, error)
 
 // Backends opens and caches a Set per namespace. It is safe for concurrent
 // use. Close it (or add it to the manager, which closes it on shutdown) to
@@ -74,7 +74,7 @@ type Backends struct {
 	// PostgresHosts refuses PostgreSQL servers the operator does not
 	// allow, before any connection; nil allows any (the controller always
 	// sets one). Set before first use.
-	PostgresHosts *config.PostgresHostPolicy
+	PostgresHosts *settings.PostgresHostPolicy
 
 	mu     sync.Mutex
 	sets   map[string]*cachedSet
@@ -130,7 +130,7 @@ func (b *Backends) For(ctx context.Context, namespace string) (*Set, error) {
 }
 
 // forLocation returns the (cached) stores of namespace in backend current.
-func (b *Backends) forLocation(ctx context.Context, namespace string, eff config.Effective, current terracev1.StateBackend) (*Set, error) {
+func (b *Backends) forLocation(ctx context.Context, namespace string, eff settings.Effective, current terracev1.StateBackend) (*Set, error) {
 	eff = storedIn(eff, current)
 	hash := eff.StorageHash()
 
@@ -184,7 +184,7 @@ func (b *Backends) forLocation(ctx context.Context, namespace string, eff config
 
 // withEffective returns set carrying the latest settings (runner fields may
 // have changed without touching storage).
-func withEffective(set *Set, eff config.Effective) *Set {
+func withEffective(set *Set, eff settings.Effective) *Set {
 	c := *set
 	c.Effective = eff
 	return &c
@@ -198,7 +198,7 @@ func (b *Backends) recheckInterval() time.Duration {
 }
 
 // open builds the stores of namespace for eff.
-func (b *Backends) open(ctx context.Context, namespace string, eff config.Effective) (*cachedSet, error) {
+func (b *Backends) open(ctx context.Context, namespace string, eff settings.Effective) (*cachedSet, error) {
 	versions := map[types.NamespacedName]string{}
 	var key *state.EncryptionKey
 	if ref := eff.EncryptionKey; ref != nil {
@@ -246,7 +246,7 @@ func (b *Backends) open(ctx context.Context, namespace string, eff config.Effect
 }
 
 // readSecretValue reads one Secret key and records the Secret's resourceVersion.
-func (b *Backends) readSecretValue(ctx context.Context, ref config.SecretKeyRef, versions map[types.NamespacedName]string) ([]byte, error) {
+func (b *Backends) readSecretValue(ctx context.Context, ref settings.SecretKeyRef, versions map[types.NamespacedName]string) ([]byte, error) {
 	secret := &corev1.Secret{}
 	err := b.client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret)
 	switch {
@@ -284,14 +284,14 @@ func (b *Backends) secretsUnchanged(ctx context.Context, versions map[types.Name
 // pool returns the shared pool for a connection string, after checking
 // that the config that named it may use its server, and the func that
 // releases this use of it.
-func (b *Backends) pool(ctx context.Context, url string, ref config.SecretKeyRef) (*pgxpool.Pool, func(), error) {
+func (b *Backends) pool(ctx context.Context, url string, ref settings.SecretKeyRef) (*pgxpool.Pool, func(), error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx's parse errors may quote the string, password included: say less.
 		return nil, nil, fmt.Errorf("%w: Secret %s/%s key %q is not a valid PostgreSQL connection string", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key)
 	}
 	if err := b.PostgresHosts.Check(ctx, ref.Namespace, url); err != nil {
-		if errors.Is(err, config.ErrPostgresHostNotAllowed) {
+		if errors.Is(err, settings.ErrPostgresHostNotAllowed) {
 			return nil, nil, fmt.Errorf("%w: Secret %s/%s key %q: %w", ErrMisconfigured, ref.Namespace, ref.Name, ref.Key, err)
 		}
 		return nil, nil, err

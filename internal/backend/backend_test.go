@@ -18,7 +18,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/postgres"
 	"github.com/terrace-dev/terrace/internal/state/postgres/pgtest"
@@ -71,7 +71,7 @@ func ctx(t testing.TB) context.Context {
 
 func newBackends(t testing.TB) *backend.Backends {
 	t.Helper()
-	r := &config.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: config.BuiltinDefaults("terrace:test")}
+	r := &settings.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: settings.BuiltinDefaults("terrace:test")}
 	b := backend.New(env.Client, r.ResolveNamespace)
 	t.Cleanup(b.Close)
 	return b
@@ -155,8 +155,8 @@ func TestNamespaceWithoutConfigGetsPlainSecretsStore(t *testing.T) {
 	if _, ok := set.States.(*secrets.Store); !ok {
 		t.Fatalf("States is %T, want *secrets.Store", set.States)
 	}
-	if set.History.Limit != int(config.DefaultHistory) {
-		t.Errorf("release history limit %d, want %d", set.History.Limit, config.DefaultHistory)
+	if set.History.Limit != int(settings.DefaultHistory) {
+		t.Errorf("release history limit %d, want %d", set.History.Limit, settings.DefaultHistory)
 	}
 	data := storetest.StateJSON("lineage-a", 1, 1, 64)
 	if _, err := set.States.Put(ctx(t), stateKey(ns), data, state.PutOptions{}); err != nil {

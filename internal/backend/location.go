@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
@@ -33,7 +33,7 @@ const (
 // Location says where a namespace's state, plans and releases are
 // (Current) and where its TerraceConfig wants them (Desired); while they
 // differ a migration is pending and runs must wait.
-type Location = config.StateLocation
+type Location = settings.StateLocation
 
 // Locate returns where namespace's data is. Without a record (a namespace
 // new to Terrace, or state kept before records existed) it looks for
@@ -46,10 +46,10 @@ func (b *Backends) Locate(ctx context.Context, namespace string) (Location, erro
 	return b.locate(ctx, namespace, eff)
 }
 
-func (b *Backends) locate(ctx context.Context, namespace string, eff config.Effective) (Location, error) {
+func (b *Backends) locate(ctx context.Context, namespace string, eff settings.Effective) (Location, error) {
 	desired := eff.StateBackend
 	if desired == "" {
-		desired = config.DefaultStateBackend
+		desired = settings.DefaultStateBackend
 	}
 	current, found, err := b.readLocation(ctx, namespace)
 	if err != nil {
@@ -110,7 +110,7 @@ func (b *Backends) SetLocation(ctx context.Context, namespace string, backend te
 // discover finds where a namespace without a record keeps its state: in a
 // backend holding states not marked migrated away. It prefers the desired
 // backend, so a namespace with nothing stored starts there.
-func (b *Backends) discover(ctx context.Context, namespace string, eff config.Effective, desired terracev1.StateBackend) (terracev1.StateBackend, error) {
+func (b *Backends) discover(ctx context.Context, namespace string, eff settings.Effective, desired terracev1.StateBackend) (terracev1.StateBackend, error) {
 	if has, err := b.holdsState(ctx, namespace, eff, desired); err != nil || has {
 		return desired, err
 	}
@@ -133,7 +133,7 @@ func (b *Backends) discover(ctx context.Context, namespace string, eff config.Ef
 
 // holdsState reports whether backend has a state of namespace that was not
 // migrated away.
-func (b *Backends) holdsState(ctx context.Context, namespace string, eff config.Effective, backend terracev1.StateBackend) (bool, error) {
+func (b *Backends) holdsState(ctx context.Context, namespace string, eff settings.Effective, backend terracev1.StateBackend) (bool, error) {
 	set, release, err := b.OpenBackend(ctx, namespace, eff, backend)
 	if err != nil {
 		return false, err
@@ -159,7 +159,7 @@ func (b *Backends) holdsState(ctx context.Context, namespace string, eff config.
 // namespace's other settings (encryption, history, the named PostgreSQL
 // connection). It bypasses the location record: it is for migrations.
 // Call release when done with the stores, so an unused pool can close.
-func (b *Backends) OpenBackend(ctx context.Context, namespace string, eff config.Effective, backend terracev1.StateBackend) (set *Set, release func(), err error) {
+func (b *Backends) OpenBackend(ctx context.Context, namespace string, eff settings.Effective, backend terracev1.StateBackend) (set *Set, release func(), err error) {
 	opened, err := b.open(ctx, namespace, storedIn(eff, backend))
 	if err != nil {
 		return nil, nil, err
@@ -170,7 +170,7 @@ func (b *Backends) OpenBackend(ctx context.Context, namespace string, eff config
 // storedIn returns eff with its storage in backend: the other settings
 // (encryption, history) stay, and PostgreSQL is reached through the
 // connection the config names, whatever backend it now asks for.
-func storedIn(eff config.Effective, backend terracev1.StateBackend) config.Effective {
+func storedIn(eff settings.Effective, backend terracev1.StateBackend) settings.Effective {
 	if eff.StateBackend == backend {
 		return eff
 	}
@@ -186,7 +186,7 @@ func storedIn(eff config.Effective, backend terracev1.StateBackend) config.Effec
 var errNoConnection = errors.New("the postgres connection is no longer named")
 
 // checkLocation makes sure eff can open where the data is.
-func checkLocation(namespace string, loc Location, eff config.Effective) error {
+func checkLocation(namespace string, loc Location, eff settings.Effective) error {
 	if loc.Current == terracev1.StateBackendPostgres && eff.NamedPostgresConnection == nil {
 		return fmt.Errorf("%w: the state of namespace %s is in postgres but %v: keep spec.state.postgres.connectionSecretRef in the TerraceConfig until its state has moved to %s", ErrMisconfigured, namespace, errNoConnection, loc.Desired)
 	}

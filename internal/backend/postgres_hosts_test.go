@@ -18,7 +18,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 // acceptCounter listens and counts the connections it accepts.
@@ -51,7 +51,7 @@ func listen(t *testing.T, network, address string) *acceptCounter {
 func policedBackends(t *testing.T, allowed ...string) *backend.Backends {
 	t.Helper()
 	b := newBackends(t)
-	b.PostgresHosts = &config.PostgresHostPolicy{OperatorNamespace: operatorNamespace, Allowed: allowed, Reader: env.Client}
+	b.PostgresHosts = &settings.PostgresHostPolicy{OperatorNamespace: operatorNamespace, Allowed: allowed, Reader: env.Client}
 	return b
 }
 
@@ -77,7 +77,7 @@ func TestNamespaceConfigCannotPointAtAnyPostgresHost(t *testing.T) {
 			putSecret(t, ns, "pg", map[string][]byte{"url": []byte(url)})
 			putConfig(t, ns, postgresSpec("pg"))
 			_, err := b.For(ctx(t), ns)
-			if !errors.Is(err, backend.ErrMisconfigured) || !errors.Is(err, config.ErrPostgresHostNotAllowed) {
+			if !errors.Is(err, backend.ErrMisconfigured) || !errors.Is(err, settings.ErrPostgresHostNotAllowed) {
 				t.Fatalf("For = %v, want a refusal matching ErrMisconfigured and ErrPostgresHostNotAllowed", err)
 			}
 			if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "--postgres-allowed-hosts") {
@@ -106,7 +106,7 @@ func TestAllowedPostgresHostsAreUsed(t *testing.T) {
 		t.Fatalf("a listed socket directory is refused: %v", err)
 	}
 
-	policy := &config.PostgresHostPolicy{OperatorNamespace: operatorNamespace, Allowed: []string{"db.internal:5432", "any-port.internal"}, Reader: env.Client}
+	policy := &settings.PostgresHostPolicy{OperatorNamespace: operatorNamespace, Allowed: []string{"db.internal:5432", "any-port.internal"}, Reader: env.Client}
 	cases := map[string]bool{
 		"postgres://u:p@db.internal:5432/x":        true,
 		"postgres://u:p@DB.Internal/x":             true,

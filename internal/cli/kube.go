@@ -20,8 +20,8 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/scheme"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 // defaultOperatorNamespace holds the cluster-default TerraceConfig unless told otherwise.
@@ -115,8 +115,8 @@ func (k *kube) backends() *backend.Backends {
 }
 
 // resolver reads the TerraceConfigs of a namespace and the operator's.
-func (k *kube) resolver() *config.Resolver {
-	return &config.Resolver{Reader: k.client, OperatorNamespace: k.flags.operatorNamespace, Builtin: config.BuiltinDefaults("")}
+func (k *kube) resolver() *settings.Resolver {
+	return &settings.Resolver{Reader: k.client, OperatorNamespace: k.flags.operatorNamespace, Builtin: settings.BuiltinDefaults("")}
 }
 
 // stores opens the stores of the kube's namespace.

@@ -26,6 +26,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/scheme"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 )
 
@@ -77,9 +78,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 
-	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: config.BuiltinDefaults(opts.defaultRunnerImage())}
+	resolver := &settings.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opts.Namespace, Builtin: settings.BuiltinDefaults(opts.defaultRunnerImage())}
 	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
-	postgresHosts := &config.PostgresHostPolicy{OperatorNamespace: opts.Namespace, Allowed: opts.PostgresAllowedHosts, Reader: mgr.GetAPIReader()}
+	postgresHosts := &settings.PostgresHostPolicy{OperatorNamespace: opts.Namespace, Allowed: opts.PostgresAllowedHosts, Reader: mgr.GetAPIReader()}
 	backends.PostgresHosts = postgresHosts
 	if err := mgr.Add(backends); err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/version"
 )
 
@@ -207,7 +208,7 @@ func (r *Reconciler) bindAPIAuth(ctx context.Context, namespace string, bound bo
 
 // configHash changes with the config's spec, so a change rolls the API pods.
 func configHash(cfg *terracev1.TerraceConfig) string {
-	return hashJSON(cfg.Spec)
+	return settings.SpecHash(cfg.Spec)
 }
 
 // apiPod is what an API server's pod template is made from.

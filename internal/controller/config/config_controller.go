@@ -26,6 +26,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state"
 )
 
@@ -68,7 +69,7 @@ type Reconciler struct {
 	// SecretReader reads referenced Secrets; pass an uncached reader (the
 	// manager's API reader) so Secrets are not cached wholesale.
 	SecretReader client.Reader
-	Resolver     *Resolver
+	Resolver     *settings.Resolver
 	Recorder     events.EventRecorder
 	// Migrator moves state between backends; nil reports the backend only.
 	Migrator StateMigrator
@@ -79,18 +80,18 @@ type Reconciler struct {
 	API *APIServerSettings
 	// PostgresHosts refuses PostgreSQL servers the operator does not allow;
 	// nil allows any.
-	PostgresHosts *PostgresHostPolicy
+	PostgresHosts *settings.PostgresHostPolicy
 }
 
 // Options are what the TerraceConfig controller needs besides the manager.
 type Options struct {
 	// Resolver's Reader should be mgr.GetClient().
-	Resolver *Resolver
+	Resolver *settings.Resolver
 	Migrator StateMigrator
 	Runs     RunCounter
 	API      *APIServerSettings
 	// PostgresHosts: see Reconciler.PostgresHosts.
-	PostgresHosts *PostgresHostPolicy
+	PostgresHosts *settings.PostgresHostPolicy
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
@@ -140,7 +141,7 @@ type configScope struct {
 	config   *terracev1.TerraceConfig
 	previous terracev1.TerraceConfigStatus
 	// effective is the namespace's resolved settings, once known.
-	effective *Effective
+	effective *settings.Effective
 	// migration is where the governed namespaces' state is, once looked at.
 	migration *terracev1.StateBackendStatus
 	// apiRenewAt is when the API server's certificate is due for renewal.
@@ -217,11 +218,11 @@ func secretRefs(cfg *terracev1.TerraceConfig) []secretRef {
 	var refs []secretRef
 	if st.Postgres != nil && st.Postgres.ConnectionSecretRef.Name != "" {
 		ref := st.Postgres.ConnectionSecretRef
-		refs = append(refs, secretRef{field: "spec.state.postgres.connectionSecretRef", name: ref.Name, key: orDefault(ref.Key, DefaultPostgresURLKey), check: checkPostgresURL, invalidReason: InvalidPostgresConnectionReason})
+		refs = append(refs, secretRef{field: "spec.state.postgres.connectionSecretRef", name: ref.Name, key: settings.KeyOrDefault(ref.Key, settings.DefaultPostgresURLKey), check: checkPostgresURL, invalidReason: InvalidPostgresConnectionReason})
 	}
 	if st.Encryption != nil && st.Encryption.KeySecretRef.Name != "" {
 		ref := st.Encryption.KeySecretRef
-		refs = append(refs, secretRef{field: "spec.state.encryption.keySecretRef", name: ref.Name, key: orDefault(ref.Key, DefaultEncryptionKeyKey), check: checkEncryptionKey, invalidReason: InvalidEncryptionKeyReason})
+		refs = append(refs, secretRef{field: "spec.state.encryption.keySecretRef", name: ref.Name, key: settings.KeyOrDefault(ref.Key, settings.DefaultEncryptionKeyKey), check: checkEncryptionKey, invalidReason: InvalidEncryptionKeyReason})
 	}
 	return refs
 }
@@ -347,11 +348,4 @@ func conditionStatus(conds []metav1.Condition, t string) metav1.ConditionStatus 
 		}
 	}
 	return ""
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

@@ -3,7 +3,6 @@ package config
 import (
 	"context"
 	"encoding/base64"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,54 +168,4 @@ func TestNamespaceConfigFollowsTheOperatorDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForConfig(t, ns, "ready on the secrets backend", readyWithBackend(terracev1.StateBackendSecrets))
-}
-
-func createStack(t *testing.T, ns, name string) {
-	t.Helper()
-	s := &terracev1.Stack{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       terracev1.StackSpec{Source: terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "p"}}},
-	}
-	if err := env.Client.Create(context.Background(), s); err != nil {
-		t.Fatalf("failed to create stack: %v", err)
-	}
-}
-
-func TestStacksForConfig(t *testing.T) {
-	nsA, nsB := env.Namespace(t), env.Namespace(t)
-	createStack(t, nsA, "a1")
-	createStack(t, nsA, "a2")
-	createStack(t, nsB, "b1")
-	mapFn := StacksForConfig(cached, opNS)
-
-	requested := func(cfgNS string) []string {
-		var out []string
-		for _, r := range mapFn(context.Background(), tcfg(cfgNS, terracev1.TerraceConfigSpec{})) {
-			out = append(out, r.Namespace+"/"+r.Name)
-		}
-		slices.Sort(out)
-		return out
-	}
-	// The cache sees the Stacks shortly after they are created.
-	var got []string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
-		got = requested(nsA)
-		return slices.Equal(got, []string{nsA + "/a1", nsA + "/a2"}), nil
-	})
-	if err != nil {
-		t.Fatalf("a namespace config enqueued %v, want that namespace's two stacks", got)
-	}
-	if got := requested(nsB); !slices.Equal(got, []string{nsB + "/b1"}) {
-		t.Errorf("config in %s enqueued %v", nsB, got)
-	}
-	all := requested(opNS)
-	for _, want := range []string{nsA + "/a1", nsA + "/a2", nsB + "/b1"} {
-		if !slices.Contains(all, want) {
-			t.Errorf("the operator config did not enqueue %s (got %v)", want, all)
-		}
-	}
-	other := &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "not-default"}}
-	if reqs := mapFn(context.Background(), other); len(reqs) != 0 {
-		t.Errorf("a config not named default enqueued %v", reqs)
-	}
 }

@@ -13,6 +13,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/migrate"
 )
 
@@ -37,22 +38,12 @@ const (
 // migrationRecheck is how soon a migration waiting for runs looks again.
 const migrationRecheck = 5 * time.Second
 
-// StateLocation says where a namespace's state is (Current) and where its
-// effective TerraceConfig wants it (Desired).
-type StateLocation struct {
-	Current terracev1.StateBackend
-	Desired terracev1.StateBackend
-}
-
-// Pending reports a migration still to be done: runs wait for it.
-func (l StateLocation) Pending() bool { return l.Current != l.Desired }
-
 // StateMigrator moves a namespace's state, plans and releases to the
 // backend its config names, verified, before switching to it
 // (internal/backend implements it). It reports where the state is after.
 type StateMigrator interface {
-	Locate(ctx context.Context, namespace string) (StateLocation, error)
-	MigrateNamespace(ctx context.Context, namespace string, log logr.Logger) (StateLocation, migrate.Report, error)
+	Locate(ctx context.Context, namespace string) (settings.StateLocation, error)
+	MigrateNamespace(ctx context.Context, namespace string, log logr.Logger) (settings.StateLocation, migrate.Report, error)
 }
 
 // RunCounter counts runs in progress in a namespace (internal/launcher
@@ -91,7 +82,7 @@ func (r *Reconciler) migrateState(ctx context.Context, s *configScope) error {
 
 // migrateNamespace migrates one namespace unless a run is in progress
 // there, and says where its state was before and is after.
-func (r *Reconciler) migrateNamespace(ctx context.Context, namespace string, stacks int) (before, after StateLocation, err error) {
+func (r *Reconciler) migrateNamespace(ctx context.Context, namespace string, stacks int) (before, after settings.StateLocation, err error) {
 	before, err = r.Migrator.Locate(ctx, namespace)
 	if err != nil || !before.Pending() {
 		return before, before, err
@@ -151,7 +142,7 @@ func (r *Reconciler) governedNamespaces(ctx context.Context, cfg *terracev1.Terr
 		if err != nil {
 			return nil, err
 		}
-		if eff.StateBackendSource == self || (isDefault && eff.StateBackendSource == BuiltinSource) {
+		if eff.StateBackendSource == self || (isDefault && eff.StateBackendSource == settings.BuiltinSource) {
 			out[ns] = n
 		}
 	}
@@ -167,7 +158,7 @@ type migrationProgress struct {
 	moved int
 }
 
-func (p *migrationProgress) add(before, after StateLocation, stacks int) {
+func (p *migrationProgress) add(before, after settings.StateLocation, stacks int) {
 	p.total += int32(stacks)
 	if before.Pending() && !after.Pending() {
 		p.moved++

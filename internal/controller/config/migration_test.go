@@ -6,28 +6,29 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 func TestMigrationStatus(t *testing.T) {
 	secrets, pg := terracev1.StateBackendSecrets, terracev1.StateBackendPostgres
-	pending := StateLocation{Current: secrets, Desired: pg}
-	done := StateLocation{Current: pg, Desired: pg}
+	pending := settings.StateLocation{Current: secrets, Desired: pg}
+	done := settings.StateLocation{Current: pg, Desired: pg}
 	cases := []struct {
 		name        string
-		steps       [][2]StateLocation // before, after per namespace
+		steps       [][2]settings.StateLocation // before, after per namespace
 		err         error
 		wantCurrent terracev1.StateBackend
 		wantTarget  terracev1.StateBackend
 		wantPhase   string
 		wantCounts  [2]int32
 	}{
-		{"nothing to move", [][2]StateLocation{{done, done}}, nil, pg, "", "", [2]int32{2, 2}},
-		{"moved now", [][2]StateLocation{{pending, done}, {done, done}}, nil, pg, "", MigrationVerified, [2]int32{4, 4}},
-		{"waiting for runs", [][2]StateLocation{{done, done}, {pending, pending}},
+		{"nothing to move", [][2]settings.StateLocation{{done, done}}, nil, pg, "", "", [2]int32{2, 2}},
+		{"moved now", [][2]settings.StateLocation{{pending, done}, {done, done}}, nil, pg, "", MigrationVerified, [2]int32{4, 4}},
+		{"waiting for runs", [][2]settings.StateLocation{{done, done}, {pending, pending}},
 			reconcile.Waiting(StateMigratingReason, migrationRecheck, errors.New("waiting for 1 run(s)")), secrets, pg, MigrationMigrating, [2]int32{2, 4}},
-		{"copy failed", [][2]StateLocation{{pending, pending}},
+		{"copy failed", [][2]settings.StateLocation{{pending, pending}},
 			reconcile.Waiting(StateMigrationFailedReason, migrationRecheck, errors.New("copy failed")), secrets, pg, MigrationFailed, [2]int32{0, 2}},
-		{"an unexpected error", [][2]StateLocation{{pending, pending}}, errors.New("boom"), secrets, pg, MigrationFailed, [2]int32{0, 2}},
+		{"an unexpected error", [][2]settings.StateLocation{{pending, pending}}, errors.New("boom"), secrets, pg, MigrationFailed, [2]int32{0, 2}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
@@ -25,8 +27,17 @@ var (
 )
 
 // controllerImage is the controller's own image in these tests; the
-// runner image (BuiltinDefaults) is deliberately another.
+// runner image (settings.BuiltinDefaults) is deliberately another.
 const controllerImage = "ghcr.io/terrace-dev/terrace:controller-test"
+
+// opNS is the operator namespace of the suite's controller.
+const opNS = "terrace-system"
+
+func tcfg(ns string, spec terracev1.TerraceConfigSpec) *terracev1.TerraceConfig {
+	return &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: terracev1.TerraceConfigName}, Spec: spec}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -62,13 +73,13 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	cached = mgr.GetClient()
-	resolver := &Resolver{Reader: mgr.GetClient(), OperatorNamespace: opNS, Builtin: BuiltinDefaults("ghcr.io/terrace-dev/terrace:test")}
+	resolver := &settings.Resolver{Reader: mgr.GetClient(), OperatorNamespace: opNS, Builtin: settings.BuiltinDefaults("ghcr.io/terrace-dev/terrace:test")}
 	authority, err := pki.NewAuthority(pki.DefaultCAValidity)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "failed to create a CA:", err)
 		return 1
 	}
-	postgresHosts := &PostgresHostPolicy{OperatorNamespace: opNS, Allowed: []string{"db"}, Reader: mgr.GetAPIReader()}
+	postgresHosts := &settings.PostgresHostPolicy{OperatorNamespace: opNS, Allowed: []string{"db"}, Reader: mgr.GetAPIReader()}
 	if err := SetupWithManager(mgr, Options{Resolver: resolver, API: &APIServerSettings{Issuer: authority, Image: controllerImage}, PostgresHosts: postgresHosts}); err != nil {
 		fmt.Fprintln(os.Stderr, "failed to set up the terraceconfig controller:", err)
 		return 1

@@ -19,8 +19,8 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 // ControllerName names the controller in events and logs.
@@ -53,7 +53,7 @@ type Reconciler struct {
 	// APIReader reads Secrets and Flux sources uncached.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	Configs   *config.Resolver
+	Configs   *settings.Resolver
 	Runs      runStarter
 	Stores    storeProvider
 	Options   Options

@@ -10,9 +10,9 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 // storeSet is the stores of a Stack's namespace.
@@ -60,7 +60,7 @@ func (r *Reconciler) openStores(ctx context.Context, namespace string) (*storeSe
 // runRequest describes the runner pod of one run.
 type runRequest struct {
 	Stack  *terracev1.Stack
-	Config config.Effective
+	Config settings.Effective
 	// RunID is the run announced in the Stack's status.currentRun.
 	RunID string
 }

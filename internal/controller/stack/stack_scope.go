@@ -7,10 +7,10 @@ import (
 	"github.com/go-logr/logr"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/settings"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -24,7 +24,7 @@ type scope struct {
 	// summarize and the announcement of a run both write through it.
 	patcher *reconcile.StatusPatcher
 
-	config config.Effective
+	config settings.Effective
 	source *source
 	inputs *inputs
 	// run is the run in progress, while a runner is in use.

@@ -14,8 +14,8 @@ import (
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 // Field indexes used to find the Stacks a change concerns.
@@ -74,7 +74,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		Watches(&terracev1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.dependents),
 			builder.WithPredicates(readyChanged{})).
-		Watches(&terracev1.TerraceConfig{}, handler.EnqueueRequestsFromMapFunc(config.StacksForConfig(mgr.GetClient(), r.Options.OperatorNamespace)),
+		Watches(&terracev1.TerraceConfig{}, handler.EnqueueRequestsFromMapFunc(settings.StacksForConfig(mgr.GetClient(), r.Options.OperatorNamespace)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: newRetryLimiter(mgr.GetClient())}).
 		Build(r)

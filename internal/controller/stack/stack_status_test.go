@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/settings"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -154,7 +154,7 @@ func TestSummarize(t *testing.T) {
 			r := &Reconciler{Recorder: recorder, Now: func() time.Time { return now }}
 			s := &scope{stack: stack, log: logr.Discard(), observed: tc.observe,
 				source: &source{revision: "rev-2"}, inputs: &inputs{digest: "sha256:in"},
-				config: config.Effective{Interval: 10 * time.Minute}}
+				config: settings.Effective{Interval: 10 * time.Minute}}
 			out := r.summarize(context.Background(), s, tc.err)
 			w := tc.want
 			for _, c := range []struct{ cond, want string }{

@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/scheme"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 func TestDecide(t *testing.T) {
@@ -73,7 +73,7 @@ func TestDecide(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Reconciler{Now: func() time.Time { return now }}
-			s := &scope{stack: tc.stack, inputs: &inputs{digest: "sha256:in"}, config: config.Effective{Interval: 10 * time.Minute, DriftMode: tc.drift}}
+			s := &scope{stack: tc.stack, inputs: &inputs{digest: "sha256:in"}, config: settings.Effective{Interval: 10 * time.Minute, DriftMode: tc.drift}}
 			got, wait := r.decide(s)
 			if got != tc.want {
 				t.Fatalf("decide = %q, want %q", got, tc.want)
@@ -110,7 +110,7 @@ func TestDriftIsJudgedByInputsNotByWhatStartedTheRun(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Reconciler{}
-			s := &scope{stack: tc.stack, inputs: &inputs{digest: "sha256:in"}, config: config.Effective{DriftMode: tc.mode}}
+			s := &scope{stack: tc.stack, inputs: &inputs{digest: "sha256:in"}, config: settings.Effective{DriftMode: tc.mode}}
 			if got := r.isDrift(s, tc.kind, tc.hasChanges); got != tc.want {
 				t.Fatalf("isDrift = %v, want %v", got, tc.want)
 			}
@@ -210,7 +210,7 @@ func TestNoRunFromAStaleCache(t *testing.T) {
 
 	r := &Reconciler{Client: c, APIReader: c, Runs: nil} // starting a run would panic
 	s := &scope{stack: &cached, inputs: &inputs{digest: "sha256:in"}, source: &source{},
-		config: config.Effective{Interval: time.Minute, DriftMode: terracev1.DriftDetectionEnabled}}
+		config: settings.Effective{Interval: time.Minute, DriftMode: terracev1.DriftDetectionEnabled}}
 	if err := r.reconcileRun(ctx, s); err != nil {
 		t.Fatal(err)
 	}

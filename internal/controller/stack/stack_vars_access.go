@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/ownership"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 // Condition reasons about who may read varsFrom objects.
@@ -82,7 +82,7 @@ func runnerServiceAccount(s *scope) string {
 	if sa := s.config.ServiceAccountName; sa != "" {
 		return sa
 	}
-	return config.DefaultServiceAccountName
+	return settings.DefaultServiceAccountName
 }
 
 // serviceAccountMayGet asks the API server's authorizer whether the

@@ -14,10 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/ownership"
 	"github.com/terrace-dev/terrace/internal/scheme"
+	terracesettings "github.com/terrace-dev/terrace/internal/settings"
 )
 
 // authorizer answers SubjectAccessReviews from a list of allowed
@@ -57,7 +57,7 @@ func TestVarsFromIsReadWithTheRunnerServiceAccountsRights(t *testing.T) {
 	c := auth.client(readable, forbidden, settings)
 	r := &Reconciler{Client: c, APIReader: c}
 	stack := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: outputsNS, UID: "uid-s"}}
-	s := &scope{stack: stack, source: &source{digest: "sha256:src"}, config: config.Effective{ServiceAccountName: "deployer"}}
+	s := &scope{stack: stack, source: &source{digest: "sha256:src"}, config: terracesettings.Effective{ServiceAccountName: "deployer"}}
 
 	stack.Spec.VarsFrom = []terracev1.VarsReference{{Kind: "Secret", Name: "app-creds"}, {Kind: "ConfigMap", Name: "settings"}}
 	if err := r.gatherInputs(context.Background(), s); err != nil {

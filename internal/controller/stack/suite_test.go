@@ -23,9 +23,9 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 	"github.com/terrace-dev/terrace/internal/testenv"
 	"github.com/terrace-dev/terrace/internal/tf"
@@ -89,7 +89,7 @@ func startSuiteManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resolver := &config.Resolver{Reader: mgr.GetClient(), OperatorNamespace: suiteOperatorNS, Builtin: config.BuiltinDefaults("ghcr.io/terrace-dev/terrace:test")}
+	resolver := &settings.Resolver{Reader: mgr.GetClient(), OperatorNamespace: suiteOperatorNS, Builtin: settings.BuiltinDefaults("ghcr.io/terrace-dev/terrace:test")}
 	backends := backend.New(mgr.GetClient(), resolver.ResolveNamespace)
 	if err := mgr.Add(backends); err != nil {
 		return err

@@ -1,9 +1,10 @@
-package config
+package settings
 
 import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -383,4 +384,38 @@ func namespaceAndOperatorConfigs(ns, op *terracev1.TerraceConfigSpec) []client.O
 		objs = append(objs, tcfg(opNS, *op))
 	}
 	return objs
+}
+
+// TestStacksForConfig: a namespace's config enqueues that namespace's
+// Stacks, the operator namespace's config every Stack, and a config not
+// named default nothing.
+func TestStacksForConfig(t *testing.T) {
+	stackIn := func(ns, name string) client.Object {
+		return &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).
+		WithObjects(stackIn(teamNS, "a1"), stackIn(teamNS, "a2"), stackIn("team-b", "b1")).Build()
+	mapFn := StacksForConfig(c, opNS)
+	requested := func(cfg *terracev1.TerraceConfig) []string {
+		var out []string
+		for _, r := range mapFn(context.Background(), cfg) {
+			out = append(out, r.Namespace+"/"+r.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  *terracev1.TerraceConfig
+		want []string
+	}{
+		{"a namespace's config", tcfg(teamNS, terracev1.TerraceConfigSpec{}), []string{"team-a/a1", "team-a/a2"}},
+		{"another namespace's config", tcfg("team-b", terracev1.TerraceConfigSpec{}), []string{"team-b/b1"}},
+		{"the operator's config", tcfg(opNS, terracev1.TerraceConfigSpec{}), []string{"team-a/a1", "team-a/a2", "team-b/b1"}},
+		{"a config not named default", &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: teamNS, Name: "not-default"}}, nil},
+	} {
+		if got := requested(tc.cfg); !slices.Equal(got, tc.want) {
+			t.Errorf("%s enqueued %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

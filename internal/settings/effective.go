@@ -1,8 +1,11 @@
-// Package config resolves the settings that govern a Stack (Stack fields →
+// Package settings resolves the settings that govern a Stack (Stack fields →
 // the TerraceConfig of its namespace → the one in the operator's namespace →
-// built-in defaults, field by field) and reconciles TerraceConfigs: it checks
-// the Secrets they reference and reports the state backend in use.
-package config
+// built-in defaults, field by field): the runner, its policy, where state is
+// kept and which PostgreSQL servers a config may name. It reads
+// TerraceConfigs and reconciles nothing; the TerraceConfig reconciler
+// (internal/controller/config), the Stack reconciler, the state backends and
+// the CLI all read settings from here.
+package settings
 
 import (
 	"crypto/sha256"
@@ -40,6 +43,15 @@ type SecretKeyRef struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Key       string `json:"key"`
+}
+
+// KeyOrDefault is the Secret key a reference names, or def when it names
+// none (see DefaultPostgresURLKey, DefaultEncryptionKeyKey).
+func KeyOrDefault(key, def string) string {
+	if key == "" {
+		return def
+	}
+	return key
 }
 
 // String renders the reference as namespace/name[key], for messages.
@@ -144,11 +156,16 @@ func (e Effective) StorageHash() string {
 	}{e.StateBackend, e.PostgresConnection, e.EncryptionKey, e.History})
 }
 
+// SpecHash identifies a TerraceConfig's spec, as Hash does effective settings.
+func SpecHash(spec terracev1.TerraceConfigSpec) string {
+	return hashJSON(spec)
+}
+
 func hashJSON(v any) string {
 	// json.Marshal of structs, slices and resource.Quantity is deterministic.
 	raw, err := json.Marshal(v)
 	if err != nil {
-		panic("config: effective settings must marshal: " + err.Error())
+		panic("settings: effective settings must marshal: " + err.Error())
 	}
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:12])

@@ -1,4 +1,4 @@
-package config
+package settings
 
 import (
 	"context"
@@ -249,11 +249,7 @@ func pickRef(m *merger, fallback *SecretKeyRef, defaultKey string, get func(*ter
 	for i, l := range m.layers {
 		if ref := get(normalized(l.spec)); ref != nil && ref.Name != "" {
 			m.markUsed(i)
-			key := ref.Key
-			if key == "" {
-				key = defaultKey
-			}
-			return &SecretKeyRef{Namespace: l.namespace, Name: ref.Name, Key: key}
+			return &SecretKeyRef{Namespace: l.namespace, Name: ref.Name, Key: KeyOrDefault(ref.Key, defaultKey)}
 		}
 	}
 	if fallback == nil {
