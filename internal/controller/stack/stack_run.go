@@ -79,7 +79,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	if err != nil {
 		return err
 	}
-	s.run = &runScope{kind: kind, id: launcher.NewRunID(), stores: stores}
+	s.run = &runScope{kind: kind, id: launcher.NewRunID(), stores: stores, recover: !lastRunSettled(s)}
 	if err := r.announce(ctx, s); err != nil {
 		return err
 	}
@@ -181,8 +181,13 @@ func failureReason(kind runKind) string {
 
 // recoverFromDeadRuns removes runner pods of earlier runs (a controller that
 // restarted mid-run left them) and releases a state lock only such a run
-// can hold: runs of one Stack never overlap.
+// can hold: runs of one Stack never overlap. After a run that settled
+// (its runner closed, tofu done with the lock) there is nothing to
+// recover, and the List of pods and the lock read are skipped.
 func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
+	if !s.run.recover {
+		return nil
+	}
 	if err := r.Runs.Cleanup(ctx, s.stack.Namespace, s.stack.Name); err != nil {
 		return fmt.Errorf("failed to remove runner pods of earlier runs: %w", err)
 	}

@@ -39,9 +39,12 @@ type step func(ctx context.Context, s *scope) error
 
 // runScope is one run: its runner session and the stores it writes.
 type runScope struct {
-	kind    runKind
-	id      string
-	stores  *storeSet
+	kind   runKind
+	id     string
+	stores *storeSet
+	// recover: an earlier run may have died (the last reconcile did not
+	// settle), so its pod and state lock may be left.
+	recover bool
 	session runSession
 	client  *runner.Client
 	logf    runner.LogFunc

@@ -44,6 +44,15 @@ func requestedReconcile(stack *terracev1.Stack) (string, bool) {
 	return v, ok && v != stack.Status.LastHandledReconcileAt
 }
 
+// lastRunSettled reports that the last reconcile that started a run also
+// summarized its end (no Reconciling is left: the run's announcement sets
+// it, every settled outcome removes it), so its runner was closed and
+// tofu released the state lock. A controller stopped mid-run, a runner
+// that died, or a transient failure leaves Reconciling set.
+func lastRunSettled(s *scope) bool {
+	return s.stack.Status.CurrentRun == "" || reconcile.Get(s.stack, terracev1.ReconcilingCondition) == nil
+}
+
 func conditionTrue(stack *terracev1.Stack, t string) bool {
 	return reconcile.IsTrue(stack, t)
 }
