@@ -433,6 +433,12 @@ type StackStatus struct {
 	// +optional
 	CurrentRun string `json:"currentRun,omitempty"`
 
+	// OutputsSecret is the Secret Terrace last wrote the outputs into
+	// (spec.writeOutputsToSecret.name at that time), so a renamed or
+	// removed one is cleaned up without searching the namespace.
+	// +optional
+	OutputsSecret string `json:"outputsSecret,omitempty"`
+
 	ReconcileRequestStatus `json:",inline"`
 }
 

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -62,7 +63,7 @@ func (r *Reconciler) ownedOutputsSecret(ctx context.Context, stack *terracev1.St
 func (r *Reconciler) writeOutputs(ctx context.Context, s *scope, outputs map[string]runner.Output) error {
 	spec := s.stack.Spec.WriteOutputsToSecret
 	if spec == nil {
-		return r.removeOutputsSecrets(ctx, s, "")
+		return r.removePreviousOutputsSecret(ctx, s, "")
 	}
 	existing, err := r.ownedOutputsSecret(ctx, s.stack, spec.Name)
 	if err != nil {
@@ -102,7 +103,39 @@ func (r *Reconciler) writeOutputs(ctx context.Context, s *scope, outputs map[str
 			}
 		}
 	}
-	return r.removeOutputsSecrets(ctx, s, spec.Name)
+	return r.removePreviousOutputsSecret(ctx, s, spec.Name)
+}
+
+// removePreviousOutputsSecret removes the outputs Secret of an earlier
+// name (or of a spec that no longer asks for one), found by the name the
+// status recorded; keep is the current name, or "". Only the first write
+// of a Stack, which has no name recorded yet (or Stacks from before the
+// status held it), searches the namespace.
+func (r *Reconciler) removePreviousOutputsSecret(ctx context.Context, s *scope, keep string) error {
+	prev := s.recorded().OutputsSecret
+	var err error
+	switch {
+	case prev == keep:
+	case prev == "":
+		err = r.removeOutputsSecrets(ctx, s, keep)
+	default:
+		var sec *corev1.Secret
+		sec, err = r.ownedOutputsSecret(ctx, s.stack, prev)
+		var terminal *reconcile.TerminalError
+		switch {
+		case errors.As(err, &terminal):
+			err = nil // not ours (any more): never touched
+		case err == nil && sec != nil:
+			err = r.deleteOutputsSecret(ctx, s, sec, keep)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	// Recorded only once the earlier one is gone: a failed removal is
+	// tried again from the same name.
+	s.observed.outputsSecret = &keep
+	return nil
 }
 
 func ownedLabels() map[string]string {
@@ -118,7 +151,7 @@ func (r *Reconciler) syncOutputs(ctx context.Context, s *scope) error {
 		return nil
 	}
 	if s.stack.Spec.WriteOutputsToSecret == nil {
-		return r.removeOutputsSecrets(ctx, s, "")
+		return r.removePreviousOutputsSecret(ctx, s, "")
 	}
 	outputs, err := s.run.client.Outputs(ctx)
 	if err != nil {
@@ -142,20 +175,29 @@ func (r *Reconciler) removeOutputsSecrets(ctx context.Context, s *scope, keep st
 		if sec.Name == keep || !ownership.Owns(sec, s.stack, ownership.ComponentOutputs) {
 			continue
 		}
-		uid, version := sec.UID, sec.ResourceVersion
-		err := r.Client.Delete(ctx, sec, client.Preconditions{UID: &uid, ResourceVersion: &version})
-		if apierrors.IsNotFound(err) {
-			continue
+		if err := r.deleteOutputsSecret(ctx, s, sec, keep); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("failed to delete outputs Secret %s: %w", sec.Name, err)
-		}
-		switch {
-		case keep != "":
-			r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret names %s now", sec.Name, keep)
-		case s.stack.DeletionTimestamp.IsZero():
-			r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret is no longer set", sec.Name)
-		}
+	}
+	return nil
+}
+
+// deleteOutputsSecret deletes an outputs Secret found to be this Stack's,
+// on condition that it is still the object (UID, version) just checked.
+func (r *Reconciler) deleteOutputsSecret(ctx context.Context, s *scope, sec *corev1.Secret, keep string) error {
+	uid, version := sec.UID, sec.ResourceVersion
+	err := r.Client.Delete(ctx, sec, client.Preconditions{UID: &uid, ResourceVersion: &version})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to delete outputs Secret %s: %w", sec.Name, err)
+	}
+	switch {
+	case keep != "":
+		r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret names %s now", sec.Name, keep)
+	case s.stack.DeletionTimestamp.IsZero():
+		r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret is no longer set", sec.Name)
 	}
 	return nil
 }

@@ -163,8 +163,15 @@ func TestRenamedOutputsSecretReplacesTheOldOne(t *testing.T) {
 	stack := outputsStack("web", "uid-web", "web-out-b")
 	other := outputsStack("other", "uid-other", "")
 	r, c := outputsReconciler(ownedBy(stack, "web-out-a"), ownedBy(other, "other-out"), victimSecret("victim"))
-	if err := r.writeOutputs(ctx, &scope{stack: stack}, someOutputs()); err != nil {
+	// The first write of a Stack (no name recorded yet) searches the
+	// namespace for its outputs Secrets of other names.
+	first := &scope{stack: stack}
+	if err := r.writeOutputs(ctx, first, someOutputs()); err != nil {
 		t.Fatal(err)
+	}
+	recordRun(first)
+	if stack.Status.OutputsSecret != "web-out-b" {
+		t.Fatalf("status.outputsSecret = %q after writing web-out-b", stack.Status.OutputsSecret)
 	}
 	if sec := getSecret(t, c, "web-out-b"); string(sec.Data["url"]) != "https://app" {
 		t.Errorf("new outputs Secret: %q", sec.Data)
@@ -176,10 +183,16 @@ func TestRenamedOutputsSecretReplacesTheOldOne(t *testing.T) {
 	getSecret(t, c, "other-out")
 	getSecret(t, c, "victim")
 
-	// Unsetting the field removes the Stack's outputs Secret, nothing else.
+	// Unsetting the field removes the Stack's outputs Secret (the one the
+	// status names), nothing else.
 	stack.Spec.WriteOutputsToSecret = nil
-	if err := r.writeOutputs(ctx, &scope{stack: stack}, someOutputs()); err != nil {
+	second := &scope{stack: stack}
+	if err := r.writeOutputs(ctx, second, someOutputs()); err != nil {
 		t.Fatal(err)
+	}
+	recordRun(second)
+	if stack.Status.OutputsSecret != "" {
+		t.Errorf("status.outputsSecret = %q after the Secret was removed", stack.Status.OutputsSecret)
 	}
 	err = c.Get(ctx, client.ObjectKey{Namespace: outputsNS, Name: "web-out-b"}, &corev1.Secret{})
 	if !apierrors.IsNotFound(err) {

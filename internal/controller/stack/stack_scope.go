@@ -81,7 +81,10 @@ type observations struct {
 	applied *applyObservation
 	// release is the release recorded in this reconcile, failed or not.
 	release *release.Release
-	drift   driftObservation
+	// outputsSecret is the outputs Secret written ("" after removing it),
+	// nil when outputs were not touched.
+	outputsSecret *string
+	drift         driftObservation
 }
 
 // runAnnouncement is what a run says while it runs.

@@ -158,6 +158,9 @@ func recordRun(s *scope) {
 			st.Plan.Pending = ""
 		}
 	}
+	if o.outputsSecret != nil {
+		st.OutputsSecret = *o.outputsSecret
+	}
 	if rel := o.release; rel != nil {
 		st.Release = &terracev1.ReleaseStatus{Revision: int64(rel.Revision), Status: string(rel.Status), UpdatedAt: ptrTime(rel.FinishedAt)}
 	}
