@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,6 +63,8 @@ type Reconciler struct {
 
 	// sources watches the Flux source kinds Stacks name (set up by SetupWithManager).
 	sources *sourceWatches
+	// ranHere holds the Stacks this process has started a run for.
+	ranHere sync.Map
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
@@ -79,7 +81,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	if err != nil {
 		return err
 	}
-	s.run = &runScope{kind: kind, id: launcher.NewRunID(), stores: stores, recover: !lastRunSettled(s)}
+	s.run = &runScope{kind: kind, id: launcher.NewRunID(), stores: stores, recover: r.mayHaveDeadRun(s)}
 	if err := r.announce(ctx, s); err != nil {
 		return err
 	}
@@ -177,6 +179,15 @@ func failureReason(kind runKind) string {
 		return DestroyFailedReason
 	}
 	return PlanFailedReason
+}
+
+// mayHaveDeadRun says whether an earlier run of the Stack may have left a
+// runner pod or a state lock: its reconcile did not settle, or this
+// controller process has not run the Stack yet (the last one may have
+// stopped between the final status patch and removing the pod).
+func (r *Reconciler) mayHaveDeadRun(s *scope) bool {
+	_, seen := r.ranHere.LoadOrStore(client.ObjectKeyFromObject(s.stack), true)
+	return !seen || !lastRunSettled(s)
 }
 
 // recoverFromDeadRuns removes runner pods of earlier runs (a controller that
