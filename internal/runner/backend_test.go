@@ -93,8 +93,8 @@ func TestHTTPBackendUsesTheRunnerCertificateWithoutStoringIt(t *testing.T) {
 	backend.mu.Lock()
 	backend.lock = []byte(`{"ID":"dead-run-lock","Operation":"OperationTypeApply","Who":"run-0"}`)
 	backend.mu.Unlock()
-	if _, err := tr.client.Plan(ctx, &runnerv1.PlanRequest{}, nil); Reason(err) != ReasonCommandFailed || !strings.Contains(err.Error(), "dead-run-lock") {
-		t.Fatalf("plan against a held lock answered %v, want a failure naming the lock", err)
+	if _, err := tr.client.Plan(ctx, &runnerv1.PlanRequest{}, nil); Reason(err) != ReasonStateLocked || !strings.Contains(err.Error(), "dead-run-lock") {
+		t.Fatalf("plan against a held lock answered %v, want a STATE_LOCKED failure naming the lock", err)
 	}
 	if err := tr.client.ForceUnlock(ctx, "dead-run-lock"); err != nil {
 		t.Fatalf("force-unlock failed: %v", err)
