@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
 // Health is an object's kstatus-style state.
@@ -148,7 +149,7 @@ func Report(ctx context.Context, cfg *rest.Config, outcomes []Outcome, w io.Writ
 	if err != nil {
 		return fmt.Errorf("failed to create client: %w", err)
 	}
-	releases := release.NewSecretStore(c)
+	releases := secrets.New(c, secrets.Options{})
 	for _, o := range outcomes {
 		fmt.Fprintf(w, "%s: %s", o.Ref(), o.Health)
 		if o.Message != "" {
@@ -179,7 +180,7 @@ func reportProgram(w io.Writer, u *unstructured.Unstructured) {
 	fmt.Fprintf(w, "  artifact %v\n  digest   %v\n  revision %v\n", art["url"], art["digest"], art["revision"])
 }
 
-func reportStack(ctx context.Context, w io.Writer, cs kubernetes.Interface, releases *release.SecretStore, u *unstructured.Unstructured) error {
+func reportStack(ctx context.Context, w io.Writer, cs kubernetes.Interface, releases release.Store, u *unstructured.Unstructured) error {
 	names, _, _ := unstructured.NestedStringSlice(u.Object, "status", "outputs")
 	if rev, ok, _ := unstructured.NestedString(u.Object, "status", "lastAppliedRevision"); ok {
 		fmt.Fprintf(w, "  applied revision %s\n", rev)

@@ -19,6 +19,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
 // stackTimeout bounds one run on the dev cluster: pod start, init, plan,
@@ -105,7 +106,7 @@ func webStack(name string, approve string, vars map[string]apiextensionsv1.JSON)
 
 func (e *stackEnv) releases(t *testing.T, stack string) []release.Release {
 	t.Helper()
-	rs, err := release.NewSecretStore(e.c).ListReleases(context.Background(), e.ns, stack)
+	rs, err := secrets.New(e.c, secrets.Options{}).ListReleases(context.Background(), e.ns, stack)
 	if err != nil {
 		t.Fatal(err)
 	}
