@@ -156,23 +156,28 @@ func TestAddingTheFinalizerKeepsLastHandledReconcileAt(t *testing.T) {
 }
 
 // TestDecisiveError: which kind of failure decides Ready, Reconciling and
-// Stalled when several concerns fail, and that every failure is named.
+// Stalled when several concerns fail, that every failure is named, and
+// that the others are still retried.
 func TestDecisiveError(t *testing.T) {
 	terminal := reconcile.Terminalf(SecretNotFoundReason, "secret missing")
 	waiting := reconcile.Waiting(StateMigratingReason, 5*time.Second, errors.New("runs in progress"))
 	transient := errors.New("binding missing")
 	for _, tc := range []struct {
-		name     string
-		errs     []error
-		want     string // terminal, waiting, transient or none
-		reason   string
-		contains []string
+		name         string
+		errs         []error
+		want         string // terminal, waiting, transient or none
+		reason       string
+		contains     []string
+		retried      bool
+		requeueAfter time.Duration
 	}{
 		{name: "none", errs: []error{nil, nil}, want: "none"},
 		{name: "one terminal", errs: []error{nil, terminal}, want: "terminal", reason: SecretNotFoundReason, contains: []string{"secret missing"}},
-		{name: "terminal and transient: retried", errs: []error{terminal, transient}, want: "transient", contains: []string{"secret missing", "binding missing"}},
-		{name: "terminal and waiting: waits", errs: []error{terminal, nil, waiting}, want: "waiting", reason: StateMigratingReason, contains: []string{"secret missing", "runs in progress"}},
-		{name: "all three: retried", errs: []error{waiting, terminal, transient}, want: "transient", contains: []string{"runs in progress", "secret missing", "binding missing"}},
+		{name: "one wait", errs: []error{waiting, nil}, want: "waiting", reason: StateMigratingReason, requeueAfter: 5 * time.Second},
+		{name: "terminal and transient: stalled, still retried", errs: []error{terminal, transient}, want: "terminal", reason: SecretNotFoundReason, contains: []string{"secret missing", "binding missing"}, retried: true},
+		{name: "terminal and waiting: stalled, still rechecked", errs: []error{terminal, nil, waiting}, want: "terminal", reason: SecretNotFoundReason, contains: []string{"secret missing", "runs in progress"}, requeueAfter: 5 * time.Second},
+		{name: "transient and waiting: retried", errs: []error{waiting, transient}, want: "transient", contains: []string{"runs in progress", "binding missing"}, retried: true},
+		{name: "all three", errs: []error{waiting, terminal, transient}, want: "terminal", reason: SecretNotFoundReason, contains: []string{"runs in progress", "secret missing", "binding missing"}, retried: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := decisive(tc.errs)
@@ -182,10 +187,10 @@ func TestDecisiveError(t *testing.T) {
 			switch {
 			case err == nil:
 				got = "none"
-			case errors.As(err, &we):
-				got, reason = "waiting", we.Reason
 			case errors.As(err, &te):
 				got, reason = "terminal", te.Reason
+			case errors.As(err, &we):
+				got, reason = "waiting", we.Reason
 			}
 			if got != tc.want || reason != tc.reason {
 				t.Fatalf("decisive = %v (%s %q), want %s %q", err, got, reason, tc.want, tc.reason)
@@ -195,8 +200,12 @@ func TestDecisiveError(t *testing.T) {
 					t.Errorf("message %q does not name %q", err, s)
 				}
 			}
-			if got == "transient" && !errors.Is(err, transient) {
-				t.Errorf("the transient error is not wrapped: %v", err)
+			after, retryErr := retryOf(tc.errs)
+			if (retryErr != nil) != tc.retried || (tc.retried && !errors.Is(retryErr, transient)) {
+				t.Errorf("retryOf error = %v, want the transient error: %v", retryErr, tc.retried)
+			}
+			if after != tc.requeueAfter {
+				t.Errorf("retryOf requeue = %s, want %s", after, tc.requeueAfter)
 			}
 		})
 	}

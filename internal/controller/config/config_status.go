@@ -44,7 +44,8 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope) reconcile.Ou
 	if out.Final {
 		cfg.Status.ObservedGeneration = cfg.Generation
 	}
-	if !s.apiRenewAt.IsZero() {
+	out.Result.RequeueAfter, out.Err = retryOf(errs)
+	if !s.apiRenewAt.IsZero() && out.Err == nil {
 		renew := max(time.Until(s.apiRenewAt), time.Second)
 		if out.Result.RequeueAfter == 0 || renew < out.Result.RequeueAfter {
 			out.Result.RequeueAfter = renew
@@ -138,25 +139,56 @@ func (r *Reconciler) readyMessage(s *configScope) string {
 }
 
 // decisive returns the error that decides Ready, Reconciling and Stalled
-// when the concerns failed with errs (nil entries are successes). A
-// transient error comes first, since it alone is retried with backoff;
-// then a wait; then what only the user can fix. The message names every
-// failure, in order.
+// when the concerns failed with errs (nil entries are successes): what
+// only the user can fix comes first, since it is what they must act on;
+// then a transient failure; then a wait. The message names every failure,
+// in order. What the others need, retries, is retryOf's.
 func decisive(errs []error) error {
-	var (
-		failed    []error
-		transient []error
-		waiting   *reconcile.WaitingError
-		terminal  *reconcile.TerminalError
-	)
+	failed := slices.DeleteFunc(slices.Clone(errs), func(err error) bool { return err == nil })
+	switch len(failed) {
+	case 0:
+		return nil
+	case 1:
+		return failed[0]
+	}
+	messages := make([]string, len(failed))
+	for i, err := range failed {
+		messages[i] = err.Error()
+	}
+	msg := strings.Join(messages, "; ")
+	terminal, transient, waiting := sortFailures(failed)
+	switch {
+	case terminal != nil:
+		return reconcile.Terminal(terminal.Reason, errors.New(msg))
+	case len(transient) > 0:
+		return &retryError{message: msg, transient: transient}
+	default:
+		return reconcile.Waiting(waiting.Reason, waiting.RequeueAfter, errors.New(msg))
+	}
+}
+
+// retryOf is what the failures in errs need whatever decided the
+// conditions: the transient ones returned (joined) for backoff, else the
+// soonest wait. A config Stalled on one concern keeps retrying the others.
+func retryOf(errs []error) (requeueAfter time.Duration, err error) {
+	_, transient, waiting := sortFailures(errs)
+	switch {
+	case len(transient) > 0:
+		return 0, errors.Join(transient...)
+	case waiting != nil:
+		return waiting.RequeueAfter, nil
+	}
+	return 0, nil
+}
+
+// sortFailures returns the first terminal error, the transient ones and
+// the soonest wait among errs.
+func sortFailures(errs []error) (terminal *reconcile.TerminalError, transient []error, waiting *reconcile.WaitingError) {
 	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		failed = append(failed, err)
 		var w *reconcile.WaitingError
 		var t *reconcile.TerminalError
 		switch {
+		case err == nil:
 		case errors.As(err, &w):
 			if waiting == nil || w.RequeueAfter < waiting.RequeueAfter {
 				waiting = w
@@ -169,30 +201,12 @@ func decisive(errs []error) error {
 			transient = append(transient, err)
 		}
 	}
-	switch {
-	case len(failed) == 0:
-		return nil
-	case len(failed) == 1:
-		return failed[0]
-	}
-	messages := make([]string, len(failed))
-	for i, err := range failed {
-		messages[i] = err.Error()
-	}
-	msg := strings.Join(messages, "; ")
-	switch {
-	case len(transient) > 0:
-		return &retryError{message: msg, transient: transient}
-	case waiting != nil:
-		return reconcile.Waiting(waiting.Reason, waiting.RequeueAfter, errors.New(msg))
-	default:
-		return reconcile.Terminal(terminal.Reason, errors.New(msg))
-	}
+	return terminal, transient, waiting
 }
 
-// retryError is several failures of which some are transient. It says
-// all of them but unwraps to the transient ones only, so that it is
-// retried rather than taken for terminal or waiting.
+// retryError is several failures of which some are transient and none
+// terminal. It says all of them but unwraps to the transient ones only, so
+// Summarize takes it for transient rather than for a wait.
 type retryError struct {
 	message   string
 	transient []error
