@@ -66,7 +66,8 @@ generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	    proto/terrace/*/v1/*.proto; \
 	fi
 
-verify: generate fmt vet ## Fail when generated code or formatting is stale.
+verify: generate fmt vet ## Fail when generated code, formatting or go.mod/go.sum are stale.
+	@go mod tidy -diff || { echo 'go.mod/go.sum are not tidy: run go mod tidy and commit'; exit 1; }
 	@git diff --exit-code -- api config proto internal cmd charts || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
 	@test -z "$$(git status --porcelain -- api config proto)" || { git status --porcelain -- api config proto; echo 'untracked generated files: commit them'; exit 1; }
 

@@ -286,7 +286,7 @@ func TestReleasesAndOutputs(t *testing.T) {
 	}
 	at.expectError(http.StatusNotFound, at.admin, http.MethodGet, "/v1/installations/web/outputs", nil, "Secret web-outputs, which does not exist yet")
 
-	h := release.History{Store: release.NewSecretStore(env.Client)}
+	h := release.History{Store: secrets.New(env.Client, secrets.Options{})}
 	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	for i, rev := range []string{"main@sha1:aaa", "main@sha1:bbb"} {
 		_, err := h.Record(context.Background(), release.Release{

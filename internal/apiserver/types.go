@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
@@ -139,7 +140,7 @@ func installationOf(stack *terracev1.Stack) Installation {
 	if ready := stackview.Condition(stack, terracev1.ReadyCondition); ready != nil {
 		in.Status = string(ready.Status)
 		in.Message = ready.Message
-		in.Ready = stackview.IsTrue(ready) && stack.Status.ObservedGeneration == stack.Generation
+		in.Ready, _, _ = readiness.ReadyAtGeneration(stack)
 	}
 	return in
 }

@@ -217,7 +217,7 @@ func (b *Backends) open(ctx context.Context, namespace string, eff settings.Effe
 	switch eff.StateBackend {
 	case terracev1.StateBackendSecrets, "":
 		st := secrets.New(b.client, secrets.Options{History: history, Keys: state.StaticKey(key)})
-		set.States, set.Plans, set.Releases = st, st, release.NewSecretStore(b.client)
+		set.States, set.Plans, set.Releases = st, st, st
 	case terracev1.StateBackendPostgres:
 		ref := eff.PostgresConnection
 		if ref == nil {

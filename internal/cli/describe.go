@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
@@ -115,6 +116,10 @@ func printDescription(out io.Writer, d *description, now time.Time) error {
 	field("Approve plan", valueOr(st.Spec.ApprovePlan, "(empty: every plan waits for approval)"))
 	field("Suspended", map[bool]string{true: "yes", false: ""}[st.Spec.Suspend])
 	field("Generation", fmt.Sprintf("%d (observed %d)", st.Generation, st.Status.ObservedGeneration))
+	if health, why, err := readiness.Compute(st); err == nil {
+		// What Flux, Argo CD and kubectl wait make of the Stack.
+		field("kstatus", fmt.Sprintf("%s: %s", health, oneLine(why)))
+	}
 	field("Applied revision", st.Status.LastAppliedRevision)
 	field("Attempted revision", st.Status.LastAttemptedRevision)
 	field("Planned revision", st.Status.LastPlannedRevision)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
@@ -130,6 +131,10 @@ func stackRow(st *terracev1.Stack, withNamespace, wide bool, now time.Time) []st
 	ready, message := "Unknown", ""
 	if c := stackview.Condition(st, terracev1.ReadyCondition); c != nil {
 		ready, message = string(c.Status), c.Message
+		// True only as kstatus reads it: for this generation, nothing in progress.
+		if atGeneration, why, _ := readiness.ReadyAtGeneration(st); stackview.IsTrue(c) && !atGeneration {
+			ready, message = string(metav1.ConditionUnknown), why
+		}
 	}
 	if st.Spec.Suspend {
 		message = "suspended; " + message

@@ -34,7 +34,7 @@ func TestDescribeShowsConditionsRunsPlanAndEvents(t *testing.T) {
 	rel := release.Release{Namespace: ns, Stack: "web", Revision: 1, Status: release.StatusDeployed, SourceRevision: revision,
 		Plan: release.PlanSummary{Add: 2}, StartedAt: started, FinishedAt: started.Add(1500 * time.Millisecond), ToolVersion: "1.12.6",
 		Outputs: []release.Output{{Name: "token", Sensitive: true, Value: json.RawMessage(`"s3cr3t-value"`)}}}
-	if err := release.NewSecretStore(env.Client).CreateRelease(ctx, &rel); err != nil {
+	if err := secrets.New(env.Client, secrets.Options{}).CreateRelease(ctx, &rel); err != nil {
 		t.Fatal(err)
 	}
 	event := &corev1.Event{

@@ -13,13 +13,14 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
 // recordReleases writes deployed releases of a Stack through the release store.
 func recordReleases(t *testing.T, ns, stack string, outputs []release.Output, sourceRevisions ...string) {
 	t.Helper()
 	env, _ := apiServer(t)
-	h := release.History{Store: release.NewSecretStore(env.Client)}
+	h := release.History{Store: secrets.New(env.Client, secrets.Options{})}
 	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	for i, rev := range sourceRevisions {
 		_, err := h.Record(context.Background(), release.Release{

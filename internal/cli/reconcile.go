@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
@@ -108,8 +109,8 @@ func waitHandled(ctx context.Context, k *kube, name, value string, requested tim
 	}
 }
 
-// reportReady prints the Ready condition; anything but Ready or a plan
-// awaiting approval is an error.
+// reportReady prints the Ready condition; anything but Ready at the
+// current generation or a plan awaiting approval is an error.
 func reportReady(s streams, stack *terracev1.Stack) error {
 	ready := stackview.Condition(stack, terracev1.ReadyCondition)
 	if ready == nil {
@@ -117,14 +118,19 @@ func reportReady(s streams, stack *terracev1.Stack) error {
 		return nil
 	}
 	fmt.Fprintf(s.out, "Stack %s/%s: %s\n", stack.Namespace, stack.Name, conditionText(ready))
+	atGeneration, why, err := readiness.ReadyAtGeneration(stack)
 	switch {
-	case stackview.IsTrue(ready):
+	case err != nil:
+		return err
+	case atGeneration:
 		return nil
 	case ready.Reason == awaitingApprovalReason:
 		fmt.Fprintf(s.out, "review it with `terrace plan %s -n %s`, then `terrace approve %s %s -n %s`\n", stack.Name, stack.Namespace, stack.Name, stackview.PendingPlan(stack), stack.Namespace)
 		return nil
+	case !stackview.IsTrue(ready):
+		why = ready.Message
 	}
-	return fmt.Errorf("Stack %s/%s is not Ready: %s", stack.Namespace, stack.Name, ready.Message)
+	return fmt.Errorf("Stack %s/%s is not Ready: %s", stack.Namespace, stack.Name, why)
 }
 
 // conditionText renders a condition on one line: Ready=False Reason: message.

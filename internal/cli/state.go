@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/migrate"
 	"github.com/terrace-dev/terrace/internal/state/postgres"
@@ -93,7 +92,7 @@ func (b *stateBackends) open(ctx context.Context, name string) (migrate.Backend,
 			return migrate.Backend{}, err
 		}
 		s := secrets.New(c, secrets.Options{History: b.flags.history, Keys: keys})
-		return migrate.Backend{Name: name, States: s, Plans: s, Releases: release.NewSecretStore(c)}, nil
+		return migrate.Backend{Name: name, States: s, Plans: s, Releases: s}, nil
 	case "postgres":
 		url := b.flags.postgresURL
 		if url == "" {

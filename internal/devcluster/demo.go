@@ -15,9 +15,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
 // Health is an object's kstatus-style state.
@@ -35,43 +38,25 @@ const (
 
 const terraceGroup = "terrace.dev"
 
-// Evaluate reads an object's state from its conditions, as kstatus does for
-// objects that follow the Ready/Reconciling/Stalled convention. Objects of
-// other groups with no conditions (Secrets, ConfigMaps) are Current at once;
-// Terrace objects wait for their controller.
+// Evaluate reads an object's state as kstatus does (internal/readiness):
+// objects of other groups with no conditions (Secrets, ConfigMaps) are
+// Current at once; Terrace objects are Current only when Ready at their
+// current generation.
 func Evaluate(u *unstructured.Unstructured) (Health, string) {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	observed, hasObserved, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-	var ready, stalled map[string]any
-	for _, c := range conds {
-		m, ok := c.(map[string]any)
-		if !ok {
-			continue
+	st, msg, err := readiness.Compute(u)
+	switch {
+	case err != nil:
+		return InProgress, err.Error()
+	case st == status.CurrentStatus:
+		if ready, _, _ := readiness.ReadyAtGeneration(u); !ready {
+			msg = "" // Current without a Ready condition: nothing to say
 		}
-		switch m["type"] {
-		case "Ready":
-			ready = m
-		case "Stalled":
-			stalled = m
-		}
-	}
-	if stalled != nil && stalled["status"] == "True" {
-		return Failed, fmt.Sprintf("Stalled: %v: %v", stalled["reason"], stalled["message"])
-	}
-	if ready == nil {
-		if len(conds) == 0 && u.GroupVersionKind().Group != terraceGroup {
-			return Current, ""
-		}
-		return InProgress, "waiting for the controller to report Ready"
-	}
-	msg := fmt.Sprintf("%v: %v", ready["reason"], ready["message"])
-	if ready["status"] != "True" {
+		return Current, msg
+	case st == status.FailedStatus:
+		return Failed, "Stalled: " + msg
+	default:
 		return InProgress, msg
 	}
-	if hasObserved && observed < u.GetGeneration() {
-		return InProgress, fmt.Sprintf("generation %d not yet observed (at %d)", u.GetGeneration(), observed)
-	}
-	return Current, msg
 }
 
 // Outcome is how one applied object ended.
@@ -148,7 +133,7 @@ func Report(ctx context.Context, cfg *rest.Config, outcomes []Outcome, w io.Writ
 	if err != nil {
 		return fmt.Errorf("failed to create client: %w", err)
 	}
-	releases := release.NewSecretStore(c)
+	releases := secrets.New(c, secrets.Options{})
 	for _, o := range outcomes {
 		fmt.Fprintf(w, "%s: %s", o.Ref(), o.Health)
 		if o.Message != "" {
@@ -179,7 +164,7 @@ func reportProgram(w io.Writer, u *unstructured.Unstructured) {
 	fmt.Fprintf(w, "  artifact %v\n  digest   %v\n  revision %v\n", art["url"], art["digest"], art["revision"])
 }
 
-func reportStack(ctx context.Context, w io.Writer, cs kubernetes.Interface, releases *release.SecretStore, u *unstructured.Unstructured) error {
+func reportStack(ctx context.Context, w io.Writer, cs kubernetes.Interface, releases release.Store, u *unstructured.Unstructured) error {
 	names, _, _ := unstructured.NestedStringSlice(u.Object, "status", "outputs")
 	if rev, ok, _ := unstructured.NestedString(u.Object, "status", "lastAppliedRevision"); ok {
 		fmt.Fprintf(w, "  applied revision %s\n", rev)

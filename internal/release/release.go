@@ -3,19 +3,17 @@
 // summary, outputs (sensitive values redacted), times, tool version and a
 // status of deployed, superseded or failed.
 //
-// [History] is what a controller uses:
+// It holds the plain record types, their encoding and the [Store] interface;
+// the state backends implement Store next to their state and plan stores
+// (internal/state/secrets, internal/state/postgres). [History] is what a
+// controller uses:
 //
-//	h := release.History{Store: release.NewSecretStore(c), Limit: 10}
+//	h := release.History{Store: secrets.New(c, secrets.Options{}), Limit: 10}
 //	rel, err := h.Record(ctx, release.Release{Namespace: ns, Stack: name,
 //	    Status: release.StatusDeployed, SourceRevision: rev, Plan: summary,
 //	    Outputs: outs, StartedAt: t0, FinishedAt: t1, ToolVersion: v})
 //	// rel.Revision is the new revision; the previous deployed one is now superseded
 //	latest, err := h.Latest(ctx, ns, name) // for status.release
-//
-// In Secrets each record is one Secret of type terrace.dev/release.v1 named
-// terrace.release.v1.<stack>.v<revision>, labelled terrace.dev/stack,
-// terrace.dev/revision and terrace.dev/status, whose key "release" holds the
-// gzip-compressed JSON body. internal/state/postgres implements [Store] too.
 package release
 
 import (
@@ -25,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"time"
 
 	"github.com/terrace-dev/terrace/internal/state"
@@ -183,8 +182,8 @@ func Digest(r *Release) string {
 	return state.Digest(raw)
 }
 
-// Store keeps release records. Implementations: SecretStore here and
-// internal/state/postgres.
+// Store keeps release records. Implementations: internal/state/secrets
+// (one Secret per record) and internal/state/postgres.
 type Store interface {
 	// CreateRelease stores a new record; an existing revision is a
 	// *state.ConflictError.
@@ -200,4 +199,18 @@ type Store interface {
 	DeleteRelease(ctx context.Context, namespace, stack string, revision int) error
 	// MarkReleaseMigrated sets (or with nil clears) a record's migration mark.
 	MarkReleaseMigrated(ctx context.Context, namespace, stack string, revision int, mark *state.MigrationMark) error
+}
+
+// Sort orders releases by namespace, stack and revision.
+func Sort(rs []Release) {
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Stack != b.Stack {
+			return a.Stack < b.Stack
+		}
+		return a.Revision < b.Revision
+	})
 }

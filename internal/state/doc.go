@@ -25,9 +25,8 @@
 //   - state/secrets: Secrets in the Stack's namespace; gzip, chunked under the
 //     Secret size limit, optionally AES-256-GCM ([EncryptionKey], from a
 //     Secret with secrets.KeyFromSecret). secrets.New(client, secrets.Options{History, Keys})
-//     gives a value that is both Store and PlanStore; release.NewSecretStore(client)
-//     gives the release store. Pass an uncached client (or one whose cache
-//     is limited to Terrace's Secrets).
+//     gives one value that is Store, PlanStore and release.Store. Pass an
+//     uncached client (or one whose cache is limited to Terrace's Secrets).
 //   - state/postgres: postgres.Open(ctx, url, postgres.Options{History, Keys})
 //     gives one value that is Store, PlanStore and release.Store; Close it.
 //

@@ -23,6 +23,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/operator"
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
@@ -257,12 +258,14 @@ func (e *stackEnv) waitStack(t testing.TB, name string, timeout time.Duration, w
 
 // readyAt accepts a Stack that is Ready at its current generation.
 func readyAt(s *terracev1.Stack) error {
-	for _, c := range s.Status.Conditions {
-		if c.Type == terracev1.ReadyCondition && c.Status == metav1.ConditionTrue && c.ObservedGeneration == s.Generation && s.Status.ObservedGeneration == s.Generation {
-			return nil
-		}
+	ready, why, err := readiness.ReadyAtGeneration(s)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("not Ready at generation %d", s.Generation)
+	if !ready {
+		return fmt.Errorf("not Ready at generation %d: %s", s.Generation, why)
+	}
+	return nil
 }
 
 // conditionIs accepts a Stack whose condition t has status and reason.

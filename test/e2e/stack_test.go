@@ -18,7 +18,9 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
 // stackTimeout bounds one run on the dev cluster: pod start, init, plan,
@@ -105,7 +107,7 @@ func webStack(name string, approve string, vars map[string]apiextensionsv1.JSON)
 
 func (e *stackEnv) releases(t *testing.T, stack string) []release.Release {
 	t.Helper()
-	rs, err := release.NewSecretStore(e.c).ListReleases(context.Background(), e.ns, stack)
+	rs, err := secrets.New(e.c, secrets.Options{}).ListReleases(context.Background(), e.ns, stack)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +164,8 @@ func TestStackAutoApply(t *testing.T) {
 	e.create(t, webStack("web", terracev1.ApprovePlanAuto, jsonVars(t, map[string]any{"environment": "test", "replicas": 2})))
 
 	st := e.waitStack(t, "web", stackTimeout, "Ready", readyAt)
-	if err := reconcile.KstatusConformant(st); err != nil {
-		t.Error(err)
+	if ready, why, err := readiness.ReadyAtGeneration(st); err != nil || !ready {
+		t.Errorf("not Ready at its generation as kstatus reads it: %s %v", why, err)
 	}
 	out := e.outputs(t, "web-outputs")
 	if out["app_name"] != "web-test-app" || out["replicas"] != "2" {

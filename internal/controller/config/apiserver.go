@@ -102,7 +102,7 @@ func (a *APIServerSettings) now() time.Time {
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;update;delete,resourceNames=terrace-api
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;update,resourceNames=terrace-api-auth
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=terrace-api;terrace-api-auth
-// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=update
+// +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/finalizers,verbs=update
 
 // apiEnabled reports whether cfg asks for an API server.
@@ -111,8 +111,8 @@ func apiEnabled(cfg *terracev1.TerraceConfig) bool {
 }
 
 // reconcileAPI makes the API server objects match the config: present when
-// enabled, gone otherwise. It returns when to look again (certificate
-// renewal).
+// enabled, gone otherwise. It records on s when the certificate is due for
+// renewal. Reconcile has added the finalizer before it runs.
 func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 	if r.API == nil {
 		return nil
@@ -120,12 +120,6 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 	cfg := s.config
 	if !apiEnabled(cfg) {
 		return r.removeAPI(ctx, cfg)
-	}
-	if !controllerutil.ContainsFinalizer(cfg, APIFinalizer) {
-		controllerutil.AddFinalizer(cfg, APIFinalizer)
-		if err := r.Client.Update(ctx, cfg); err != nil {
-			return fmt.Errorf("failed to add the API server finalizer: %w", err)
-		}
 	}
 	tlsHash, renewAt, err := r.ensureAPICertificate(ctx, cfg)
 	if err != nil {
@@ -353,9 +347,5 @@ func (r *Reconciler) removeAPI(ctx context.Context, cfg *terracev1.TerraceConfig
 	if err := r.bindAPIAuth(ctx, ns, false); err != nil {
 		return err
 	}
-	controllerutil.RemoveFinalizer(cfg, APIFinalizer)
-	if err := r.Client.Update(ctx, cfg); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("failed to remove the API server finalizer: %w", err)
-	}
-	return nil
+	return r.patchFinalizer(ctx, cfg, controllerutil.RemoveFinalizer)
 }

@@ -15,6 +15,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 const waitTimeout = 30 * time.Second
@@ -72,8 +73,8 @@ func stalledWith(reason string) func(c *terracev1.TerraceConfig) bool {
 
 func readyWithBackend(backend terracev1.StateBackend) func(c *terracev1.TerraceConfig) bool {
 	return func(c *terracev1.TerraceConfig) bool {
-		return c.Status.ObservedGeneration == c.Generation && reconcile.IsTrue(c, terracev1.ReadyCondition) &&
-			c.Status.StateBackend != nil && c.Status.StateBackend.Current == backend
+		ready, _, _ := readiness.ReadyAtGeneration(c)
+		return ready && c.Status.StateBackend != nil && c.Status.StateBackend.Current == backend
 	}
 }
 
@@ -111,8 +112,8 @@ func TestEncryptionKeySecretMissingThenFixed(t *testing.T) {
 	goodKey := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
 	putSecret(t, ns, "state-key", map[string][]byte{"key": []byte(goodKey)})
 	c = waitForConfig(t, ns, "ready", readyWithBackend(terracev1.StateBackendSecrets))
-	if err := reconcile.KstatusConformant(c); err != nil {
-		t.Error(err)
+	if ready, why, err := readiness.ReadyAtGeneration(c); err != nil || !ready {
+		t.Errorf("not Ready at its generation as kstatus reads it: %s %v", why, err)
 	}
 	if reconcile.Get(c, terracev1.StalledCondition) != nil {
 		t.Error("Stalled is still set on a Ready config")

@@ -22,6 +22,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 const waitTimeout = 30 * time.Second
@@ -63,7 +64,8 @@ func waitForProgram(t *testing.T, key client.ObjectKey, what string, cond func(p
 }
 
 func readyAtGeneration(p *terracev1.Program) bool {
-	return p.Status.ObservedGeneration == p.Generation && reconcile.IsTrue(p, terracev1.ReadyCondition) && p.Status.Artifact != nil
+	ready, _, _ := readiness.ReadyAtGeneration(p)
+	return ready && p.Status.Artifact != nil
 }
 
 func stalledAtGeneration(p *terracev1.Program) bool {
@@ -128,8 +130,8 @@ func TestProgramServesItsArtifactAndMovesWithEdits(t *testing.T) {
 	))
 	key := client.ObjectKeyFromObject(p)
 	got := waitForProgram(t, key, "Ready", readyAtGeneration)
-	if err := reconcile.KstatusConformant(got); err != nil {
-		t.Fatal(err)
+	if ready, why, err := readiness.ReadyAtGeneration(got); err != nil || !ready {
+		t.Fatalf("not Ready at its generation as kstatus reads it: %s %v", why, err)
 	}
 	a := got.Status.Artifact
 	ready := reconcile.Get(got, terracev1.ReadyCondition)
@@ -235,8 +237,8 @@ func TestInvalidProgramStallsAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixed := waitForProgram(t, key, "Ready after the fix", readyAtGeneration)
-	if err := reconcile.KstatusConformant(fixed); err != nil {
-		t.Fatal(err)
+	if ready, why, err := readiness.ReadyAtGeneration(fixed); err != nil || !ready {
+		t.Fatalf("not Ready at its generation as kstatus reads it: %s %v", why, err)
 	}
 	if reconcile.Get(fixed, terracev1.StalledCondition) != nil {
 		t.Fatal("Stalled survived the fix")

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 // Object is a Kubernetes object with status conditions; every Terrace kind
@@ -114,26 +115,16 @@ func MarkStalled(obj Object, reason, format string, args ...any) {
 	Delete(obj, terracev1.ReconcilingCondition)
 }
 
-// KstatusConformant checks what kstatus and `kubectl wait` rely on: when
-// Ready is True, neither Reconciling nor Stalled is True, and Ready's
-// observedGeneration is the object's generation. For tests and debugging.
+// KstatusConformant returns an error unless obj is Ready at its current
+// generation as kstatus reads it (readiness.ReadyAtGeneration, which tests
+// should call directly).
 func KstatusConformant(obj Object) error {
-	ready := Get(obj, terracev1.ReadyCondition)
-	if ready == nil {
-		return fmt.Errorf("%s has no Ready condition", obj.GetName())
+	ready, why, err := readiness.ReadyAtGeneration(obj)
+	if err != nil {
+		return err
 	}
-	if ready.Status == metav1.ConditionTrue {
-		for _, t := range []string{terracev1.ReconcilingCondition, terracev1.StalledCondition} {
-			if IsTrue(obj, t) {
-				return fmt.Errorf("%s is Ready and %s at once", obj.GetName(), t)
-			}
-		}
-	}
-	if IsTrue(obj, terracev1.StalledCondition) && ready.Status == metav1.ConditionTrue {
-		return fmt.Errorf("%s is Ready and Stalled at once", obj.GetName())
-	}
-	if ready.ObservedGeneration != obj.GetGeneration() {
-		return fmt.Errorf("%s Ready condition observed generation %d, object is at %d", obj.GetName(), ready.ObservedGeneration, obj.GetGeneration())
+	if !ready {
+		return fmt.Errorf("%s is not Ready at generation %d: %s", obj.GetName(), obj.GetGeneration(), why)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func backends(t *testing.T) (migrate.Backend, migrate.Backend) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Close)
-	return migrate.Backend{Name: "secrets", States: sec, Plans: sec, Releases: release.NewSecretStore(env.Client)},
+	return migrate.Backend{Name: "secrets", States: sec, Plans: sec, Releases: sec},
 		migrate.Backend{Name: "postgres", States: pg, Plans: pg, Releases: pg}
 }
 

@@ -1,5 +1,5 @@
-// Package secrets keeps Terrace state and saved plans in Secrets of the
-// Stack's namespace.
+// Package secrets keeps Terrace state, saved plans and release records in
+// Secrets of the Stack's namespace.
 //
 // Each state Key has an index Secret (type terrace.dev/state.v1) listing the
 // kept versions; each version's bytes are gzip-compressed, optionally
@@ -59,7 +59,7 @@ type Options struct {
 	ChunkSize int
 }
 
-// Store implements state.Store and state.PlanStore on Secrets. It reads
+// Store implements state.Store, state.PlanStore and release.Store on Secrets. It reads
 // through the client it is given: pass an uncached one (or one whose cache
 // covers only Terrace's Secrets) so chunk reads do not fill the cache.
 type Store struct {

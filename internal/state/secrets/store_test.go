@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 	"github.com/terrace-dev/terrace/internal/state/storetest"
@@ -39,7 +38,7 @@ func TestConformance(t *testing.T) {
 	key := newKey(t)
 	storetest.RunConformance(t, func(t *testing.T) storetest.Backend {
 		s := secrets.New(env.Client, secrets.Options{History: 3, Keys: state.StaticKey(key)})
-		return storetest.Backend{States: s, Plans: s, Releases: release.NewSecretStore(env.Client), Namespace: env.Namespace(t), History: 3}
+		return storetest.Backend{States: s, Plans: s, Releases: s, Namespace: env.Namespace(t), History: 3}
 	})
 }
 
