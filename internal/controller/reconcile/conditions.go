@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 // Object is a Kubernetes object with status conditions; every Terrace kind
@@ -113,20 +112,6 @@ func MarkStalled(obj Object, reason, format string, args ...any) {
 	MarkTrue(obj, terracev1.StalledCondition, reason, format, args...)
 	MarkFalse(obj, terracev1.ReadyCondition, reason, format, args...)
 	Delete(obj, terracev1.ReconcilingCondition)
-}
-
-// KstatusConformant returns an error unless obj is Ready at its current
-// generation as kstatus reads it (readiness.ReadyAtGeneration, which tests
-// should call directly).
-func KstatusConformant(obj Object) error {
-	ready, why, err := readiness.ReadyAtGeneration(obj)
-	if err != nil {
-		return err
-	}
-	if !ready {
-		return fmt.Errorf("%s is not Ready at generation %d: %s", obj.GetName(), obj.GetGeneration(), why)
-	}
-	return nil
 }
 
 func truncate(msg string) string {

@@ -68,11 +68,6 @@ func TestSummarize(t *testing.T) {
 			if !strings.Contains(ready.Message, tc.readyMessageContains) || ready.ObservedGeneration != 3 {
 				t.Errorf("Ready %+v", ready)
 			}
-			if tc.ready == "True/ArtifactReady" {
-				if err := KstatusConformant(obj); err != nil {
-					t.Error(err)
-				}
-			}
 		})
 	}
 }
@@ -87,27 +82,6 @@ func TestMarkReconcilingKeepsAKnownFailureVisible(t *testing.T) {
 	MarkReconciling(obj, ProgressingReason, "new generation")
 	if got := status(obj, terracev1.ReadyCondition); got != "False/InvalidProgram" {
 		t.Fatalf("Ready %s, want the failure kept", got)
-	}
-}
-
-func TestKstatusConformant(t *testing.T) {
-	obj := program(2)
-	if err := KstatusConformant(obj); err == nil {
-		t.Error("no Ready condition accepted")
-	}
-	MarkReady(obj, "Ok", "ok")
-	if err := KstatusConformant(obj); err != nil {
-		t.Error(err)
-	}
-	MarkTrue(obj, terracev1.ReconcilingCondition, "X", "x")
-	if err := KstatusConformant(obj); err == nil {
-		t.Error("Ready and Reconciling at once accepted")
-	}
-	obj = program(2)
-	MarkReady(obj, "Ok", "ok")
-	obj.Generation = 3
-	if err := KstatusConformant(obj); err == nil {
-		t.Error("stale Ready accepted")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 // DependencyNotReadyReason: a Stack in dependsOn is not Ready yet.
@@ -37,8 +38,11 @@ func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 			}
 			return fmt.Errorf("failed to get dependency %s: %w", key, err)
 		}
-		ready := reconcile.Get(&other, terracev1.ReadyCondition)
-		if ready == nil || ready.Status != "True" || ready.ObservedGeneration != other.Generation || other.Status.ObservedGeneration != other.Generation {
+		ok, _, err := readiness.ReadyAtGeneration(&other)
+		if err != nil {
+			return fmt.Errorf("failed to read the readiness of dependency %s: %w", key, err)
+		}
+		if !ok {
 			waiting = append(waiting, key.String())
 		}
 	}

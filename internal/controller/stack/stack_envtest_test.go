@@ -22,6 +22,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 // eventLog is the suite's event recorder: it keeps every event by object.
@@ -236,8 +237,8 @@ func TestEnvtestPlanPendingThenApprovedThenApplied(t *testing.T) {
 	if st.Status.Plan.Pending != "" || st.Status.Release == nil || st.Status.Release.Revision != 1 || !slices.Equal(st.Status.Outputs, []string{"greeting"}) {
 		t.Fatalf("after apply: plan %+v release %+v outputs %v", st.Status.Plan, st.Status.Release, st.Status.Outputs)
 	}
-	if err := reconcile.KstatusConformant(st); err != nil {
-		t.Error(err)
+	if ok, why, err := readiness.ReadyAtGeneration(st); !ok || err != nil {
+		t.Errorf("not Ready at its generation by kstatus: %s %v", why, err)
 	}
 	e.expectEvents("web", "PlanCreated", "Applied", "Ready")
 }

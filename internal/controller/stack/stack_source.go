@@ -13,6 +13,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 // Condition reasons about sources.
@@ -107,8 +108,12 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 	if ready != nil && ready.ObservedGeneration == prog.Generation && ready.Reason == terracev1.InvalidProgramReason {
 		return reconcile.Terminalf(InvalidProgramReason, "Program %s is invalid: %s", key, ready.Message)
 	}
+	ok, _, err := readiness.ReadyAtGeneration(&prog)
+	if err != nil {
+		return fmt.Errorf("failed to read the readiness of Program %s: %w", key, err)
+	}
 	a := prog.Status.Artifact
-	if a == nil || ready == nil || ready.Status != "True" || ready.ObservedGeneration != prog.Generation {
+	if a == nil || !ok {
 		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s has no artifact for generation %d yet", key, prog.Generation))
 	}
 	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, origin: fromArtifactServer}

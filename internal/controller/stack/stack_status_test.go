@@ -14,6 +14,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/settings"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -188,8 +189,8 @@ func TestSummarize(t *testing.T) {
 				t.Errorf("first event %q, want %q", got, w.event)
 			}
 			if conditionTrue(stack, terracev1.ReadyCondition) {
-				if err := reconcile.KstatusConformant(stack); err != nil {
-					t.Error(err)
+				if ok, why, err := readiness.ReadyAtGeneration(stack); !ok || err != nil {
+					t.Errorf("not Ready at its generation by kstatus: %s %v", why, err)
 				}
 			}
 		})
