@@ -123,9 +123,8 @@ func statusDelta(before, after Object) ([]byte, error) {
 
 // overlay applies a status merge patch to a copy of base.
 func overlay(base Object, delta []byte) (Object, error) {
-	out := base.DeepCopyObject().(Object)
 	if delta == nil {
-		return out, nil
+		return base.DeepCopyObject().(Object), nil
 	}
 	data, err := json.Marshal(base)
 	if err != nil {
@@ -135,6 +134,9 @@ func overlay(base Object, delta []byte) (Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to apply the status changes of %s: %w", base.GetName(), err)
 	}
+	// Decode into a zero object: a field the patch removed (omitempty
+	// zero values are left out of the JSON) must not keep base's value.
+	out := reflect.New(reflect.TypeOf(base).Elem()).Interface().(Object)
 	if err := json.Unmarshal(merged, out); err != nil {
 		return nil, err
 	}

@@ -237,3 +237,40 @@ func TestStatusPatcherLocksAndRemergesAfterAConflict(t *testing.T) {
 		t.Fatalf("the patched object does not hold what the server stored: rv %s vs %s", mine.ResourceVersion, got.ResourceVersion)
 	}
 }
+
+// A status field set back to its zero value (left out of the JSON by
+// omitempty) is cleared on the server, also after a conflict's re-merge.
+func TestStatusPatcherClearsFieldsSetToZero(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := terracev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	obj := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}}
+	obj.Status.Failures = 3
+	obj.Status.Plan = &terracev1.PlanStatus{ID: "p1", Pending: "p1"}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).WithStatusSubresource(obj).Build()
+	ctx := context.Background()
+	mine := &terracev1.Stack{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), mine); err != nil {
+		t.Fatal(err)
+	}
+	patcher := NewStatusPatcher(c, mine)
+	// A conflicting write first, so the re-merge path runs too.
+	theirs := mine.DeepCopy()
+	theirs.Status.LastHandledReconcileAt = "now"
+	if err := c.Status().Update(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	mine.Status.Failures = 0
+	mine.Status.Plan.Pending = ""
+	if err := patcher.Patch(ctx, mine, KstatusConditions...); err != nil {
+		t.Fatal(err)
+	}
+	got := &terracev1.Stack{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Failures != 0 || got.Status.Plan == nil || got.Status.Plan.Pending != "" || got.Status.Plan.ID != "p1" || got.Status.LastHandledReconcileAt != "now" {
+		t.Fatalf("status after patch: %+v plan %+v", got.Status, got.Status.Plan)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -177,6 +178,22 @@ func (e *suiteEnv) update(name string, mutate func(*terracev1.Stack)) {
 	}
 }
 
+// grantSecretReads lets a ServiceAccount of the namespace get its Secrets.
+func (e *suiteEnv) grantSecretReads(serviceAccount string) {
+	e.t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-secrets", Namespace: e.ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "read-secrets", Namespace: e.ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "read-secrets"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: e.ns}}}
+	for _, obj := range []client.Object{role, binding} {
+		if err := e.c.Create(ctx, obj); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 func (e *suiteEnv) request(name string) {
 	e.update(name, func(st *terracev1.Stack) {
 		if st.Annotations == nil {
@@ -310,6 +327,9 @@ func TestEnvtestDriftWarnReportsAndAutoRepairs(t *testing.T) {
 
 func TestEnvtestTerminalInputErrorStartsNoRun(t *testing.T) {
 	e := newSuiteEnv(t)
+	// The runner's ServiceAccount may read Secrets here, so the missing
+	// one is reported as missing (not as forbidden).
+	e.grantSecretReads("default")
 	e.stack("web", dataModule, nil, func(st *terracev1.Stack) {
 		st.Spec.VarsFrom = []terracev1.VarsReference{{Kind: "Secret", Name: "absent"}}
 	})
