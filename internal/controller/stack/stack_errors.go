@@ -48,12 +48,12 @@ func classifySourceError(s *scope, err error) error {
 	}
 	desc := s.source.description
 	var notAllowed *artifact.HostNotAllowedError
-	var httpStatus *artifact.FetchStatusError
+	var refused *artifact.FetchStatusError
 	switch {
 	case errors.As(err, &notAllowed):
 		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s: %s; the operator may add it with the controller flag --source-artifact-hosts", desc, notAllowed.Error())
-	case errors.As(err, &httpStatus):
-		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, httpStatus.Error()))
+	case errors.As(err, &refused):
+		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, refused.Error()))
 	case errors.Is(err, artifact.ErrLimitExceeded):
 		return reconcile.Terminalf(SourceTooLargeReason, "%s is too large: %s", desc, runnerMessage(err))
 	case errors.Is(err, artifact.ErrUnreachable):
