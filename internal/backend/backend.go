@@ -76,10 +76,11 @@ type Backends struct {
 	// sets one). Set before first use.
 	PostgresHosts *settings.PostgresHostPolicy
 
-	mu     sync.Mutex
-	sets   map[string]*cachedSet
-	pools  *poolCache
-	closed bool
+	mu        sync.Mutex
+	sets      map[string]*cachedSet
+	locations map[string]cachedLocation
+	pools     *poolCache
+	closed    bool
 }
 
 // SetPoolCloseGrace overrides DefaultPoolCloseGrace; call before first use.
@@ -101,7 +102,7 @@ type cachedSet struct {
 // connection strings) through c, which should not cache Secrets (the
 // manager's client, configured so, or an uncached client).
 func New(c client.Client, resolve ResolveFunc) *Backends {
-	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, pools: newPoolCache(DefaultPoolCloseGrace)}
+	return &Backends{client: c, resolve: resolve, sets: map[string]*cachedSet{}, locations: map[string]cachedLocation{}, pools: newPoolCache(DefaultPoolCloseGrace)}
 }
 
 // For returns the stores of namespace in the backend that holds its data,

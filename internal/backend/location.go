@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,7 +68,46 @@ func (b *Backends) locate(ctx context.Context, namespace string, eff settings.Ef
 	return Location{Current: current, Desired: desired}, nil
 }
 
+// LocationTrust is how long a location record read is used before it is
+// read again. Every state request and run asks for its namespace's stores;
+// without this each would read the record from the API server. This
+// process's own changes (SetLocation, ForgetEmptyLocation) take effect at
+// once; another replica's migration is seen within this time, and until
+// then the migration's source refuses writes, so nothing is lost.
+const LocationTrust = 5 * time.Second
+
+// cachedLocation is a location record as read at a time.
+type cachedLocation struct {
+	backend terracev1.StateBackend
+	readAt  time.Time
+}
+
 func (b *Backends) readLocation(ctx context.Context, namespace string) (terracev1.StateBackend, bool, error) {
+	b.mu.Lock()
+	cached, ok := b.locations[namespace]
+	b.mu.Unlock()
+	if ok && time.Since(cached.readAt) < LocationTrust {
+		return cached.backend, true, nil
+	}
+	v, found, err := b.readLocationRecord(ctx, namespace)
+	if err == nil && found {
+		b.rememberLocation(namespace, v)
+	}
+	return v, found, err
+}
+
+// rememberLocation caches namespace's location; "" forgets it.
+func (b *Backends) rememberLocation(namespace string, backend terracev1.StateBackend) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if backend == "" {
+		delete(b.locations, namespace)
+		return
+	}
+	b.locations[namespace] = cachedLocation{backend: backend, readAt: time.Now()}
+}
+
+func (b *Backends) readLocationRecord(ctx context.Context, namespace string) (terracev1.StateBackend, bool, error) {
 	rec := &corev1.Secret{}
 	err := b.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: LocationSecretName}, rec)
 	switch {
@@ -102,8 +142,10 @@ func (b *Backends) SetLocation(ctx context.Context, namespace string, backend te
 		err = b.client.Update(ctx, existing)
 	}
 	if err != nil {
+		b.rememberLocation(namespace, "")
 		return fmt.Errorf("failed to record that the state of namespace %s is in %s: %w", namespace, backend, err)
 	}
+	b.rememberLocation(namespace, backend)
 	return nil
 }
 
@@ -207,6 +249,7 @@ func (b *Backends) ForgetEmptyLocation(ctx context.Context, namespace string) er
 		return err
 	}
 	rec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LocationSecretName}}
+	b.rememberLocation(namespace, "")
 	if err := b.client.Delete(ctx, rec); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("failed to remove the state location record of %s: %w", namespace, err)
 	}

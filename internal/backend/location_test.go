@@ -2,8 +2,10 @@ package backend_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,10 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/storetest"
 )
@@ -199,5 +203,63 @@ func TestLocationRecordGoesWithTheLastState(t *testing.T) {
 	err = env.Client.Get(ctx(t), client.ObjectKeyFromObject(secretObject(ns, backend.LocationSecretName)), &corev1.Secret{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("the record outlived the last state: %v", err)
+	}
+}
+
+// Every state request and run asks for its namespace's stores: the
+// location record is read from the API server once per LocationTrust,
+// and this process's own SetLocation takes effect at once.
+func TestLocationRecordIsReadOncePerTrustWindow(t *testing.T) {
+	ns := env.Namespace(t)
+	var reads atomic.Int64
+	watching, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := interceptor.NewClient(watching, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Secret); ok && key.Name == backend.LocationSecretName {
+				reads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := &settings.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: settings.BuiltinDefaults("terrace:test")}
+	b := backend.New(counting, r.ResolveNamespace)
+	t.Cleanup(b.Close)
+	if err := b.SetLocation(ctx(t), ns, terracev1.StateBackendSecrets); err != nil {
+		t.Fatal(err)
+	}
+	before := reads.Load()
+	for range 20 {
+		if _, err := b.For(ctx(t), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reads.Load() - before; n != 0 {
+		t.Fatalf("20 store lookups right after SetLocation read the location record %d times, want 0", n)
+	}
+	// Another writer's change is seen once the trust window has passed.
+	rec := &corev1.Secret{}
+	if err := env.Client.Get(ctx(t), client.ObjectKey{Namespace: ns, Name: backend.LocationSecretName}, rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Data["backend"] = []byte("postgres")
+	if err := env.Client.Update(ctx(t), rec); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(backend.LocationTrust + 5*time.Second)
+	for {
+		loc, err := b.Locate(ctx(t), ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc.Current == terracev1.StateBackendPostgres {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a changed location record was not seen after %s: %+v", backend.LocationTrust, loc)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
