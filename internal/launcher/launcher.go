@@ -35,6 +35,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
+	"github.com/terrace-dev/terrace/internal/runphase"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
@@ -124,6 +125,10 @@ type RunSpec struct {
 	// ServiceAccountName came from, for violation messages; empty means the
 	// Stack's own fields.
 	ImageField, ServiceAccountField string
+
+	// Timings, when set, receives the run's pod phase: from Start until
+	// the runner answers over mutual TLS (the run's StartDuration).
+	Timings *runphase.Timings
 }
 
 // Launcher starts runner pods. It is safe for concurrent use.
@@ -283,6 +288,9 @@ func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 		return nil, err
 	}
 	log.Info("runner ready", "podIP", run.PodIP(), "startDuration", run.StartDuration().Round(time.Millisecond).String())
+	if spec.Timings != nil {
+		spec.Timings.Add(runphase.Pod, run.StartDuration())
+	}
 	return run, nil
 }
 

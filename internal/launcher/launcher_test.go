@@ -27,6 +27,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/testenv"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
@@ -779,7 +780,12 @@ func TestRunsListNothing(t *testing.T) {
 	}
 	f := newFixture(t, func(o *Options) { o.Client = counted })
 	for _, id := range []string{"r1", "r2", "r3"} {
-		run := f.startReady(f.spec(id))
+		spec := f.spec(id)
+		spec.Timings = &runphase.Timings{}
+		run := f.startReady(spec)
+		if d, ok := spec.Timings.Get(runphase.Pod); !ok || d != run.StartDuration() {
+			t.Errorf("pod phase = %s (%v), want the start duration %s", d, ok, run.StartDuration())
+		}
 		if err := run.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
