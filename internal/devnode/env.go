@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,8 +26,10 @@ func (e *configError) Error() string { return e.msg }
 // objectSource reads the Secrets and ConfigMaps of one namespace, each at
 // most once per resolution.
 type objectSource struct {
-	client     kubernetes.Interface
-	namespace  string
+	client    kubernetes.Interface
+	namespace string
+
+	mu         sync.Mutex
 	secrets    map[string]*corev1.Secret
 	configMaps map[string]*corev1.ConfigMap
 }
@@ -37,13 +40,18 @@ func newObjectSource(client kubernetes.Interface, namespace string) *objectSourc
 
 // secret returns the Secret, nil when it is missing and optional.
 func (s *objectSource) secret(ctx context.Context, name string, optional *bool) (*corev1.Secret, error) {
-	if sec, ok := s.secrets[name]; ok {
+	s.mu.Lock()
+	sec, ok := s.secrets[name]
+	s.mu.Unlock()
+	if ok {
 		return sec, nil
 	}
 	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if optional != nil && *optional {
+			s.mu.Lock()
 			s.secrets[name] = nil
+			s.mu.Unlock()
 			return nil, nil
 		}
 		return nil, &configError{fmt.Sprintf("secret %q not found", name)}
@@ -51,19 +59,26 @@ func (s *objectSource) secret(ctx context.Context, name string, optional *bool) 
 	if err != nil {
 		return nil, fmt.Errorf("failed to get secret %q: %w", name, err)
 	}
+	s.mu.Lock()
 	s.secrets[name] = sec
+	s.mu.Unlock()
 	return sec, nil
 }
 
 // configMap returns the ConfigMap, nil when it is missing and optional.
 func (s *objectSource) configMap(ctx context.Context, name string, optional *bool) (*corev1.ConfigMap, error) {
-	if cm, ok := s.configMaps[name]; ok {
+	s.mu.Lock()
+	cm, ok := s.configMaps[name]
+	s.mu.Unlock()
+	if ok {
 		return cm, nil
 	}
 	cm, err := s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if optional != nil && *optional {
+			s.mu.Lock()
 			s.configMaps[name] = nil
+			s.mu.Unlock()
 			return nil, nil
 		}
 		return nil, &configError{fmt.Sprintf("configmap %q not found", name)}
@@ -71,8 +86,54 @@ func (s *objectSource) configMap(ctx context.Context, name string, optional *boo
 	if err != nil {
 		return nil, fmt.Errorf("failed to get configmap %q: %w", name, err)
 	}
+	s.mu.Lock()
 	s.configMaps[name] = cm
+	s.mu.Unlock()
 	return cm, nil
+}
+
+// prefetch reads the Secrets and ConfigMaps the pod's volumes name, all at
+// once, so materialising the volumes waits for one round trip rather than
+// one per object. Failures are left for the volume that needs the object
+// to report.
+func (s *objectSource) prefetch(ctx context.Context, volumes []corev1.Volume) {
+	var wg sync.WaitGroup
+	get := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	seen := map[string]bool{}
+	for _, v := range volumes {
+		var secrets, configMaps []string
+		switch {
+		case v.Secret != nil:
+			secrets = append(secrets, v.Secret.SecretName)
+		case v.ConfigMap != nil:
+			configMaps = append(configMaps, v.ConfigMap.Name)
+		case v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				if src.Secret != nil {
+					secrets = append(secrets, src.Secret.Name)
+				}
+				if src.ConfigMap != nil {
+					configMaps = append(configMaps, src.ConfigMap.Name)
+				}
+			}
+		}
+		for _, name := range secrets {
+			if !seen["s/"+name] {
+				seen["s/"+name] = true
+				get(func() { _, _ = s.secret(ctx, name, nil) })
+			}
+		}
+		for _, name := range configMaps {
+			if !seen["c/"+name] {
+				seen["c/"+name] = true
+				get(func() { _, _ = s.configMap(ctx, name, nil) })
+			}
+		}
+	}
+	wg.Wait()
 }
 
 func configMapValue(cm *corev1.ConfigMap, key string) (string, bool) {

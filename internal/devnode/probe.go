@@ -195,6 +195,14 @@ func (k probeKind) String() string {
 	return [...]string{"readiness", "liveness", "startup"}[k]
 }
 
+// Until a readiness probe first passes, it is retried after firstRetry,
+// doubling up to its period: a container is not ready before that pass
+// anyway, and a process that listens a few milliseconds after it started
+// (the runner) is then seen ready at once rather than a period later.
+// Startup and liveness probes keep their period, which bounds how soon
+// their failures kill the container.
+const firstRetry = 10 * time.Millisecond
+
 // probeLoop runs p every period after its initial delay and reports each
 // change of its outcome, after the success and failure thresholds, through
 // report. It returns when ctx ends.
@@ -214,6 +222,7 @@ func probeLoop(ctx context.Context, kind probeKind, p *corev1.Probe, t probeTarg
 	defer timer.Stop()
 	successes, failures := 0, 0
 	state := -1 // unknown
+	retry := firstRetry
 	for {
 		select {
 		case <-ctx.Done():
@@ -232,6 +241,13 @@ func probeLoop(ctx context.Context, kind probeKind, p *corev1.Probe, t probeTarg
 			}
 		} else {
 			successes, failures = 0, failures+1
+			if kind == readinessProbe && state == -1 {
+				// Not ready yet in any case: look again soon, and do not
+				// report the failures of a process still starting.
+				timer.Reset(min(retry, period))
+				retry *= 2
+				continue
+			}
 			if failures >= failureThreshold && state != 0 {
 				state = 0
 				report(false, fmt.Sprintf("%s probe failed: %s", kind, msg))

@@ -139,3 +139,43 @@ func TestProbeLoopAppliesThresholds(t *testing.T) {
 		t.Fatalf("unready after %s: the failure threshold was ignored", time.Since(failingSince))
 	}
 }
+
+// TestReadinessIsSeenAtItsFirstPass: a readiness probe that fails while the
+// process starts is retried quickly, not after its period (an hour here,
+// far beyond the test's wait).
+func TestReadinessIsSeenAtItsFirstPass(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	host, port := hostPort(t, srv.Listener.Addr().String())
+	p := &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(int32(port))}},
+		PeriodSeconds:    3600,
+		FailureThreshold: 1,
+	}
+	reports := make(chan bool, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go probeLoop(ctx, readinessProbe, p, probeTarget{podIP: host, container: &corev1.Container{}}, func(ok bool, _ string) { reports <- ok })
+	select {
+	case ok := <-reports:
+		if !ok {
+			t.Fatal("a readiness probe that had never passed reported its failures")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first passing readiness probe waited for the probe's period")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 4 {
+		t.Errorf("probed %d times, want 3 failures then the pass", calls)
+	}
+}

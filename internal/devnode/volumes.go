@@ -72,6 +72,7 @@ func (w *volumeWriter) volumePath(name string) string { return filepath.Join(w.d
 // configError: the caller retries.
 func (w *volumeWriter) writeAll(ctx context.Context) error {
 	src := newObjectSource(w.client, w.pod.Namespace)
+	src.prefetch(ctx, w.pod.Spec.Volumes)
 	for _, v := range w.pod.Spec.Volumes {
 		path := w.volumePath(v.Name)
 		if err := os.MkdirAll(path, 0o755); err != nil {

@@ -2,13 +2,20 @@ package devnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -148,5 +155,58 @@ func expectFile(t *testing.T, path, content string, mode os.FileMode) {
 	}
 	if info.Mode().Perm() != mode {
 		t.Errorf("%s mode %o, want %o", path, info.Mode().Perm(), mode)
+	}
+}
+
+// TestVolumeObjectsAreReadTogether: the Secret and the ConfigMap of a pod's
+// volumes are read concurrently. The API server here answers the Secret
+// only once the ConfigMap was asked for, so reading them one after the
+// other fails.
+func TestVolumeObjectsAreReadTogether(t *testing.T) {
+	configMapAsked := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	gets := 0
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		gets++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/v1/namespaces/ns/configmaps/settings":
+			once.Do(func() { close(configMapAsked) })
+			_ = json.NewEncoder(w).Encode(&corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "ns"}, Data: map[string]string{"level": "debug"}})
+		case "/api/v1/namespaces/ns/secrets/creds":
+			select {
+			case <-configMapAsked:
+			case <-time.After(20 * time.Second):
+				http.Error(w, "the ConfigMap was not asked for while the Secret was being read", http.StatusServiceUnavailable)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(&corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "ns"}, Data: map[string][]byte{"password": []byte("s3cret")}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer api.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod()
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+		{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}},
+	}
+	dir := t.TempDir()
+	if err := newVolumeWriter(client, pod, "127.0.0.9", dir).writeAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expectFile(t, filepath.Join(dir, "tls", "password"), "s3cret", 0o644)
+	expectFile(t, filepath.Join(dir, "cfg", "level"), "debug", 0o644)
+	mu.Lock()
+	defer mu.Unlock()
+	if gets != 2 {
+		t.Errorf("%d reads, want one per object", gets)
 	}
 }

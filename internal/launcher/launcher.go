@@ -1,11 +1,14 @@
 // Package launcher runs one runner pod per run: it issues the run's
 // certificate, creates the pod and its TLS Secret in the Stack's namespace,
-// waits (watching, not polling) until the runner is ready, dials it over
-// mutual TLS and notices within seconds when it dies.
+// dials the runner over mutual TLS as soon as its container runs (the
+// health check over mutual TLS is the readiness test, so no probe period
+// is waited for) and notices within seconds when it dies. One informer on
+// runner pods serves every run.
 //
 // The pod spec is the same on a real cluster and on devnode: the runner
-// binds $(POD_IP), paths are flags under its volume mounts, and readiness is
-// an HTTP probe of the runner's /readyz.
+// binds $(POD_IP), paths are flags under its volume mounts, and the pod's
+// readiness is an HTTP probe of the runner's /readyz, for people and tools
+// that look at the pod.
 package launcher
 
 import (
@@ -32,6 +35,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
+	"github.com/terrace-dev/terrace/internal/runphase"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
@@ -121,12 +125,18 @@ type RunSpec struct {
 	// ServiceAccountName came from, for violation messages; empty means the
 	// Stack's own fields.
 	ImageField, ServiceAccountField string
+
+	// Timings, when set, receives the run's pod phase: from Start until
+	// the runner answers over mutual TLS (the run's StartDuration).
+	Timings *runphase.Timings
 }
 
 // Launcher starts runner pods. It is safe for concurrent use.
 type Launcher struct {
 	opts       Options
 	controller pki.CertificateSource
+
+	pods *podWatch
 
 	mu     sync.Mutex
 	active map[string]bool // namespace/stack-label/runID of runs started and not closed
@@ -153,8 +163,12 @@ func New(opts Options) (*Launcher, error) {
 			Validity: opts.Authority.Options().MaxLeafValidity,
 		})
 	}
-	return &Launcher{opts: opts, controller: cert, active: map[string]bool{}}, nil
+	return &Launcher{opts: opts, controller: cert, pods: newPodWatch(opts.Client), active: map[string]bool{}}, nil
 }
+
+// Stop ends the launcher's watch on runner pods; runs still open no longer
+// learn that their pod died. Call it when the launcher is no longer used.
+func (l *Launcher) Stop() { l.pods.stop() }
 
 // NewRunID returns a random run ID of 8 lowercase letters and digits.
 func NewRunID() string {
@@ -225,6 +239,11 @@ func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The shared watch must be in sync before the pod exists, so it sees
+	// every change of the pod, its deletion included (one List, once).
+	if err := l.pods.synced(ctx); err != nil {
+		return nil, err
+	}
 	stack := spec.Stack
 	key := activeKey(stack.Namespace, stack.Name, spec.RunID)
 	if !l.setActive(key, true) {
@@ -269,6 +288,9 @@ func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 		return nil, err
 	}
 	log.Info("runner ready", "podIP", run.PodIP(), "startDuration", run.StartDuration().Round(time.Millisecond).String())
+	if spec.Timings != nil {
+		spec.Timings.Add(runphase.Pod, run.StartDuration())
+	}
 	return run, nil
 }
 
@@ -365,13 +387,12 @@ func (l *Launcher) deleteObjects(ctx context.Context, namespace, podName string,
 func (l *Launcher) Cleanup(ctx context.Context, namespace, stack string) error {
 	log := ctrl.LoggerFrom(ctx)
 	keep := map[string]bool{}
-	pods, err := l.opts.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(stack, ComponentRunner)})
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
 	if err != nil {
-		return fmt.Errorf("failed to list runner pods of Stack %s/%s: %w", namespace, stack, err)
+		return err
 	}
 	var errs []error
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for _, pod := range pods {
 		runID := pod.Labels[LabelRun]
 		if l.isActive(activeKey(namespace, stack, runID)) || pod.Annotations[AnnotationRetained] == "true" {
 			keep[runID] = true
@@ -401,6 +422,55 @@ func (l *Launcher) Cleanup(ctx context.Context, namespace, stack string) error {
 	return errors.Join(errs...)
 }
 
+// CleanupRun is Cleanup for the hot path, after a run of the Stack that
+// did not end with Close (its controller stopped mid-run): it deletes the
+// Stack's runner pods that no run of this Launcher uses, read from the
+// shared cache, and the TLS Secret of run runID by its name, so it lists
+// nothing and, when nothing was left, makes no API call but the Secret's
+// delete. Retained pods are kept; an empty runID deletes no Secret.
+func (l *Launcher) CleanupRun(ctx context.Context, namespace, stack, runID string) error {
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pod := range pods {
+		podRun := pod.Labels[LabelRun]
+		if l.isActive(activeKey(namespace, stack, podRun)) || pod.Annotations[AnnotationRetained] == "true" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("deleting runner pod of an earlier run", "pod", pod.Name, "runID", podRun)
+		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, secretName(pod.Name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if runID != "" && !l.isActive(activeKey(namespace, stack, runID)) {
+		if err := l.deleteObjects(ctx, namespace, "", "", secretName(PodName(stack, runID))); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers lists the run IDs of the Stack's runner pods that no run of
+// this Launcher uses and that are not retained, from the shared cache (no
+// API call): when it is empty and the Stack's last run ended with Close,
+// there is nothing to clean up.
+func (l *Launcher) Leftovers(ctx context.Context, namespace, stack string) ([]string, error) {
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, pod := range pods {
+		runID := pod.Labels[LabelRun]
+		if !l.isActive(activeKey(namespace, stack, runID)) && pod.Annotations[AnnotationRetained] != "true" {
+			ids = append(ids, runID)
+		}
+	}
+	return ids, nil
+}
+
 // selector matches a Stack's runner pods (or their Secrets).
 func selector(stack, component string) string {
 	return labels.SelectorFromSet(labels.Set{
@@ -418,12 +488,12 @@ func (l *Launcher) retain(ctx context.Context, namespace, stack, podName string)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("failed to mark runner pod %s retained: %w", podName, err)
 	}
-	pods, err := l.opts.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(stack, ComponentRunner)})
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
 	if err != nil {
-		return fmt.Errorf("failed to list retained runner pods: %w", err)
+		return err
 	}
 	var errs []error
-	for _, pod := range pods.Items {
+	for _, pod := range pods {
 		if pod.Name == podName || pod.Annotations[AnnotationRetained] != "true" {
 			continue
 		}
@@ -438,13 +508,12 @@ func (l *Launcher) retain(ctx context.Context, namespace, stack, podName string)
 // a run: not finished and not kept for debugging. A state migration waits
 // until there are none.
 func (l *Launcher) ActiveRuns(ctx context.Context, namespace string) (int, error) {
-	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunner}).String()
-	pods, err := l.opts.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	pods, err := l.pods.namespacePods(ctx, namespace)
 	if err != nil {
-		return 0, fmt.Errorf("failed to list runner pods in namespace %s: %w", namespace, err)
+		return 0, err
 	}
 	active := 0
-	for _, pod := range pods.Items {
+	for _, pod := range pods {
 		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 		if !finished && pod.Annotations[AnnotationRetained] != "true" {
 			active++

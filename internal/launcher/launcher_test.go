@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,12 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/testenv"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
@@ -101,6 +105,7 @@ func newFixture(t *testing.T, mutate ...func(*Options)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(l.Stop)
 	return &fixture{t: t, cs: cs, authority: authority, launcher: l, stack: stack, grpc: grpc, port: int(opts.GRPCPort)}
 }
 
@@ -359,16 +364,17 @@ func TestStartCreatesPodAndSecretAndConnects(t *testing.T) {
 		t.Errorf("pod = sa %q owners %+v labels %v", pod.Spec.ServiceAccountName, pod.OwnerReferences, pod.Labels)
 	}
 
-	// Not ready yet: Start keeps waiting.
+	// The container runs but the runner does not answer yet: Start keeps waiting.
 	f.setStatus("r1", running("127.0.0.1", false))
 	select {
 	case r := <-ch:
-		t.Fatalf("Start returned before the pod was ready: %v", r.err)
+		t.Fatalf("Start returned before the runner answered: %v", r.err)
 	case <-time.After(300 * time.Millisecond):
 	}
 
+	// Once the runner answers over mutual TLS, Start returns: it does not
+	// wait for the pod's readiness probe (the pod is never reported Ready here).
 	f.serveRunner(secret, f.nextPodIP())
-	f.setStatus("r1", running("127.0.0.1", true))
 	res := f.await(ch, 20*time.Second)
 	if res.err != nil {
 		t.Fatalf("Start: %v", res.err)
@@ -528,24 +534,33 @@ func TestStartRejectedPodLeavesNoSecret(t *testing.T) {
 	}
 }
 
+// formerRun is a run that another Launcher (a former controller) started
+// and never closed.
+func (f *fixture) formerRun(runID string) startResult {
+	f.t.Helper()
+	former, err := New(f.launcher.opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(former.Stop)
+	ch := make(chan startResult, 1)
+	go func() {
+		run, err := former.Start(context.Background(), f.spec(runID))
+		ch <- startResult{run, err}
+	}()
+	f.playKubelet(runID)
+	res := f.await(ch, 20*time.Second)
+	if res.err != nil {
+		f.t.Fatal(res.err)
+	}
+	return res
+}
+
 func TestCleanupRemovesLeftovers(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	// A former controller (another Launcher) left a run mid-way.
-	former, err := New(f.launcher.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	orphanCh := make(chan startResult, 1)
-	go func() {
-		run, err := former.Start(ctx, f.spec("old"))
-		orphanCh <- startResult{run, err}
-	}()
-	f.playKubelet("old")
-	orphan := f.await(orphanCh, 20*time.Second)
-	if orphan.err != nil {
-		t.Fatal(orphan.err)
-	}
+	orphan := f.formerRun("old")
 	// A Secret whose pod was never created (crash between the two creations).
 	half := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "web-runner-half-tls", Namespace: f.stack.Namespace, Labels: runLabels("web", "half", ComponentRunnerTLS)}}
 	if _, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Create(ctx, half, metav1.CreateOptions{}); err != nil {
@@ -623,5 +638,166 @@ func TestRetain(t *testing.T) {
 	f.secretGone("one")
 	if _, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, second.Pod().Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the latest retained pod is gone: %v", err)
+	}
+}
+
+func TestCleanupRunRemovesWhatAnUncleanStopLeft(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	orphan := f.formerRun("old")
+	defer func() { _ = orphan.run.Close(ctx) }()
+	// The Secret of a run whose pod was never created (the controller
+	// stopped between the two creations), named after its run.
+	half := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName(PodName("web", "half")), Namespace: f.stack.Namespace, Labels: runLabels("web", "half", ComponentRunnerTLS)}}
+	if _, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Create(ctx, half, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mine := f.startReady(f.spec("new"))
+
+	f.eventually(10*time.Second, "the orphan is not among the leftovers", func(ctx context.Context) (bool, error) {
+		ids, err := f.launcher.Leftovers(ctx, f.stack.Namespace, "web")
+		return len(ids) == 1 && ids[0] == "old", err
+	})
+	if err := f.launcher.CleanupRun(ctx, f.stack.Namespace, "web", "half"); err != nil {
+		t.Fatalf("CleanupRun: %v", err)
+	}
+	f.podGone("old")
+	f.secretGone("old")
+	f.secretGone("half")
+	if term := waitDone(t, orphan.run); term.Reason != "Deleted" {
+		t.Errorf("orphan reason = %s", term.Reason)
+	}
+	if mine.Err() != nil {
+		t.Errorf("live run ended: %v", mine.Err())
+	}
+	f.eventually(10*time.Second, "leftovers remain after CleanupRun", func(ctx context.Context) (bool, error) {
+		ids, err := f.launcher.Leftovers(ctx, f.stack.Namespace, "web")
+		return len(ids) == 0, err
+	})
+}
+
+// TestRunsShareOneWatch starts runs of several Stacks at once: each learns
+// of its own pod's death, and only of its own.
+func TestRunsShareOneWatch(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	other := &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: f.stack.Namespace},
+		Spec:       f.stack.Spec,
+	}
+	if err := env.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	web := f.startReady(f.spec("r1"))
+	apiSpec := f.spec("r1")
+	apiSpec.Stack = other
+	ch := f.startAsync(ctx, apiSpec)
+	pod := func() *corev1.Pod {
+		var p *corev1.Pod
+		f.eventually(10*time.Second, "the api runner pod never appeared", func(ctx context.Context) (bool, error) {
+			got, err := f.cs.CoreV1().Pods(other.Namespace).Get(ctx, PodName("api", "r1"), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			p = got
+			return err == nil, err
+		})
+		return p
+	}()
+	secret, err := f.cs.CoreV1().Secrets(other.Namespace).Get(ctx, secretName(pod.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := f.nextPodIP()
+	f.serveRunner(secret, ip)
+	pods := f.cs.CoreV1().Pods(other.Namespace)
+	pod.Status = corev1.PodStatus{}
+	running(ip, false)(&pod.Status)
+	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res := f.await(ch, 20*time.Second)
+	if res.err != nil {
+		t.Fatalf("Start of the second Stack's run: %v", res.err)
+	}
+	api := res.run
+	defer func() { _ = api.Close(ctx) }()
+
+	if err := pods.Delete(ctx, api.Pod().Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if term := waitDone(t, api); term.Reason != "Deleted" {
+		t.Errorf("reason = %s", term.Reason)
+	}
+	if web.Err() != nil {
+		t.Errorf("the other Stack's run ended with it: %v", web.Err())
+	}
+}
+
+// requestLog records the API requests of a client.
+type requestLog struct {
+	mu    sync.Mutex
+	calls []string
+	next  http.RoundTripper
+}
+
+func (l *requestLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	verb := r.Method
+	collection := strings.HasSuffix(r.URL.Path, "/pods") || strings.HasSuffix(r.URL.Path, "/secrets")
+	switch {
+	case r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true":
+		verb = "WATCH"
+	case r.Method == http.MethodGet && collection:
+		verb = "LIST"
+	}
+	l.mu.Lock()
+	l.calls = append(l.calls, verb+" "+r.URL.Path)
+	l.mu.Unlock()
+	return l.next.RoundTrip(r)
+}
+
+func (l *requestLog) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.calls {
+		if strings.HasPrefix(c, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRunsListNothing: runs share the launcher's one watch of runner pods;
+// starting and closing runs lists nothing, whatever the namespace holds.
+func TestRunsListNothing(t *testing.T) {
+	log := &requestLog{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
+	counted, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(o *Options) { o.Client = counted })
+	for _, id := range []string{"r1", "r2", "r3"} {
+		spec := f.spec(id)
+		spec.Timings = &runphase.Timings{}
+		run := f.startReady(spec)
+		if d, ok := spec.Timings.Get(runphase.Pod); !ok || d != run.StartDuration() {
+			t.Errorf("pod phase = %s (%v), want the start duration %s", d, ok, run.StartDuration())
+		}
+		if err := run.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The shared watch starts with a streamed list (one WATCH) or, where
+	// the server cannot stream one, a LIST and a WATCH: both cluster-wide.
+	shared := log.count("LIST /api/v1/pods") + log.count("WATCH /api/v1/pods")
+	if all := log.count("LIST") + log.count("WATCH"); shared < 1 || shared > 2 || all != shared {
+		t.Errorf("%d Lists and watches for three runs, want only the shared watch's:\n%s", all, strings.Join(log.calls, "\n"))
+	}
+	// Per run: create the Secret and the pod, hand the Secret over, delete both.
+	if n := len(log.calls) - log.count("LIST") - log.count("WATCH"); n != 3*5 {
+		t.Errorf("%d other requests for three runs, want 5 a run:\n%s", n, strings.Join(log.calls, "\n"))
 	}
 }

@@ -9,12 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -50,17 +45,18 @@ func (e *TerminatedError) Error() string {
 
 // Run is one started runner. Close it when the run ends.
 type Run struct {
-	launcher  *Launcher
-	spec      RunSpec
-	key       string
-	pod       types.NamespacedName
-	uid       types.UID
-	secret    string
-	identity  pki.Identity
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	readyCh   chan struct{}
-	readyOnce sync.Once
+	launcher *Launcher
+	spec     RunSpec
+	key      string
+	pod      types.NamespacedName
+	uid      types.UID
+	secret   string
+	identity pki.Identity
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	// runningCh is closed once the runner container runs and has an IP.
+	runningCh   chan struct{}
+	runningOnce sync.Once
 
 	mu            sync.Mutex
 	podIP         string
@@ -81,8 +77,8 @@ func newRun(l *Launcher, spec RunSpec, key string, pod *corev1.Pod, secret strin
 		secret:   secret,
 		identity: identity,
 		ctx:      ctx, cancel: cancel,
-		readyCh: make(chan struct{}),
-		last:    pod,
+		runningCh: make(chan struct{}),
+		last:      pod,
 	}
 }
 
@@ -144,6 +140,7 @@ func (r *Run) Err() error {
 func (r *Run) Close(ctx context.Context) error {
 	r.closeOnce.Do(func() {
 		r.cancel(ErrClosed)
+		r.launcher.pods.unregister(r)
 		if c := r.Client(); c != nil {
 			_ = c.Close()
 		}
@@ -157,13 +154,15 @@ func (r *Run) Close(ctx context.Context) error {
 	return r.closeErr
 }
 
-// start watches the pod until the runner is ready, then dials it.
+// start waits until the runner's container runs, then dials it: the health
+// check over mutual TLS, retried with a short backoff while the runner
+// binds its port, is the readiness test, so no probe period is waited for.
 func (r *Run) start(ctx context.Context, started time.Time) error {
-	r.watch()
+	r.launcher.pods.register(r)
 	timer := time.NewTimer(r.launcher.opts.StartTimeout - time.Since(started))
 	defer timer.Stop()
 	select {
-	case <-r.readyCh:
+	case <-r.runningCh:
 	case <-r.ctx.Done():
 		return r.startError(ctx)
 	case <-timer.C:
@@ -186,7 +185,7 @@ func (r *Run) start(ctx context.Context, started time.Time) error {
 		if r.ctx.Err() != nil {
 			return r.startError(ctx)
 		}
-		return fmt.Errorf("runner pod %s is ready but does not answer over mutual TLS as %s at %s: %w", r.pod, r.identity, ip, err)
+		return fmt.Errorf("runner pod %s is running but does not answer over mutual TLS as %s at %s: %w", r.pod, r.identity, ip, err)
 	}
 	r.mu.Lock()
 	r.startDuration = time.Since(started)
@@ -237,49 +236,6 @@ func (r *Run) waitingFor() string {
 	return fmt.Sprintf("phase %s", pod.Status.Phase)
 }
 
-// watch runs an informer on the one pod until the run's context ends.
-func (r *Run) watch() {
-	pods := r.launcher.opts.Client.CoreV1().Pods(r.pod.Namespace)
-	byName := fields.OneTermEqualSelector("metadata.name", r.pod.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = byName
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = byName
-			return pods.Watch(ctx, o)
-		},
-	}
-	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &corev1.Pod{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { r.observe(asPod(obj), false) },
-			UpdateFunc: func(_, obj any) { r.observe(asPod(obj), false) },
-			DeleteFunc: func(obj any) { r.observe(asPod(obj), true) },
-		},
-	})
-	go informer.RunWithContext(r.ctx)
-	go func() {
-		if !cache.WaitForCacheSync(r.ctx.Done(), informer.HasSynced) {
-			return
-		}
-		// The first list may come from the watch cache and miss a pod
-		// created a moment ago: confirm its absence with a direct read.
-		if _, exists, _ := store.GetByKey(r.pod.String()); exists {
-			return
-		}
-		pod, err := pods.Get(r.ctx, r.pod.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			r.observe(nil, true)
-		case err == nil && pod.UID != r.uid:
-			r.observe(nil, true)
-		}
-	}()
-}
-
 func asPod(obj any) *corev1.Pod {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -309,14 +265,25 @@ func (r *Run) observe(pod *corev1.Pod, deleted bool) {
 		r.cancel(term)
 		return
 	}
-	if pod.Status.PodIP != "" && podReady(pod) {
-		r.readyOnce.Do(func() {
+	if pod.Status.PodIP != "" && (containerRunning(pod) || podReady(pod)) {
+		r.runningOnce.Do(func() {
 			r.mu.Lock()
 			r.podIP = pod.Status.PodIP
 			r.mu.Unlock()
-			close(r.readyCh)
+			close(r.runningCh)
 		})
 	}
+}
+
+// containerRunning says the runner container's process has started: it
+// may not listen yet, which the dial's backoff covers.
+func containerRunning(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerName {
+			return cs.State.Running != nil
+		}
+	}
+	return false
 }
 
 func podReady(pod *corev1.Pod) bool {

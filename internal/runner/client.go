@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -103,12 +105,21 @@ func ClientTLSConfig(controller pki.CertificateSource, trust pki.TrustSource, ru
 	return pki.ClientTLSConfig(controller, trust, runner)
 }
 
+// ConnectBackoff is how the client retries connecting to a runner that
+// does not listen yet. The launcher dials as soon as the runner's container
+// runs, a few milliseconds before it binds its port, so the first retries
+// come quickly; gRPC's default (1 s, growing to 2 minutes) would make every
+// run wait a second for nothing.
+var ConnectBackoff = backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
+
 // Dial connects to the runner at addr (host:port) with tlsConfig (see
-// ClientTLSConfig). The connection is made lazily; WaitReady waits for it.
+// ClientTLSConfig). The connection is made lazily; WaitReady waits for it,
+// retrying with ConnectBackoff.
 func Dial(_ context.Context, addr string, tlsConfig *tls.Config, opts ...grpc.DialOption) (*Client, error) {
 	opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: ConnectBackoff, MinConnectTimeout: 5 * time.Second}),
 	}, opts...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
@@ -271,8 +282,7 @@ func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFu
 	if err != nil {
 		return nil, err
 	}
-	js := &boundedBuffer{what: "plan JSON", limit: c.limits.PlanJSONBytes}
-	var received int64
+	recv := c.newPlanReceiver()
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -282,18 +292,76 @@ func (c *Client) Plan(ctx context.Context, req *runnerv1.PlanRequest, logf LogFu
 		case *runnerv1.PlanResponse_Log:
 			logTo(logf, ev.Log)
 		case *runnerv1.PlanResponse_JsonChunk:
-			received += int64(len(ev.JsonChunk))
-			if js != nil && js.add(ev.JsonChunk) != nil {
-				js = nil // over the limit: the plan is kept, its JSON is not
-			}
+			recv.chunk(ev.JsonChunk)
 		case *runnerv1.PlanResponse_Result:
-			if received != ev.Result.GetJsonSize() {
-				return nil, fmt.Errorf("plan JSON is %d bytes, the runner announced %d", received, ev.Result.GetJsonSize())
+			return recv.result(ev.Result)
+		}
+	}
+}
+
+// planReceiver collects a plan's JSON chunks and its result.
+type planReceiver struct {
+	js       *boundedBuffer
+	received int64
+}
+
+func (c *Client) newPlanReceiver() *planReceiver {
+	return &planReceiver{js: &boundedBuffer{what: "plan JSON", limit: c.limits.PlanJSONBytes}}
+}
+
+func (p *planReceiver) chunk(c []byte) {
+	p.received += int64(len(c))
+	if p.js != nil && p.js.add(c) != nil {
+		p.js = nil // over the limit: the plan is kept, its JSON is not
+	}
+}
+
+func (p *planReceiver) result(r *runnerv1.PlanResult) (*Plan, error) {
+	if p.received != r.GetJsonSize() {
+		return nil, fmt.Errorf("plan JSON is %d bytes, the runner announced %d", p.received, r.GetJsonSize())
+	}
+	if p.js == nil {
+		return &Plan{PlanResult: r, JSONOmitted: true}, nil
+	}
+	return &Plan{PlanResult: r, JSON: p.js.Bytes()}, nil
+}
+
+// PlanAndApply makes and saves a plan and, when it has changes, applies it
+// in the same runner operation (approvePlan: auto). It returns the plan
+// whenever one was made, also when the apply then failed (with the apply's
+// error), and whether the plan was applied: a plan without changes is not.
+// Unlike Apply after Plan, it needs no SetSensitiveVariables: the plan
+// request's variables name what is sensitive.
+func (c *Client) PlanAndApply(ctx context.Context, req *runnerv1.PlanRequest, logf LogFunc) (plan *Plan, applied bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.rpc.PlanAndApply(ctx, req)
+	if err != nil {
+		return nil, false, err
+	}
+	recv := c.newPlanReceiver()
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) && plan != nil && !plan.GetHasChanges() {
+			return plan, false, nil
+		}
+		if err != nil {
+			return plan, false, endOfStream(err)
+		}
+		switch ev := msg.GetEvent().(type) {
+		case *runnerv1.PlanAndApplyResponse_Log:
+			logTo(logf, ev.Log)
+		case *runnerv1.PlanAndApplyResponse_JsonChunk:
+			recv.chunk(ev.JsonChunk)
+		case *runnerv1.PlanAndApplyResponse_PlanResult:
+			if plan, err = recv.result(ev.PlanResult); err != nil {
+				return nil, false, err
 			}
-			if js == nil {
-				return &Plan{PlanResult: ev.Result, JSONOmitted: true}, nil
+		case *runnerv1.PlanAndApplyResponse_ApplyResult:
+			if plan == nil || ev.ApplyResult.GetPlanId() != plan.GetPlanId() {
+				return plan, false, errors.New("runner reported an apply without its plan")
 			}
-			return &Plan{PlanResult: ev.Result, JSON: js.Bytes()}, nil
+			return plan, true, nil
 		}
 	}
 }
@@ -383,6 +451,43 @@ func (c *Client) Outputs(ctx context.Context) (map[string]Output, error) {
 		outs[name] = o
 	}
 	return outs, nil
+}
+
+// ErrStateEncrypted says a state is encrypted by tofu itself, so only the
+// runner can read its outputs (OutputsFrom asks it then).
+var ErrStateEncrypted = tf.ErrStateEncrypted
+
+// OutputsFromState reads every root output, with its sensitivity, from a
+// state file the controller holds (as the state server stored it), within
+// the client's Limits.OutputsBytes: no runner call and no tofu process. A
+// state encrypted by tofu gives ErrStateEncrypted.
+func (c *Client) OutputsFromState(state []byte) (map[string]Output, error) {
+	values, err := tf.OutputsFromState(state)
+	if err != nil {
+		return nil, err
+	}
+	outs := make(map[string]Output, len(values))
+	var total int64
+	for name, v := range values {
+		if total += int64(len(name) + len(v.Type) + len(v.Value)); total > c.limits.OutputsBytes {
+			return nil, &TooLargeError{What: "outputs", Limit: c.limits.OutputsBytes}
+		}
+		outs[name] = Output{Sensitive: v.Sensitive, Type: v.Type, Value: v.Value}
+	}
+	return outs, nil
+}
+
+// OutputsFrom returns every root output: from state, the state file the
+// controller holds after the run's apply, when it can read it; from the
+// runner (`tofu output`) when state is nil or encrypted by tofu.
+func (c *Client) OutputsFrom(ctx context.Context, state []byte) (map[string]Output, error) {
+	if state != nil {
+		outs, err := c.OutputsFromState(state)
+		if !errors.Is(err, ErrStateEncrypted) {
+			return outs, err
+		}
+	}
+	return c.Outputs(ctx)
 }
 
 // Destroy destroys everything in the state.

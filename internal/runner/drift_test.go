@@ -33,12 +33,19 @@ resource "testfile_file" "managed" {
 }
 `
 
-func TestDriftIsCountedByRefreshOnlyPlans(t *testing.T) {
+// startRunnerWithMirror starts a runner that installs providers only from
+// the mirror of the test provider, and returns the mirror too.
+func startRunnerWithMirror(t *testing.T) (*testRunner, string) {
+	t.Helper()
 	tools, _ := testenv.FindTools()
 	if _, err := os.Stat(tools.ProviderMirror); err != nil {
 		t.Fatalf("provider mirror %q is missing: run `make tools`", tools.ProviderMirror)
 	}
-	tr := startRunnerWith(t, nil, func(c *tf.Config) { c.ProviderMirror = tools.ProviderMirror })
+	return startRunnerWith(t, nil, func(c *tf.Config) { c.ProviderMirror = tools.ProviderMirror }), tools.ProviderMirror
+}
+
+func TestDriftIsCountedByRefreshOnlyPlans(t *testing.T) {
+	tr, _ := startRunnerWithMirror(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tr.upload(t, map[string]string{"main.tf": driftModule})

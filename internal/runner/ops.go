@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -52,6 +54,27 @@ func variables(v *runnerv1.Variables) tf.Variables {
 	return tf.Variables{JSON: v.GetJson(), Sensitive: v.GetSensitive(), Files: v.GetFiles()}
 }
 
+func planOptions(req *runnerv1.PlanRequest) tf.PlanOptions {
+	return tf.PlanOptions{
+		Variables: variables(req.GetVariables()), Destroy: req.GetDestroy(), RefreshOnly: req.GetRefreshOnly(),
+		Targets: req.GetTargets(), PlanID: req.GetPlanId(),
+	}
+}
+
+func planResult(res *tf.PlanResult) *runnerv1.PlanResult {
+	return &runnerv1.PlanResult{
+		PlanId:     res.PlanID,
+		HasChanges: res.HasChanges,
+		Summary: &runnerv1.PlanSummary{
+			Add: int32(res.Summary.Add), Change: int32(res.Summary.Change), Destroy: int32(res.Summary.Destroy),
+			Import: int32(res.Summary.Import), Forget: int32(res.Summary.Forget), Drift: int32(res.Summary.Drift),
+			OutputChanges: int32(res.Summary.OutputChanges),
+		},
+		JsonSize:     int64(len(res.JSON)),
+		PlanFileSize: res.PlanFileSize,
+	}
+}
+
 // Plan saves a plan and streams its logs, redacted JSON and summary.
 func (s *Server) Plan(req *runnerv1.PlanRequest, stream runnerv1.RunnerService_PlanServer) error {
 	release, err := s.acquire("plan")
@@ -62,10 +85,7 @@ func (s *Server) Plan(req *runnerv1.PlanRequest, stream runnerv1.RunnerService_P
 	logf, mu := s.logSender(func(l *runnerv1.LogLine) error {
 		return stream.Send(&runnerv1.PlanResponse{Event: &runnerv1.PlanResponse_Log{Log: l}})
 	})
-	res, err := s.exec.Plan(stream.Context(), tf.PlanOptions{
-		Variables: variables(req.GetVariables()), Destroy: req.GetDestroy(), RefreshOnly: req.GetRefreshOnly(),
-		Targets: req.GetTargets(), PlanID: req.GetPlanId(),
-	}, logf)
+	res, err := s.exec.Plan(stream.Context(), planOptions(req), logf)
 	if err != nil {
 		return s.toStatus(err)
 	}
@@ -77,17 +97,47 @@ func (s *Server) Plan(req *runnerv1.PlanRequest, stream runnerv1.RunnerService_P
 	}); err != nil {
 		return err
 	}
-	return stream.Send(&runnerv1.PlanResponse{Event: &runnerv1.PlanResponse_Result{Result: &runnerv1.PlanResult{
-		PlanId:     res.PlanID,
-		HasChanges: res.HasChanges,
-		Summary: &runnerv1.PlanSummary{
-			Add: int32(res.Summary.Add), Change: int32(res.Summary.Change), Destroy: int32(res.Summary.Destroy),
-			Import: int32(res.Summary.Import), Forget: int32(res.Summary.Forget), Drift: int32(res.Summary.Drift),
-			OutputChanges: int32(res.Summary.OutputChanges),
-		},
-		JsonSize:     int64(len(res.JSON)),
-		PlanFileSize: res.PlanFileSize,
-	}}})
+	return stream.Send(&runnerv1.PlanResponse{Event: &runnerv1.PlanResponse_Result{Result: planResult(res)}})
+}
+
+// PlanAndApply plans and, when the plan has changes, applies it in one
+// operation: the plan's result first, then the apply's logs and result.
+func (s *Server) PlanAndApply(req *runnerv1.PlanRequest, stream runnerv1.RunnerService_PlanAndApplyServer) error {
+	release, err := s.acquire("plan-and-apply")
+	if err != nil {
+		return err
+	}
+	defer release()
+	var sendMu sync.Mutex
+	send := func(msg *runnerv1.PlanAndApplyResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(msg)
+	}
+	logf, _ := s.logSender(func(l *runnerv1.LogLine) error {
+		return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_Log{Log: l}})
+	})
+	res, err := timed(s, runphase.Plan, func() (*tf.PlanResult, error) { return s.exec.Plan(stream.Context(), planOptions(req), logf) })
+	if err != nil {
+		return s.toStatus(err)
+	}
+	if err := sendChunks(res.JSON, func(c []byte) error {
+		return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_JsonChunk{JsonChunk: c}})
+	}); err != nil {
+		return err
+	}
+	if !res.HasChanges {
+		release()
+		return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}})
+	}
+	if err := send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}}); err != nil {
+		return err
+	}
+	if _, err := timed(s, runphase.Apply, func() (struct{}, error) { return struct{}{}, s.exec.Apply(stream.Context(), res.PlanID, logf) }); err != nil {
+		return s.toStatus(err)
+	}
+	release()
+	return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_ApplyResult{ApplyResult: &runnerv1.ApplyResult{PlanId: res.PlanID}}})
 }
 
 // ShowPlan streams a saved plan, redacted, as JSON or human text.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -159,14 +160,34 @@ func (s *Server) acquire(op string) (func(), error) {
 		return nil, busyError(op)
 	}
 	start := time.Now()
-	s.cfg.Log.Info("operation started", "op", op)
+	log := s.cfg.Log.WithValues("op", op)
+	if p, ok := opPhases[op]; ok {
+		log = log.WithValues("phase", p)
+	}
+	log.Info("operation started")
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			s.cfg.Log.Info("operation finished", "op", op, "duration", time.Since(start).Round(time.Millisecond).String())
+			log.Info("operation finished", "duration", time.Since(start).Round(time.Millisecond).String())
 			s.busy.Unlock()
 		})
 	}, nil
+}
+
+// opPhases names the run phase of the operations that are one, so the
+// runner's log says where a run's time went in the words the controller's
+// events and metrics use. (plan-and-apply logs its two phases itself.)
+var opPhases = map[string]runphase.Phase{
+	"upload": runphase.Fetch, "fetch": runphase.Fetch, "init": runphase.Init,
+	"plan": runphase.Plan, "apply": runphase.Apply, "output": runphase.Outputs,
+}
+
+// timed runs one phase of an operation and logs its duration.
+func timed[T any](s *Server, p runphase.Phase, f func() (T, error)) (T, error) {
+	start := time.Now()
+	v, err := f()
+	s.cfg.Log.Info("phase finished", "phase", p, "duration", time.Since(start).Round(time.Millisecond).String(), "failed", err != nil)
+	return v, err
 }
 
 // logSender returns a tf.LogFunc that sends each line on a stream. tofu's

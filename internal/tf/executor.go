@@ -71,6 +71,15 @@ type Executor struct {
 	redactor *Redactor
 	// extraSensitive are variables the caller named sensitive.
 	extraSensitive map[string]bool
+
+	// handles are terraform-exec handles by directory, reused so that its
+	// version cache holds: `version -json` runs once per executor instead
+	// of before every command that checks the version.
+	handles map[string]*tfexec.Terraform
+	// learned are the saved plans (path → digest) whose sensitive values
+	// the redactor already knows, so applying a plan made here needs no
+	// second `show -json`.
+	learned map[string]string
 }
 
 var planIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -122,7 +131,10 @@ func New(cfg Config) (*Executor, error) {
 			return nil, fmt.Errorf("failed to create %s: %w", dir, err)
 		}
 	}
-	e := &Executor{cfg: cfg, execPath: execPath, cliConfig: filepath.Join(workDir, "cli.tfrc"), redactor: NewRedactor(), extraSensitive: map[string]bool{}}
+	e := &Executor{
+		cfg: cfg, execPath: execPath, cliConfig: filepath.Join(workDir, "cli.tfrc"), redactor: NewRedactor(),
+		extraSensitive: map[string]bool{}, handles: map[string]*tfexec.Terraform{}, learned: map[string]string{},
+	}
 	if err := os.WriteFile(e.cliConfig, []byte(cliConfig(cfg.ProviderMirror)), 0o600); err != nil {
 		return nil, fmt.Errorf("failed to write CLI config: %w", err)
 	}
@@ -241,10 +253,16 @@ func dropFromEnv(k string) bool {
 // stderr are streamed to it line by line, redacted; JSON commands get no
 // logf, so their output (which holds sensitive values) never reaches logs.
 func (e *Executor) command(dir string, logf LogFunc) (*tfexec.Terraform, func(), error) {
-	tf, err := tfexec.NewTerraform(dir, e.execPath)
-	if err != nil {
-		return nil, nil, fmt.Errorf("failed to prepare %s: %w", e.cfg.Binary, err)
+	tf := e.handles[dir]
+	if tf == nil {
+		var err error
+		if tf, err = tfexec.NewTerraform(dir, e.execPath); err != nil {
+			return nil, nil, fmt.Errorf("failed to prepare %s: %w", e.cfg.Binary, err)
+		}
+		e.handles[dir] = tf
 	}
+	tf.SetStdout(nil)
+	tf.SetStderr(nil)
 	if err := tf.SetEnv(e.environment()); err != nil {
 		return nil, nil, fmt.Errorf("failed to set the environment of %s: %w", e.cfg.Binary, err)
 	}

@@ -15,19 +15,15 @@ const maxLinePiece = 64 << 10
 // maxPendingLine bounds the bytes held while waiting for a newline.
 const maxPendingLine = 32 << 20
 
-// lineWriter splits written bytes into lines, redacts each and hands it on.
-type lineWriter struct {
-	mu       sync.Mutex
-	buf      []byte
-	redactor *Redactor
-	emit     func(string)
+// lineSplitter cuts written bytes into lines, without their newline, and
+// hands each to line (under its lock, so lines arrive one at a time).
+type lineSplitter struct {
+	mu   sync.Mutex
+	buf  []byte
+	line func([]byte)
 }
 
-func newLineWriter(r *Redactor, emit func(string)) *lineWriter {
-	return &lineWriter{redactor: r, emit: emit}
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
+func (w *lineSplitter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = append(w.buf, p...)
@@ -36,24 +32,37 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.emitLine(w.buf[:i])
+		w.line(w.buf[:i])
 		w.buf = w.buf[i+1:]
 	}
 	if len(w.buf) >= maxPendingLine {
-		w.emitLine(w.buf)
+		w.line(w.buf)
 		w.buf = nil
 	}
 	return len(p), nil
 }
 
-// Flush emits a last line without newline.
-func (w *lineWriter) Flush() {
+// Flush hands on a last line without newline.
+func (w *lineSplitter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.buf) > 0 {
-		w.emitLine(w.buf)
+		w.line(w.buf)
 		w.buf = nil
 	}
+}
+
+// lineWriter splits written bytes into lines, redacts each and hands it on.
+type lineWriter struct {
+	lineSplitter
+	redactor *Redactor
+	emit     func(string)
+}
+
+func newLineWriter(r *Redactor, emit func(string)) *lineWriter {
+	w := &lineWriter{redactor: r, emit: emit}
+	w.line = w.emitLine
+	return w
 }
 
 func (w *lineWriter) emitLine(line []byte) {

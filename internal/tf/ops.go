@@ -79,6 +79,13 @@ func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*I
 		return nil, fmt.Errorf("failed to remove the backend override: %w", err)
 	}
 
+	// The version first, without logs: terraform-exec copies the output of
+	// its version checks to the command's stdout, and caches the answer
+	// for every later command of this executor.
+	version, err := e.version(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
 	tf, flush, err := e.command(dir, logf)
 	if err != nil {
 		return nil, err
@@ -94,22 +101,24 @@ func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*I
 		}
 	}
 	e.moduleDir = dir
-
-	quiet, _, err := e.command(dir, nil)
+	providers, err := lockedProviders(dir)
 	if err != nil {
 		return nil, err
 	}
-	version, providers, err := quiet.Version(ctx, true)
+	return &InitResult{Version: version, ProviderVersions: providers}, nil
+}
+
+// version is the tool's version, asked once per executor.
+func (e *Executor) version(ctx context.Context, dir string) (string, error) {
+	quiet, _, err := e.command(dir, nil)
 	if err != nil {
-		return nil, e.commandError("version", ctx, err)
+		return "", err
 	}
-	res := &InitResult{Version: version.String(), ProviderVersions: map[string]string{}}
-	for addr, v := range providers {
-		if v != nil {
-			res.ProviderVersions[addr] = v.String()
-		}
+	v, _, err := quiet.Version(ctx, false)
+	if err != nil {
+		return "", e.commandError("version", ctx, err)
 	}
-	return res, nil
+	return v.String(), nil
 }
 
 func (e *Executor) selectWorkspace(ctx context.Context, dir, ws string, logf LogFunc) error {
@@ -229,10 +238,17 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 	for _, t := range opts.Targets {
 		planOpts = append(planOpts, tfexec.Target(t))
 	}
-	hasChanges, err := tf.Plan(ctx, planOpts...)
+	// The -json stream gives the summary as tofu counts it; its messages
+	// reach the log as the lines a person reads.
+	stream := newUIStream(newLineWriter(e.redactor, func(l string) { logIfSet(logf, Stdout, l) }))
+	hasChanges, err := tf.PlanJSON(ctx, stream, planOpts...)
+	stream.Flush()
 	flush()
 	if err != nil {
 		_ = os.Remove(out)
+		if diags := stream.errorText(); diags != "" && ctx.Err() == nil {
+			err = errors.New(diags)
+		}
 		return nil, explainUndeclared(e.commandError("plan", ctx, err), undeclared, declared)
 	}
 	id := opts.PlanID
@@ -248,23 +264,23 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 		}
 		out = final
 	}
-	raw, err := e.showPlanJSON(ctx, out)
+	// One `show -json`: the plan's JSON for the caller, and what teaches
+	// the redactor the plan's sensitive values before anything applies it.
+	redacted, err := e.learnPlan(ctx, out)
 	if err != nil {
 		return nil, err
-	}
-	summary, err := Summarize(raw)
-	if err != nil {
-		return nil, err
-	}
-	redacted, err := e.redactor.RedactPlanJSON(raw, e.extraSensitiveNames())
-	if err != nil {
-		return nil, fmt.Errorf("failed to redact the plan: %w", err)
 	}
 	fi, err := os.Stat(out)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the plan file: %w", err)
 	}
-	return &PlanResult{PlanID: id, HasChanges: hasChanges, Summary: summary, JSON: redacted, PlanFileSize: fi.Size()}, nil
+	return &PlanResult{PlanID: id, HasChanges: hasChanges, Summary: stream.result(), JSON: redacted, PlanFileSize: fi.Size()}, nil
+}
+
+func logIfSet(logf LogFunc, stream Stream, line string) {
+	if logf != nil {
+		logf(stream, line)
+	}
 }
 
 func (e *Executor) extraSensitiveNames() []string {
@@ -284,9 +300,10 @@ func (e *Executor) showPlanJSON(ctx context.Context, path string) ([]byte, error
 		return nil, err
 	}
 	// terraform-exec copies every command's stdout to SetStdout's writer,
-	// its own version check included: run that first, then capture.
-	if _, _, err := tf.Version(ctx, false); err != nil {
-		return nil, e.commandError("version", ctx, err)
+	// its own version check included: make sure the version is cached
+	// (asked once per executor), then capture.
+	if _, err := e.version(ctx, e.moduleDir); err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
 	tf.SetStdout(&buf)
@@ -308,7 +325,20 @@ func (e *Executor) learnPlan(ctx context.Context, path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to redact the plan: %w", err)
 	}
+	if digest, err := fileDigest(path); err == nil {
+		e.learned[path] = digest
+	}
 	return redacted, nil
+}
+
+// knowsPlan says the redactor learnt the plan file at path as it is now.
+func (e *Executor) knowsPlan(path string) bool {
+	known, ok := e.learned[path]
+	if !ok {
+		return false
+	}
+	digest, err := fileDigest(path)
+	return err == nil && digest == known
 }
 
 // ShowPlanJSON returns a saved plan's JSON, redacted.
@@ -346,8 +376,12 @@ func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error
 	if err != nil {
 		return err
 	}
-	if _, err := e.learnPlan(ctx, path); err != nil {
-		return err
+	// A plan made (or shown) here is known; one received from the
+	// controller is learnt first.
+	if !e.knowsPlan(path) {
+		if _, err := e.learnPlan(ctx, path); err != nil {
+			return err
+		}
 	}
 	tf, flush, err := e.moduleCommand(logf)
 	if err != nil {

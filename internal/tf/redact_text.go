@@ -291,6 +291,10 @@ func (r *Redactor) containsSecret(v any) bool {
 // from the plan file and masks them before tofu prints anything.
 func (e *Executor) MarkSensitive(names []string) {
 	for _, name := range names {
+		if !e.extraSensitive[name] {
+			// Plans learnt without this name must be learnt again.
+			clear(e.learned)
+		}
 		e.extraSensitive[name] = true
 	}
 }

@@ -1515,6 +1515,124 @@ func (x *ApplyResult) GetPlanId() string {
 	return ""
 }
 
+type PlanAndApplyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*PlanAndApplyResponse_Log
+	//	*PlanAndApplyResponse_JsonChunk
+	//	*PlanAndApplyResponse_PlanResult
+	//	*PlanAndApplyResponse_ApplyResult
+	Event         isPlanAndApplyResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanAndApplyResponse) Reset() {
+	*x = PlanAndApplyResponse{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanAndApplyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanAndApplyResponse) ProtoMessage() {}
+
+func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanAndApplyResponse.ProtoReflect.Descriptor instead.
+func (*PlanAndApplyResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PlanAndApplyResponse) GetEvent() isPlanAndApplyResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *PlanAndApplyResponse) GetLog() *LogLine {
+	if x != nil {
+		if x, ok := x.Event.(*PlanAndApplyResponse_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *PlanAndApplyResponse) GetJsonChunk() []byte {
+	if x != nil {
+		if x, ok := x.Event.(*PlanAndApplyResponse_JsonChunk); ok {
+			return x.JsonChunk
+		}
+	}
+	return nil
+}
+
+func (x *PlanAndApplyResponse) GetPlanResult() *PlanResult {
+	if x != nil {
+		if x, ok := x.Event.(*PlanAndApplyResponse_PlanResult); ok {
+			return x.PlanResult
+		}
+	}
+	return nil
+}
+
+func (x *PlanAndApplyResponse) GetApplyResult() *ApplyResult {
+	if x != nil {
+		if x, ok := x.Event.(*PlanAndApplyResponse_ApplyResult); ok {
+			return x.ApplyResult
+		}
+	}
+	return nil
+}
+
+type isPlanAndApplyResponse_Event interface {
+	isPlanAndApplyResponse_Event()
+}
+
+type PlanAndApplyResponse_Log struct {
+	// log lines of the plan, then of the apply.
+	Log *LogLine `protobuf:"bytes,1,opt,name=log,proto3,oneof"`
+}
+
+type PlanAndApplyResponse_JsonChunk struct {
+	// json_chunk is the next piece of the redacted plan JSON, before plan_result.
+	JsonChunk []byte `protobuf:"bytes,2,opt,name=json_chunk,json=jsonChunk,proto3,oneof"`
+}
+
+type PlanAndApplyResponse_PlanResult struct {
+	PlanResult *PlanResult `protobuf:"bytes,3,opt,name=plan_result,json=planResult,proto3,oneof"`
+}
+
+type PlanAndApplyResponse_ApplyResult struct {
+	// apply_result is sent once the plan is applied; a plan without
+	// changes ends the stream after plan_result.
+	ApplyResult *ApplyResult `protobuf:"bytes,4,opt,name=apply_result,json=applyResult,proto3,oneof"`
+}
+
+func (*PlanAndApplyResponse_Log) isPlanAndApplyResponse_Event() {}
+
+func (*PlanAndApplyResponse_JsonChunk) isPlanAndApplyResponse_Event() {}
+
+func (*PlanAndApplyResponse_PlanResult) isPlanAndApplyResponse_Event() {}
+
+func (*PlanAndApplyResponse_ApplyResult) isPlanAndApplyResponse_Event() {}
+
 type OutputRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1523,7 +1641,7 @@ type OutputRequest struct {
 
 func (x *OutputRequest) Reset() {
 	*x = OutputRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1653,7 @@ func (x *OutputRequest) String() string {
 func (*OutputRequest) ProtoMessage() {}
 
 func (x *OutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1666,7 @@ func (x *OutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRequest.ProtoReflect.Descriptor instead.
 func (*OutputRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
 }
 
 // OutputResponse carries a piece of one output. The pieces of an output
@@ -1569,7 +1687,7 @@ type OutputResponse struct {
 
 func (x *OutputResponse) Reset() {
 	*x = OutputResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1699,7 @@ func (x *OutputResponse) String() string {
 func (*OutputResponse) ProtoMessage() {}
 
 func (x *OutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1712,7 @@ func (x *OutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputResponse.ProtoReflect.Descriptor instead.
 func (*OutputResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OutputResponse) GetName() string {
@@ -1642,7 +1760,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1772,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1785,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DestroyRequest) GetVariables() *Variables {
@@ -1697,7 +1815,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1827,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1840,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -1774,7 +1892,7 @@ type DestroyResult struct {
 
 func (x *DestroyResult) Reset() {
 	*x = DestroyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1904,7 @@ func (x *DestroyResult) String() string {
 func (*DestroyResult) ProtoMessage() {}
 
 func (x *DestroyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1917,7 @@ func (x *DestroyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResult.ProtoReflect.Descriptor instead.
 func (*DestroyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
 }
 
 type ForceUnlockRequest struct {
@@ -1811,7 +1929,7 @@ type ForceUnlockRequest struct {
 
 func (x *ForceUnlockRequest) Reset() {
 	*x = ForceUnlockRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1941,7 @@ func (x *ForceUnlockRequest) String() string {
 func (*ForceUnlockRequest) ProtoMessage() {}
 
 func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1954,7 @@ func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
 func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForceUnlockRequest) GetLockId() string {
@@ -1854,7 +1972,7 @@ type ForceUnlockResponse struct {
 
 func (x *ForceUnlockResponse) Reset() {
 	*x = ForceUnlockResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1984,7 @@ func (x *ForceUnlockResponse) String() string {
 func (*ForceUnlockResponse) ProtoMessage() {}
 
 func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1997,7 @@ func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockResponse.ProtoReflect.Descriptor instead.
 func (*ForceUnlockResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
 }
 
 type DownloadPlanRequest struct {
@@ -1891,7 +2009,7 @@ type DownloadPlanRequest struct {
 
 func (x *DownloadPlanRequest) Reset() {
 	*x = DownloadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2021,7 @@ func (x *DownloadPlanRequest) String() string {
 func (*DownloadPlanRequest) ProtoMessage() {}
 
 func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2034,7 @@ func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanRequest.ProtoReflect.Descriptor instead.
 func (*DownloadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DownloadPlanRequest) GetPlanId() string {
@@ -1939,7 +2057,7 @@ type DownloadPlanResponse struct {
 
 func (x *DownloadPlanResponse) Reset() {
 	*x = DownloadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2069,7 @@ func (x *DownloadPlanResponse) String() string {
 func (*DownloadPlanResponse) ProtoMessage() {}
 
 func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2082,7 @@ func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanResponse.ProtoReflect.Descriptor instead.
 func (*DownloadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DownloadPlanResponse) GetPart() isDownloadPlanResponse_Part {
@@ -2021,7 +2139,7 @@ type PlanFileHeader struct {
 
 func (x *PlanFileHeader) Reset() {
 	*x = PlanFileHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2151,7 @@ func (x *PlanFileHeader) String() string {
 func (*PlanFileHeader) ProtoMessage() {}
 
 func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2164,7 @@ func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanFileHeader.ProtoReflect.Descriptor instead.
 func (*PlanFileHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PlanFileHeader) GetPlanId() string {
@@ -2083,7 +2201,7 @@ type UploadPlanRequest struct {
 
 func (x *UploadPlanRequest) Reset() {
 	*x = UploadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2213,7 @@ func (x *UploadPlanRequest) String() string {
 func (*UploadPlanRequest) ProtoMessage() {}
 
 func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2226,7 @@ func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanRequest.ProtoReflect.Descriptor instead.
 func (*UploadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UploadPlanRequest) GetPart() isUploadPlanRequest_Part {
@@ -2162,7 +2280,7 @@ type UploadPlanResponse struct {
 
 func (x *UploadPlanResponse) Reset() {
 	*x = UploadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2292,7 @@ func (x *UploadPlanResponse) String() string {
 func (*UploadPlanResponse) ProtoMessage() {}
 
 func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2305,7 @@ func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanResponse.ProtoReflect.Descriptor instead.
 func (*UploadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UploadPlanResponse) GetPlanId() string {
@@ -2206,7 +2324,7 @@ type SetSensitiveVariablesRequest struct {
 
 func (x *SetSensitiveVariablesRequest) Reset() {
 	*x = SetSensitiveVariablesRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2336,7 @@ func (x *SetSensitiveVariablesRequest) String() string {
 func (*SetSensitiveVariablesRequest) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2349,7 @@ func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetSensitiveVariablesRequest) GetNames() []string {
@@ -2249,7 +2367,7 @@ type SetSensitiveVariablesResponse struct {
 
 func (x *SetSensitiveVariablesResponse) Reset() {
 	*x = SetSensitiveVariablesResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2379,7 @@ func (x *SetSensitiveVariablesResponse) String() string {
 func (*SetSensitiveVariablesResponse) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2392,7 @@ func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
 }
 
 var File_terrace_runner_v1_runner_proto protoreflect.FileDescriptor
@@ -2371,7 +2489,15 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\v2\x1e.terrace.runner.v1.ApplyResultH\x00R\x06resultB\a\n" +
 	"\x05event\"&\n" +
 	"\vApplyResult\x12\x17\n" +
-	"\aplan_id\x18\x01 \x01(\tR\x06planId\"\x0f\n" +
+	"\aplan_id\x18\x01 \x01(\tR\x06planId\"\xf7\x01\n" +
+	"\x14PlanAndApplyResponse\x12.\n" +
+	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x12\x1f\n" +
+	"\n" +
+	"json_chunk\x18\x02 \x01(\fH\x00R\tjsonChunk\x12@\n" +
+	"\vplan_result\x18\x03 \x01(\v2\x1d.terrace.runner.v1.PlanResultH\x00R\n" +
+	"planResult\x12C\n" +
+	"\fapply_result\x18\x04 \x01(\v2\x1e.terrace.runner.v1.ApplyResultH\x00R\vapplyResultB\a\n" +
+	"\x05event\"\x0f\n" +
 	"\rOutputRequest\"\x94\x01\n" +
 	"\x0eOutputResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -2418,14 +2544,15 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"PlanFormat\x12\x1b\n" +
 	"\x17PLAN_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PLAN_FORMAT_JSON\x10\x01\x12\x15\n" +
-	"\x11PLAN_FORMAT_HUMAN\x10\x022\xa6\b\n" +
+	"\x11PLAN_FORMAT_HUMAN\x10\x022\x81\t\n" +
 	"\rRunnerService\x12O\n" +
 	"\x06Upload\x12 .terrace.runner.v1.UploadRequest\x1a!.terrace.runner.v1.UploadResponse(\x01\x12J\n" +
 	"\x05Fetch\x12\x1f.terrace.runner.v1.FetchRequest\x1a .terrace.runner.v1.FetchResponse\x12I\n" +
 	"\x04Init\x12\x1e.terrace.runner.v1.InitRequest\x1a\x1f.terrace.runner.v1.InitResponse0\x01\x12I\n" +
 	"\x04Plan\x12\x1e.terrace.runner.v1.PlanRequest\x1a\x1f.terrace.runner.v1.PlanResponse0\x01\x12U\n" +
 	"\bShowPlan\x12\".terrace.runner.v1.ShowPlanRequest\x1a#.terrace.runner.v1.ShowPlanResponse0\x01\x12L\n" +
-	"\x05Apply\x12\x1f.terrace.runner.v1.ApplyRequest\x1a .terrace.runner.v1.ApplyResponse0\x01\x12O\n" +
+	"\x05Apply\x12\x1f.terrace.runner.v1.ApplyRequest\x1a .terrace.runner.v1.ApplyResponse0\x01\x12Y\n" +
+	"\fPlanAndApply\x12\x1e.terrace.runner.v1.PlanRequest\x1a'.terrace.runner.v1.PlanAndApplyResponse0\x01\x12O\n" +
 	"\x06Output\x12 .terrace.runner.v1.OutputRequest\x1a!.terrace.runner.v1.OutputResponse0\x01\x12R\n" +
 	"\aDestroy\x12!.terrace.runner.v1.DestroyRequest\x1a\".terrace.runner.v1.DestroyResponse0\x01\x12\\\n" +
 	"\vForceUnlock\x12%.terrace.runner.v1.ForceUnlockRequest\x1a&.terrace.runner.v1.ForceUnlockResponse\x12a\n" +
@@ -2447,7 +2574,7 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
 	(PlanFormat)(0),                       // 1: terrace.runner.v1.PlanFormat
@@ -2472,21 +2599,22 @@ var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(*ApplyRequest)(nil),                  // 20: terrace.runner.v1.ApplyRequest
 	(*ApplyResponse)(nil),                 // 21: terrace.runner.v1.ApplyResponse
 	(*ApplyResult)(nil),                   // 22: terrace.runner.v1.ApplyResult
-	(*OutputRequest)(nil),                 // 23: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),                // 24: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),                // 25: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),               // 26: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),                 // 27: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),            // 28: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),           // 29: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),           // 30: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil),          // 31: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),                // 32: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),             // 33: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),            // 34: terrace.runner.v1.UploadPlanResponse
-	(*SetSensitiveVariablesRequest)(nil),  // 35: terrace.runner.v1.SetSensitiveVariablesRequest
-	(*SetSensitiveVariablesResponse)(nil), // 36: terrace.runner.v1.SetSensitiveVariablesResponse
-	nil,                                   // 37: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(*PlanAndApplyResponse)(nil),          // 23: terrace.runner.v1.PlanAndApplyResponse
+	(*OutputRequest)(nil),                 // 24: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                // 25: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                // 26: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),               // 27: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                 // 28: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),            // 29: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),           // 30: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),           // 31: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),          // 32: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                // 33: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),             // 34: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),            // 35: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),  // 36: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil), // 37: terrace.runner.v1.SetSensitiveVariablesResponse
+	nil,                                   // 38: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
@@ -2496,7 +2624,7 @@ var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	10, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
 	2,  // 5: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
 	12, // 6: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	37, // 7: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	38, // 7: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
 	13, // 8: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
 	2,  // 9: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
 	16, // 10: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
@@ -2504,40 +2632,45 @@ var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	1,  // 12: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
 	2,  // 13: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
 	22, // 14: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
-	13, // 15: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
-	2,  // 16: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
-	27, // 17: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
-	32, // 18: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
-	32, // 19: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
-	4,  // 20: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
-	7,  // 21: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
-	9,  // 22: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
-	14, // 23: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
-	18, // 24: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
-	20, // 25: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
-	23, // 26: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
-	25, // 27: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
-	28, // 28: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
-	30, // 29: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
-	33, // 30: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	35, // 31: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
-	6,  // 32: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	8,  // 33: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	11, // 34: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	15, // 35: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	19, // 36: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	21, // 37: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	24, // 38: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	26, // 39: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	29, // 40: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	31, // 41: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	34, // 42: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	36, // 43: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	32, // [32:44] is the sub-list for method output_type
-	20, // [20:32] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	2,  // 15: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	16, // 16: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
+	22, // 17: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
+	13, // 18: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
+	2,  // 19: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
+	28, // 20: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
+	33, // 21: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
+	33, // 22: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
+	4,  // 23: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
+	7,  // 24: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
+	9,  // 25: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
+	14, // 26: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
+	18, // 27: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
+	20, // 28: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
+	14, // 29: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
+	24, // 30: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
+	26, // 31: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
+	29, // 32: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
+	31, // 33: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
+	34, // 34: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
+	36, // 35: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	6,  // 36: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	8,  // 37: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	11, // 38: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	15, // 39: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	19, // 40: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	21, // 41: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	23, // 42: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	25, // 43: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	27, // 44: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	30, // 45: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	32, // 46: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	35, // 47: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	37, // 48: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_terrace_runner_v1_runner_proto_init() }
@@ -2562,15 +2695,21 @@ func file_terrace_runner_v1_runner_proto_init() {
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[24].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[21].OneofWrappers = []any{
+		(*PlanAndApplyResponse_Log)(nil),
+		(*PlanAndApplyResponse_JsonChunk)(nil),
+		(*PlanAndApplyResponse_PlanResult)(nil),
+		(*PlanAndApplyResponse_ApplyResult)(nil),
+	}
+	file_terrace_runner_v1_runner_proto_msgTypes[25].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[29].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[30].OneofWrappers = []any{
 		(*DownloadPlanResponse_Header)(nil),
 		(*DownloadPlanResponse_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[31].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[32].OneofWrappers = []any{
 		(*UploadPlanRequest_Header)(nil),
 		(*UploadPlanRequest_Chunk)(nil),
 	}
@@ -2580,7 +2719,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

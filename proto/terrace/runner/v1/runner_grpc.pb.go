@@ -42,6 +42,7 @@ const (
 	RunnerService_Plan_FullMethodName                  = "/terrace.runner.v1.RunnerService/Plan"
 	RunnerService_ShowPlan_FullMethodName              = "/terrace.runner.v1.RunnerService/ShowPlan"
 	RunnerService_Apply_FullMethodName                 = "/terrace.runner.v1.RunnerService/Apply"
+	RunnerService_PlanAndApply_FullMethodName          = "/terrace.runner.v1.RunnerService/PlanAndApply"
 	RunnerService_Output_FullMethodName                = "/terrace.runner.v1.RunnerService/Output"
 	RunnerService_Destroy_FullMethodName               = "/terrace.runner.v1.RunnerService/Destroy"
 	RunnerService_ForceUnlock_FullMethodName           = "/terrace.runner.v1.RunnerService/ForceUnlock"
@@ -73,6 +74,13 @@ type RunnerServiceClient interface {
 	ShowPlan(ctx context.Context, in *ShowPlanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ShowPlanResponse], error)
 	// Apply applies exactly the saved plan with that id.
 	Apply(ctx context.Context, in *ApplyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ApplyResponse], error)
+	// PlanAndApply plans as Plan does and, when the plan has changes,
+	// applies exactly that plan in the same call (approvePlan: auto): one
+	// operation instead of two, the plan shown as JSON once. The plan's
+	// result comes before the apply's logs, so a failed apply still reports
+	// what was planned; apply_result follows only when the plan was applied.
+	// The plan file stays in the work dir (DownloadPlan).
+	PlanAndApply(ctx context.Context, in *PlanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PlanAndApplyResponse], error)
 	// Output streams every root output, sensitive ones in clear with their flag.
 	Output(ctx context.Context, in *OutputRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutputResponse], error)
 	// Destroy destroys everything in the state (destroy -auto-approve).
@@ -200,9 +208,28 @@ func (c *runnerServiceClient) Apply(ctx context.Context, in *ApplyRequest, opts 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunnerService_ApplyClient = grpc.ServerStreamingClient[ApplyResponse]
 
+func (c *runnerServiceClient) PlanAndApply(ctx context.Context, in *PlanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PlanAndApplyResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[5], RunnerService_PlanAndApply_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PlanRequest, PlanAndApplyResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RunnerService_PlanAndApplyClient = grpc.ServerStreamingClient[PlanAndApplyResponse]
+
 func (c *runnerServiceClient) Output(ctx context.Context, in *OutputRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutputResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[5], RunnerService_Output_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[6], RunnerService_Output_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +248,7 @@ type RunnerService_OutputClient = grpc.ServerStreamingClient[OutputResponse]
 
 func (c *runnerServiceClient) Destroy(ctx context.Context, in *DestroyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DestroyResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[6], RunnerService_Destroy_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[7], RunnerService_Destroy_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +277,7 @@ func (c *runnerServiceClient) ForceUnlock(ctx context.Context, in *ForceUnlockRe
 
 func (c *runnerServiceClient) DownloadPlan(ctx context.Context, in *DownloadPlanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadPlanResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[7], RunnerService_DownloadPlan_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[8], RunnerService_DownloadPlan_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +296,7 @@ type RunnerService_DownloadPlanClient = grpc.ServerStreamingClient[DownloadPlanR
 
 func (c *runnerServiceClient) UploadPlan(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadPlanRequest, UploadPlanResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[8], RunnerService_UploadPlan_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RunnerService_ServiceDesc.Streams[9], RunnerService_UploadPlan_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +340,13 @@ type RunnerServiceServer interface {
 	ShowPlan(*ShowPlanRequest, grpc.ServerStreamingServer[ShowPlanResponse]) error
 	// Apply applies exactly the saved plan with that id.
 	Apply(*ApplyRequest, grpc.ServerStreamingServer[ApplyResponse]) error
+	// PlanAndApply plans as Plan does and, when the plan has changes,
+	// applies exactly that plan in the same call (approvePlan: auto): one
+	// operation instead of two, the plan shown as JSON once. The plan's
+	// result comes before the apply's logs, so a failed apply still reports
+	// what was planned; apply_result follows only when the plan was applied.
+	// The plan file stays in the work dir (DownloadPlan).
+	PlanAndApply(*PlanRequest, grpc.ServerStreamingServer[PlanAndApplyResponse]) error
 	// Output streams every root output, sensitive ones in clear with their flag.
 	Output(*OutputRequest, grpc.ServerStreamingServer[OutputResponse]) error
 	// Destroy destroys everything in the state (destroy -auto-approve).
@@ -358,6 +392,9 @@ func (UnimplementedRunnerServiceServer) ShowPlan(*ShowPlanRequest, grpc.ServerSt
 }
 func (UnimplementedRunnerServiceServer) Apply(*ApplyRequest, grpc.ServerStreamingServer[ApplyResponse]) error {
 	return status.Error(codes.Unimplemented, "method Apply not implemented")
+}
+func (UnimplementedRunnerServiceServer) PlanAndApply(*PlanRequest, grpc.ServerStreamingServer[PlanAndApplyResponse]) error {
+	return status.Error(codes.Unimplemented, "method PlanAndApply not implemented")
 }
 func (UnimplementedRunnerServiceServer) Output(*OutputRequest, grpc.ServerStreamingServer[OutputResponse]) error {
 	return status.Error(codes.Unimplemented, "method Output not implemented")
@@ -466,6 +503,17 @@ func _RunnerService_Apply_Handler(srv interface{}, stream grpc.ServerStream) err
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunnerService_ApplyServer = grpc.ServerStreamingServer[ApplyResponse]
+
+func _RunnerService_PlanAndApply_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PlanRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RunnerServiceServer).PlanAndApply(m, &grpc.GenericServerStream[PlanRequest, PlanAndApplyResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RunnerService_PlanAndApplyServer = grpc.ServerStreamingServer[PlanAndApplyResponse]
 
 func _RunnerService_Output_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(OutputRequest)
@@ -587,6 +635,11 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Apply",
 			Handler:       _RunnerService_Apply_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "PlanAndApply",
+			Handler:       _RunnerService_PlanAndApply_Handler,
 			ServerStreams: true,
 		},
 		{

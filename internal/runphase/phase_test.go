@@ -1,0 +1,60 @@
+package runphase
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func TestTimingsListPhasesInRunOrder(t *testing.T) {
+	var tm Timings
+	tm.Add(Apply, 250*time.Millisecond)
+	tm.Add(Pod, 410*time.Millisecond)
+	tm.Add(Plan, 100*time.Millisecond)
+	tm.Add(Plan, 140*time.Millisecond) // a second plan adds up
+	if got, want := tm.String(), "pod 0.41s, plan 0.24s, apply 0.25s"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if d, ok := tm.Get(Fetch); ok || d != 0 {
+		t.Errorf("Get(fetch) = %s, %v; want unrecorded", d, ok)
+	}
+	if got := tm.Total(); got != 900*time.Millisecond {
+		t.Errorf("Total() = %s", got)
+	}
+	kv := tm.KeysAndValues()
+	if len(kv) != 6 || kv[0] != "pod" || kv[1] != "0.41s" {
+		t.Errorf("KeysAndValues() = %v", kv)
+	}
+	done := tm.Start(Records)
+	done()
+	done() // once
+	if _, ok := tm.Get(Records); !ok {
+		t.Error("Start's func recorded nothing")
+	}
+}
+
+func TestObserveFillsThePhaseHistogram(t *testing.T) {
+	var tm Timings
+	tm.Add(Init, 150*time.Millisecond)
+	tm.Add(Outputs, 0)
+	tm.Observe("destroy")
+	for phase, wantSum := range map[Phase]float64{Init: 0.15, Outputs: 0} {
+		var m dto.Metric
+		if err := phaseSeconds.WithLabelValues(string(phase), "destroy").(prometheus.Metric).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		h := m.GetHistogram()
+		if h.GetSampleCount() != 1 || h.GetSampleSum() != wantSum {
+			t.Errorf("%s: count %d sum %g, want 1 and %g", phase, h.GetSampleCount(), h.GetSampleSum(), wantSum)
+		}
+	}
+	var m dto.Metric
+	if err := phaseSeconds.WithLabelValues(string(Apply), "destroy").(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.GetHistogram().GetSampleCount() != 0 {
+		t.Error("an unrecorded phase was observed")
+	}
+}

@@ -1,0 +1,153 @@
+package tf
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// uiStream reads tofu's machine-readable UI (`plan -json`): it counts the
+// plan's changes from its change_summary, resource_drift and outputs
+// messages, so the summary needs no parse of the whole plan, and it passes
+// each message on as the line a person would read (its @message, or a
+// diagnostic rendered as tofu prints it), redacted by out. Lines that are
+// not JSON pass as they are.
+type uiStream struct {
+	lineSplitter
+	out *lineWriter
+
+	mu      sync.Mutex
+	summary Summary
+	// errors are the error diagnostics, rendered, for the command's error.
+	errors []string
+}
+
+func newUIStream(out *lineWriter) *uiStream {
+	s := &uiStream{out: out}
+	s.lineSplitter.line = s.line
+	return s
+}
+
+// Flush handles a last line without newline.
+func (s *uiStream) Flush() {
+	s.lineSplitter.Flush()
+	s.out.Flush()
+}
+
+// uiMessage is the part of a UI message the runner reads.
+type uiMessage struct {
+	Type    string `json:"type"`
+	Level   string `json:"@level"`
+	Message string `json:"@message"`
+	Changes *struct {
+		Add, Change, Import, Remove, Forget int
+	} `json:"changes"`
+	Change *struct {
+		Action string `json:"action"`
+	} `json:"change"`
+	Outputs    map[string]struct{ Action string } `json:"outputs"`
+	Diagnostic *uiDiagnostic                      `json:"diagnostic"`
+}
+
+type uiDiagnostic struct {
+	Severity string `json:"severity"`
+	Summary  string `json:"summary"`
+	Detail   string `json:"detail"`
+	Address  string `json:"address"`
+	Range    *struct {
+		Filename string `json:"filename"`
+		Start    struct {
+			Line int `json:"line"`
+		} `json:"start"`
+	} `json:"range"`
+	Snippet *struct {
+		Context   *string `json:"context"`
+		Code      string  `json:"code"`
+		StartLine int     `json:"start_line"`
+	} `json:"snippet"`
+}
+
+func (s *uiStream) line(raw []byte) {
+	raw = bytes.TrimRight(raw, "\r")
+	var m uiMessage
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &m) != nil || m.Type == "" {
+		s.emit(string(raw))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch m.Type {
+	case "diagnostic":
+		if m.Diagnostic != nil {
+			text := m.Diagnostic.render()
+			if m.Diagnostic.Severity == "error" {
+				s.errors = append(s.errors, text)
+			}
+			s.emit(text)
+			return
+		}
+	case "change_summary":
+		if c := m.Changes; c != nil {
+			s.summary.Add, s.summary.Change, s.summary.Destroy = c.Add, c.Change, c.Remove
+			s.summary.Import, s.summary.Forget = c.Import, c.Forget
+		}
+	case "resource_drift":
+		if m.Change != nil && m.Change.Action != "noop" {
+			s.summary.Drift++
+		}
+	case "outputs":
+		s.summary.OutputChanges = 0
+		for _, o := range m.Outputs {
+			if o.Action != "" && o.Action != "noop" {
+				s.summary.OutputChanges++
+			}
+		}
+	}
+	s.emit(m.Message)
+}
+
+func (s *uiStream) emit(text string) {
+	_, _ = s.out.Write([]byte(text + "\n"))
+}
+
+// render prints a diagnostic the way tofu's human view does.
+func (d *uiDiagnostic) render() string {
+	var b strings.Builder
+	severity := "Warning"
+	if d.Severity == "error" {
+		severity = "Error"
+	}
+	fmt.Fprintf(&b, "%s: %s\n", severity, d.Summary)
+	if r := d.Range; r != nil && r.Filename != "" {
+		fmt.Fprintf(&b, "\n  on %s line %d", r.Filename, r.Start.Line)
+		if sn := d.Snippet; sn != nil && sn.Context != nil && *sn.Context != "" {
+			fmt.Fprintf(&b, ", in %s", *sn.Context)
+		}
+		b.WriteString(":\n")
+		if sn := d.Snippet; sn != nil && sn.Code != "" {
+			for i, code := range strings.Split(sn.Code, "\n") {
+				fmt.Fprintf(&b, "  %d: %s\n", sn.StartLine+i, code)
+			}
+		}
+	}
+	if d.Detail != "" {
+		fmt.Fprintf(&b, "\n%s\n", d.Detail)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// errorText is the error diagnostics, for the command's error.
+func (s *uiStream) errorText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.errors, "\n\n")
+}
+
+// result is the summary counted from the stream.
+func (s *uiStream) result() Summary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.summary
+}
