@@ -11,6 +11,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -52,21 +53,32 @@ func (r *Reconciler) applyApproved(ctx context.Context, s *scope) error {
 // release. A failed apply is recorded as a failed release and retried.
 func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 	run := s.run
-	rel := r.newRelease(s, p)
 	if err := run.client.SetSensitiveVariables(ctx, s.inputs.sensitiveNames()); err != nil {
 		return fmt.Errorf("failed to tell the runner which variables came from Secrets: %w", err)
 	}
-	if err := run.client.Apply(ctx, p.id, run.logf); err != nil {
+	applyDone := run.timings.Start(runphase.Apply)
+	err := run.client.Apply(ctx, p.id, run.logf)
+	applyDone()
+	return r.afterApply(ctx, s, p, err)
+}
+
+// afterApply records what an apply (alone, or in one pass with its plan)
+// left: on failure a failed release, retried with backoff whatever tofu
+// said (an apply fails half-way for reasons that pass, a cloud API's
+// limits, and the next plan starts from the state it left); on success
+// the outputs and a deployed release.
+func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, applyErr error) error {
+	run := s.run
+	rel := r.newRelease(s, p)
+	if applyErr != nil {
 		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
 		rel.Message = "apply failed; see the Stack's Ready condition"
 		if _, recErr := run.stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
 			s.observed.release = &rel
 		}
-		// Retried with backoff whatever tofu said: an apply fails half-way
-		// for reasons that pass (a cloud API's limits), and the next
-		// plan starts from the state it left.
-		return fmt.Errorf("apply of %s failed: %w", p.id, err)
+		return fmt.Errorf("apply of %s failed: %w", p.id, applyErr)
 	}
+	outputsDone := run.timings.Start(runphase.Outputs)
 	outputs, err := run.client.Outputs(ctx)
 	if err != nil {
 		return fmt.Errorf("failed to read outputs after applying %s: %w", p.id, err)
@@ -74,6 +86,8 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 	if err := r.writeOutputs(ctx, s, outputs); err != nil {
 		return err
 	}
+	outputsDone()
+	defer run.timings.Start(runphase.Records)()
 	for name, o := range outputs {
 		rel.Outputs = append(rel.Outputs, release.Output{Name: name, Sensitive: o.Sensitive, Value: o.Value})
 	}
@@ -89,7 +103,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 	}
 	s.observed.applied = &applyObservation{outputs: names}
 	s.observed.release = recorded
-	r.event(s.stack, "Normal", AppliedReason, "applied %s (%s): release %d", p.id, summaryText(p.summary), recorded.Revision)
+	r.event(s.stack, "Normal", AppliedReason, "applied %s (%s): release %d (run: %s)", p.id, summaryText(p.summary), recorded.Revision, run.timings.String())
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -73,6 +74,8 @@ func (r *Reconciler) destroy(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
+	// A destroy is an apply of the destruction, timed as one.
+	defer s.run.timings.Start(runphase.Apply)()
 	if err := s.run.client.Destroy(ctx, &runnerv1.DestroyRequest{Variables: vars}, s.run.logf); err != nil {
 		return classify(s.run.session, err, DestroyFailedReason, "destroy failed")
 	}

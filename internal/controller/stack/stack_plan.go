@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -20,8 +21,14 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
+	req := &runnerv1.PlanRequest{Variables: vars, PlanId: planID}
+	if r.inOnePass(s) {
+		return r.planAndApply(ctx, s, req)
+	}
 	started := r.now()
-	p, err := run.client.Plan(ctx, &runnerv1.PlanRequest{Variables: vars, PlanId: planID}, run.logf)
+	planDone := run.timings.Start(runphase.Plan)
+	p, err := run.client.Plan(ctx, req, run.logf)
+	planDone()
 	if err != nil {
 		return classify(run.session, err, PlanFailedReason, "plan failed")
 	}
@@ -31,6 +38,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 	s.observed.plan = made
 	r.checkDrift(s, made)
 	if !made.hasChanges {
+		defer run.timings.Start(runphase.Outputs)()
 		if err := r.syncOutputs(ctx, s); err != nil {
 			return err
 		}
@@ -50,6 +58,43 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 		return r.apply(ctx, s, planRecord{id: planID, summary: p.GetSummary(), started: started})
 	}
 	return r.keepForApproval(ctx, s, made)
+}
+
+// inOnePass says whether the plan is applied in the same runner operation:
+// approvePlan auto, new inputs (so the plan cannot be drift that warn mode
+// must only report), not planOnly. The plan record and summary are kept
+// just the same.
+func (r *Reconciler) inOnePass(s *scope) bool {
+	return s.run.kind == runPlan && s.stack.Spec.ApprovePlan == terracev1.ApprovePlanAuto && !s.stack.Spec.PlanOnly &&
+		s.recorded().LastAppliedInputsDigest != s.inputs.digest
+}
+
+// planAndApply plans and, when there are changes, applies in one runner
+// operation (one tofu plan -json, no second call to apply).
+func (r *Reconciler) planAndApply(ctx context.Context, s *scope, req *runnerv1.PlanRequest) error {
+	run := s.run
+	started := r.now()
+	done := run.timings.Start(runphase.Apply)
+	p, applied, err := run.client.PlanAndApply(ctx, req, run.logf)
+	done()
+	if p == nil {
+		return classify(run.session, err, PlanFailedReason, "plan failed")
+	}
+	made := &planObservation{id: req.GetPlanId(), summary: p.GetSummary(), hasChanges: p.GetHasChanges(), at: r.now()}
+	s.observed.plan = made
+	r.checkDrift(s, made)
+	if err != nil && !made.hasChanges {
+		return classify(run.session, err, PlanFailedReason, "plan failed")
+	}
+	if err == nil && !applied {
+		defer run.timings.Start(runphase.Outputs)()
+		if err := r.syncOutputs(ctx, s); err != nil {
+			return err
+		}
+		made.upToDate = true
+		return nil
+	}
+	return r.afterApply(ctx, s, planRecord{id: made.id, summary: made.summary, started: started}, err)
 }
 
 // checkDrift records whether a plan's changes were made outside Terrace.
@@ -81,6 +126,7 @@ func (r *Reconciler) isDrift(s *scope, kind runKind, hasChanges bool) bool {
 // keepForApproval stores the plan file so that a later run, in a new
 // runner, applies exactly it once spec.approvePlan names it.
 func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObservation) error {
+	defer s.run.timings.Start(runphase.Records)()
 	var buf bytes.Buffer
 	if _, err := s.run.client.DownloadPlan(ctx, p.id, &buf); err != nil {
 		return classify(s.run.session, err, PlanFailedReason, "failed to download the plan file")
@@ -89,7 +135,7 @@ func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObser
 		return err
 	}
 	p.keptForApproval = true
-	r.event(s.stack, "Normal", "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it", p.id, summaryText(p.summary), p.id)
+	r.event(s.stack, "Normal", "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it (run: %s)", p.id, summaryText(p.summary), p.id, s.run.timings.String())
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/stackview"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/migrate"
@@ -125,7 +126,9 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 	if err := r.recoverFromDeadRuns(ctx, s); err != nil {
 		return err
 	}
+	podDone := s.run.timings.Start(runphase.Pod)
 	sess, err := r.Runs.Start(ctx, runRequestFor(s))
+	podDone()
 	if err != nil {
 		return fmt.Errorf("failed to start a runner: %w", err)
 	}
@@ -136,10 +139,15 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 	rctx := sess.Context()
 
 	s.observed.attempted = s.source.revision
-	if err := r.loadSource(rctx, s); err != nil {
+	fetchDone := run.timings.Start(runphase.Fetch)
+	err = r.loadSource(rctx, s)
+	fetchDone()
+	if err != nil {
 		return err
 	}
+	initDone := run.timings.Start(runphase.Init)
 	initResult, err := run.client.Init(rctx, r.initRequest(s), run.logf)
+	initDone()
 	if err != nil {
 		return classify(sess, err, failureReason(run.kind), "init failed")
 	}
@@ -147,7 +155,8 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 	return r.stepFor(run.kind)(rctx, s)
 }
 
-// closeRun removes the run's runner pod (unless the config retains it).
+// closeRun removes the run's runner pod (unless the config retains it)
+// and records where the run's time went.
 func closeRun(ctx context.Context, s *scope) {
 	if s.run == nil || s.run.session == nil {
 		return
@@ -156,6 +165,8 @@ func closeRun(ctx context.Context, s *scope) {
 		s.log.Error(err, "failed to remove runner pod")
 	}
 	s.run.session = nil
+	s.run.timings.Observe(string(s.run.kind))
+	s.log.Info("run finished", append([]any{"run", s.run.id, "kind", s.run.kind}, s.run.timings.KeysAndValues()...)...)
 }
 
 // stepFor is the work of each run kind.

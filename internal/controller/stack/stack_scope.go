@@ -10,6 +10,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/settings"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -48,6 +49,8 @@ type runScope struct {
 	session runSession
 	client  *runner.Client
 	logf    runner.LogFunc
+	// timings say where the run's time went (runphase names the phases).
+	timings runphase.Timings
 }
 
 // runStep is the work of one run kind inside a started, initialised runner.
