@@ -52,6 +52,8 @@ codegen-tools:
 	$(CODEGEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 	$(CODEGEN) google.golang.org/protobuf/cmd/protoc-gen-go
 	$(CODEGEN) google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	$(CODEGEN) connectrpc.com/connect/cmd/protoc-gen-connect-go
+	$(CODEGEN) ./protodeps
 
 generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	$(CONTROLLER_GEN) object paths=./api/...
@@ -59,12 +61,19 @@ generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	cp config/crd/bases/*.yaml charts/terrace/crds/
 	@if [ -d internal/controller ]; then $(CONTROLLER_GEN) rbac:roleName=terrace-controller paths=./internal/... output:rbac:artifacts:config=config/rbac; fi
 	cp config/rbac/role.yaml config/rbac/api_roles.yaml charts/terrace/files/
-	@if compgen -G 'proto/terrace/*/v1/*.proto' >/dev/null; then \
-	  PATH=$(LOCALBIN):$$PATH protoc -I proto \
-	    --go_out=. --go_opt=module=github.com/terrace-dev/terrace \
-	    --go-grpc_out=. --go-grpc_opt=module=github.com/terrace-dev/terrace \
-	    proto/terrace/*/v1/*.proto; \
-	fi
+	@# The runner speaks grpc-go; the Installations API (proto/terrace/api) is
+	@# served with connect-go. google/api/annotations.proto comes as descriptors
+	@# from the Go module that implements it (hack/tools/codegen/protodeps).
+	$(LOCALBIN)/protodeps $(LOCALBIN)/googleapis.binpb
+	@for dir in proto/terrace/*/v1; do \
+	  compgen -G "$$dir/*.proto" >/dev/null || continue; \
+	  case $$dir in \
+	    proto/terrace/api/*) rpc="--connect-go_out=. --connect-go_opt=module=github.com/terrace-dev/terrace" ;; \
+	    *) rpc="--go-grpc_out=. --go-grpc_opt=module=github.com/terrace-dev/terrace" ;; \
+	  esac; \
+	  PATH=$(LOCALBIN):$$PATH protoc -I proto --descriptor_set_in=$(LOCALBIN)/googleapis.binpb \
+	    --go_out=. --go_opt=module=github.com/terrace-dev/terrace $$rpc $$dir/*.proto; \
+	done
 
 verify: generate fmt vet ## Fail when generated code or formatting is stale.
 	@git diff --exit-code -- api config proto internal cmd charts || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }

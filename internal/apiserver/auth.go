@@ -2,10 +2,13 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+
+	"connectrpc.com/connect"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -55,11 +58,11 @@ func (a access) String() string {
 }
 
 // authenticate checks the bearer token with a TokenReview.
-func (s *Server) authenticate(ctx context.Context, r *http.Request) (*caller, error) {
-	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
+func (s *Server) authenticate(ctx context.Context, header http.Header) (*caller, error) {
+	scheme, token, found := strings.Cut(header.Get("Authorization"), " ")
 	token = strings.TrimSpace(token)
 	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return nil, &apiError{code: http.StatusUnauthorized, message: "a bearer token is required: send 'Authorization: Bearer <token>' with a Kubernetes token (e.g. `kubectl create token <serviceaccount>`)"}
+		return nil, unauthenticated("a bearer token is required: send 'Authorization: Bearer <token>' with a Kubernetes token (e.g. `kubectl create token <serviceaccount>`)")
 	}
 	review, err := s.Reviews.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: s.TokenAudiences},
@@ -74,12 +77,12 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (*caller, er
 		if len(s.TokenAudiences) > 0 {
 			msg = fmt.Sprintf("the bearer token was not accepted by the Kubernetes API server (expired, revoked, not a token of this cluster, or not issued for the audience %q: e.g. `kubectl create token <serviceaccount> --audience %s`)", s.TokenAudiences[0], s.TokenAudiences[0])
 		}
-		return nil, &apiError{code: http.StatusUnauthorized, message: msg}
+		return nil, unauthenticated(msg)
 	}
 	// An authenticator that ignores audiences answers without them; the
 	// review is only good for this server if one of its audiences is ours.
 	if len(s.TokenAudiences) > 0 && !slices.ContainsFunc(review.Status.Audiences, func(a string) bool { return slices.Contains(s.TokenAudiences, a) }) {
-		return nil, &apiError{code: http.StatusUnauthorized, message: fmt.Sprintf("the bearer token is not for this server: ask for one with the audience %q (e.g. `kubectl create token <serviceaccount> --audience %s`)", s.TokenAudiences[0], s.TokenAudiences[0])}
+		return nil, unauthenticated(fmt.Sprintf("the bearer token is not for this server: ask for one with the audience %q (e.g. `kubectl create token <serviceaccount> --audience %s`)", s.TokenAudiences[0], s.TokenAudiences[0]))
 	}
 	return &caller{UserInfo: review.Status.User}, nil
 }
@@ -119,14 +122,18 @@ func (s *Server) authorize(ctx context.Context, c *caller, a access) error {
 	if review.Status.EvaluationError != "" {
 		message += " (the authorizer reported an error; ask your cluster administrator)"
 	}
-	return &apiError{code: http.StatusForbidden, message: message}
+	return forbidden(message)
 }
 
 // allowed is authorize for an optional extra: false when denied.
 func (s *Server) allowed(ctx context.Context, c *caller, a access) (bool, error) {
 	err := s.authorize(ctx, c, a)
-	if apiErr, ok := err.(*apiError); ok && apiErr.code == http.StatusForbidden {
+	if cerr := (*connect.Error)(nil); errors.As(err, &cerr) && cerr.Code() == connect.CodePermissionDenied {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+func unauthenticated(message string) error {
+	return failure(connect.CodeUnauthenticated, reasonUnauthenticated, message)
 }

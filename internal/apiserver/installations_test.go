@@ -110,7 +110,8 @@ func TestCreateMakesAStackReadingAValuesSecret(t *testing.T) {
 	}
 
 	log := at.log.String()
-	if !strings.Contains(log, `"route":"POST /v1/installations"`) || !strings.Contains(log, `"status":201`) {
+	if !strings.Contains(log, `"procedure":"/terrace.api.v1.InstallationService/Create"`) || !strings.Contains(log, `"code":"ok"`) ||
+		!strings.Contains(log, `"user":"system:serviceaccount:`+at.namespace+`:installer"`) {
 		t.Fatalf("the request is not logged:\n%s", log)
 	}
 	if strings.Contains(log, "hunter2") || strings.Contains(log, at.admin) {

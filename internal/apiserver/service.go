@@ -1,0 +1,173 @@
+package apiserver
+
+import (
+	"context"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
+	"github.com/terrace-dev/terrace/proto/terrace/api/v1/apiv1connect"
+)
+
+// service implements terrace.api.v1.InstallationService.
+type service struct {
+	apiv1connect.UnimplementedInstallationServiceHandler
+	*Server
+}
+
+var _ apiv1connect.InstallationServiceHandler = (*service)(nil)
+
+// call is one authenticated, authorized call.
+type call struct {
+	caller *caller
+	// name is the installation's name, validated; "" for List and Create.
+	name string
+}
+
+func stacksAccess(verb string) access {
+	return access{verb: verb, group: terracev1.GroupVersion.Group, resource: "stacks"}
+}
+
+func secretsAccess(verb, suffix string) access {
+	return access{verb: verb, resource: "secrets", nameSuffix: suffix}
+}
+
+// begin checks the call's target, name and caller, and every access it needs.
+func (s *service) begin(ctx context.Context, header http.Header, cluster, name string, named bool, needs ...access) (*call, error) {
+	info := infoOf(ctx)
+	info.name = name
+	if cluster != "" {
+		return nil, failure(connect.CodeInvalidArgument, reasonUnknownCluster,
+			"cluster "+cluster+" is not known to this server: leave cluster empty for the cluster it runs in")
+	}
+	if named {
+		if err := validateName("installation name", name); err != nil {
+			return nil, invalid(err.Error())
+		}
+	}
+	caller, err := s.authenticate(ctx, header)
+	if err != nil {
+		return nil, err
+	}
+	info.user = caller.Username
+	c := &call{caller: caller}
+	if named {
+		c.name = name
+	}
+	for _, need := range needs {
+		if err := s.authorize(ctx, caller, need.forName(c.name)); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (s *service) Create(ctx context.Context, req *connect.Request[apiv1.CreateRequest]) (*connect.Response[apiv1.Installation], error) {
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), false, stacksAccess("create"), secretsAccess("create", ""))
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.create(ctx, c, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(in), nil
+}
+
+func (s *service) Get(ctx context.Context, req *connect.Request[apiv1.GetRequest]) (*connect.Response[apiv1.Installation], error) {
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"))
+	if err != nil {
+		return nil, err
+	}
+	stack, err := s.installation(ctx, c.name)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(installationOf(stack)), nil
+}
+
+func (s *service) List(ctx context.Context, req *connect.Request[apiv1.ListRequest]) (*connect.Response[apiv1.ListResponse], error) {
+	if _, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false, stacksAccess("list")); err != nil {
+		return nil, err
+	}
+	out, err := s.list(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *service) UpdateValues(ctx context.Context, req *connect.Request[apiv1.UpdateValuesRequest]) (*connect.Response[apiv1.Installation], error) {
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("update"), secretsAccess("update", valuesSuffix))
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.updateValues(ctx, c, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(in), nil
+}
+
+func (s *service) GetPlan(ctx context.Context, req *connect.Request[apiv1.GetPlanRequest]) (*connect.Response[apiv1.Plan], error) {
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"))
+	if err != nil {
+		return nil, err
+	}
+	plan, err := s.plan(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(plan), nil
+}
+
+func (s *service) ApprovePlan(ctx context.Context, req *connect.Request[apiv1.ApprovePlanRequest]) (*connect.Response[apiv1.Installation], error) {
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("update"))
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.approve(ctx, c, req.Msg.GetPlanId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(in), nil
+}
+
+func (s *service) ListReleases(ctx context.Context, req *connect.Request[apiv1.ListReleasesRequest]) (*connect.Response[apiv1.ListReleasesResponse], error) {
+	// Release records hold output values, so they need the right to read Secrets.
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"), secretsAccess("list", ""))
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.releases(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *service) GetOutputs(ctx context.Context, req *connect.Request[apiv1.GetOutputsRequest]) (*connect.Response[apiv1.GetOutputsResponse], error) {
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"))
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.outputs(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *service) Delete(ctx context.Context, req *connect.Request[apiv1.DeleteRequest]) (*connect.Response[apiv1.Installation], error) {
+	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("delete"))
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.delete(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(in), nil
+}
