@@ -124,7 +124,7 @@ func TestOnePortEveryProtocol(t *testing.T) {
 	_, err = grpc.Get(ctx, withToken(&apiv1.GetRequest{Name: "gone"}, at.admin))
 	expectCode(t, err, connect.CodeNotFound, reasonNotFound, "installation gone not found")
 	_, err = grpc.Get(ctx, withToken(&apiv1.GetRequest{Name: "web"}, at.nobody))
-	expectCode(t, err, connect.CodePermissionDenied, reasonForbidden, `may not get stacks.terrace.dev "web"`)
+	expectCode(t, err, connect.CodePermissionDenied, reasonForbidden, `User "system:serviceaccount:`+at.namespace+`:nobody" cannot get resource "stacks"`)
 	_, err = grpc.Get(ctx, connect.NewRequest(&apiv1.GetRequest{Name: "web"}))
 	expectCode(t, err, connect.CodeUnauthenticated, reasonUnauthenticated, "a bearer token is required")
 	connectJSON := apiv1connect.NewInstallationServiceClient(at.http, at.url, connect.WithProtoJSON())

@@ -75,8 +75,13 @@ func kubeError(err error, what string) error {
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return invalid(err.Error())
 	case apierrors.IsForbidden(err):
-		// The server's own identity lacks a permission: the deployment's RBAC is wrong.
-		return fmt.Errorf("the API server's own identity was refused access to %s (check its RBAC): %w", what, err)
+		// The caller's own rights decided; the API server's message names
+		// the user, the verb and the resource.
+		return forbidden(err.Error())
+	case apierrors.IsUnauthorized(err):
+		return unauthenticated("the bearer token was not accepted by the Kubernetes API server (expired, revoked or not a token of this cluster)")
+	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
+		return failure(connect.CodeDeadlineExceeded, reasonChanged, what+": the Kubernetes API server timed out: retry")
 	}
 	return fmt.Errorf("failed to access %s: %w", what, err)
 }

@@ -168,26 +168,26 @@ func (s *Server) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) 
 	}
 	stack := s.newStack(req)
 	// A dry run first: the schema's refusal or an existing Stack leaves nothing behind.
-	if err := s.Client.Create(ctx, stack.DeepCopy(), client.DryRunAll); err != nil {
+	if err := s.Caller.Create(ctx, stack.DeepCopy(), client.DryRunAll); err != nil {
 		return nil, kubeError(err, "Stack "+req.GetName())
 	}
 	if err := s.outputsNameFree(ctx, req.GetName()); err != nil {
 		return nil, err
 	}
 	secret := s.newValuesSecret(req.GetName(), data)
-	if err := s.Client.Create(ctx, secret); err != nil {
+	if err := s.Caller.Create(ctx, secret); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, failure(connect.CodeAlreadyExists, reasonForeignSecret, fmt.Sprintf("Secret %s already exists in namespace %s and Terrace did not create it for this installation, so Terrace leaves it untouched: delete or rename it, or choose another installation name", secret.Name, s.Namespace))
 		}
 		return nil, kubeError(err, "Secret "+secret.Name)
 	}
-	if err := s.Client.Create(ctx, stack); err != nil {
-		s.undo(secret)
+	if err := s.Caller.Create(ctx, stack); err != nil {
+		s.undo(ctx, secret)
 		return nil, kubeError(err, "Stack "+req.GetName())
 	}
 	if err := s.ownValues(ctx, stack, secret); err != nil {
-		s.undo(stack)
-		s.undo(secret)
+		s.undo(ctx, stack)
+		s.undo(ctx, secret)
 		return nil, err
 	}
 	return installationOf(stack), nil
@@ -197,9 +197,13 @@ func (s *Server) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) 
 // taken: its Stack would stall with OutputsSecretConflict.
 func (s *Server) outputsNameFree(ctx context.Context, installation string) error {
 	name := installation + outputsSuffix
-	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Secret{})
+	err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Secret{})
 	switch {
 	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		// A caller who may not read Secrets cannot be told; the Stack
+		// would then stall with OutputsSecretConflict, which says so.
 		return nil
 	case err != nil:
 		return kubeError(err, "Secret "+name)
@@ -211,25 +215,25 @@ func (s *Server) outputsNameFree(ctx context.Context, installation string) error
 // deleting the Stack deletes it and the controller knows it as this Stack's.
 func (s *Server) ownValues(ctx context.Context, stack *terracev1.Stack, secret *corev1.Secret) error {
 	before := secret.DeepCopy()
-	if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Client.Scheme()); err != nil {
+	if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Caller.Scheme()); err != nil {
 		return err
 	}
 	// The patch carries the resourceVersion of the Secret created above.
-	if err := s.Client.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("failed to make Stack %s own Secret %s: %w", stack.Name, secret.Name, err)
+	if err := s.Caller.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return kubeError(err, fmt.Sprintf("making Stack %s the owner of Secret %s", stack.Name, secret.Name))
 	}
 	return nil
 }
 
-// undo deletes an object a failed create made, on its own deadline: the
-// request's may be what ran out.
-func (s *Server) undo(obj client.Object) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// undo deletes an object a failed create made, as the caller, on its own
+// deadline: the request's may be what ran out.
+func (s *Server) undo(callCtx context.Context, obj client.Object) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(callCtx), 10*time.Second)
 	defer cancel()
 	// Only the object this request made: the UID precondition spares one
 	// put in its place since.
 	uid := obj.GetUID()
-	err := s.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &uid})
+	err := s.Caller.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &uid})
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.Log.Error(err, "failed to remove an object of a failed create", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName())
 	}
@@ -249,7 +253,7 @@ func (s *Server) list(ctx context.Context, req *apiv1.ListRequest) (*apiv1.ListR
 		size = maxPageSize
 	}
 	stacks := &terracev1.StackList{}
-	err := s.Client.List(ctx, stacks, client.InNamespace(s.Namespace), client.MatchingLabels{InstallationLabel: "true"},
+	err := s.Caller.List(ctx, stacks, client.InNamespace(s.Namespace), client.MatchingLabels{InstallationLabel: "true"},
 		client.Limit(size), client.Continue(req.GetPageToken()))
 	switch {
 	case apierrors.IsResourceExpired(err), apierrors.IsBadRequest(err) && req.GetPageToken() != "":
@@ -271,7 +275,7 @@ func (s *Server) delete(ctx context.Context, c *call) (*apiv1.Installation, erro
 	if err != nil {
 		return nil, err
 	}
-	err = s.Client.Delete(ctx, stack, client.PropagationPolicy(metav1.DeletePropagationBackground),
+	err = s.Caller.Delete(ctx, stack, client.PropagationPolicy(metav1.DeletePropagationBackground),
 		client.Preconditions{UID: &stack.UID})
 	if err != nil {
 		return nil, kubeError(err, "Stack "+c.name)
@@ -304,17 +308,14 @@ func (s *Server) updateValues(ctx context.Context, c *call, req *apiv1.UpdateVal
 		return nil, failure(connect.CodeFailedPrecondition, reasonForeignSecret, fmt.Sprintf("Stack %s no longer reads its values from Secret %s (spec.varsFrom was changed): edit the Stack instead", c.name, name))
 	}
 	secret := &corev1.Secret{}
-	err = s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, secret)
+	err = s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := s.authorize(ctx, c.caller, access{verb: "create", resource: "secrets"}); err != nil {
-			return nil, err
-		}
 		secret = s.newValuesSecret(c.name, data)
-		if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Client.Scheme()); err != nil {
+		if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Caller.Scheme()); err != nil {
 			return nil, err
 		}
-		if err := s.Client.Create(ctx, secret); err != nil {
+		if err := s.Caller.Create(ctx, secret); err != nil {
 			return nil, kubeError(err, "Secret "+name)
 		}
 	case err != nil:
@@ -325,7 +326,7 @@ func (s *Server) updateValues(ctx context.Context, c *call, req *apiv1.UpdateVal
 		secret.Data = data
 		secret.StringData = nil
 		// Update carries the resourceVersion read: a concurrent change is a conflict, not lost.
-		if err := s.Client.Update(ctx, secret); err != nil {
+		if err := s.Caller.Update(ctx, secret); err != nil {
 			return nil, kubeError(err, "Secret "+name)
 		}
 	}
@@ -335,7 +336,7 @@ func (s *Server) updateValues(ctx context.Context, c *call, req *apiv1.UpdateVal
 // installation reads the named Stack, which must carry the installation label.
 func (s *Server) installation(ctx context.Context, name string) (*terracev1.Stack, error) {
 	stack := &terracev1.Stack{}
-	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, stack); err != nil {
+	if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, stack); err != nil {
 		return nil, kubeError(err, "installation "+name)
 	}
 	if stack.Labels[InstallationLabel] != "true" {

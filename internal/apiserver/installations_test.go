@@ -138,7 +138,7 @@ func TestCreateRefusesBadInputWithAClearMessage(t *testing.T) {
 	}, "source.digest must be sha256:")
 	bad(func(b map[string]any) { b["source"] = map[string]string{"url": "ftp://x/y.tgz", "digest": goodDigest} }, "must start with https://")
 	bad(func(b map[string]any) { b["values"] = map[string]any{"1bad": 1} }, `"1bad" is not a variable name`)
-	bad(func(b map[string]any) { b["values"] = []int{1} }, "not valid JSON for this endpoint")
+	bad(func(b map[string]any) { b["values"] = []int{1} }, "unexpected token [")
 	bad(func(b map[string]any) { b["approvePlan"] = "plan-1-a" }, "approvePlan may be")
 	bad(func(b map[string]any) { b["extra"] = true }, `unknown field "extra"`)
 	// The Stack schema is the API server's: its message comes back.

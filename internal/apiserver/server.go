@@ -9,7 +9,8 @@
 // (connectrpc.com/vanguard transcodes them; legacy.go keeps the answers of
 // the REST API this service replaced), gRPC health and server reflection.
 //
-//	srv := &apiserver.Server{Namespace: ns, Client: c, Reviews: clientset, Stores: backends, Log: log}
+//	caller, err := apiserver.CallerClient(cfg, scheme)
+//	srv := &apiserver.Server{Namespace: ns, Client: own, Caller: caller, Stores: backend.New(caller, resolve), Log: log}
 //	err := srv.Serve(ctx, listener, apiserver.TLSFiles{CertFile: crt, KeyFile: key})
 package apiserver
 
@@ -29,7 +30,9 @@ import (
 	"connectrpc.com/vanguard"
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/encoding/protojson"
-	"k8s.io/client-go/kubernetes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,19 +63,24 @@ type StoreOpener interface {
 type Server struct {
 	// Namespace is the only namespace served.
 	Namespace string
-	// Client acts with the server's own identity. It should not cache:
-	// Secrets are read through it.
+	// Client acts with the server's own identity, which may only read
+	// TerraceConfigs (readiness and where the namespace's state is kept).
 	Client client.Client
-	// Reviews creates the TokenReviews and SubjectAccessReviews.
-	Reviews kubernetes.Interface
-	// TokenAudiences, when set, are the audiences a caller's token must be
-	// issued for (TokenReview spec.audiences); a token for another audience
-	// is refused with 401. Empty accepts the Kubernetes API server's own.
+	// Caller acts as each call's caller (CallerClient): every Kubernetes
+	// request made for a call goes through it, with the call's context.
+	Caller client.WithWatch
+	// TokenAudiences, when set, are audiences one of which a caller's token
+	// must also be issued for (its aud claim), besides one the Kubernetes
+	// API server accepts; a token for none of them is refused with
+	// UNAUTHENTICATED. Empty accepts any token the Kubernetes API accepts.
 	TokenAudiences []string
-	// Stores opens the namespace's plan and release stores, as the controller does.
+	// Stores opens the namespace's plan and release stores, as the
+	// controller does; their Secrets must be read through Caller.
 	Stores StoreOpener
 	// Log gets one line per call: never a token, never a value.
 	Log logr.Logger
+
+	reviews reviewCache
 }
 
 // TLSFiles are the PEM files of the serving certificate; they are reloaded
@@ -144,13 +152,16 @@ func (s *Server) Handler() (http.Handler, error) {
 	// The REST codec refuses unknown fields, as the REST API always did, and
 	// writes every field, so `"ready": false` is there to read.
 	strictJSON := func(res vanguard.TypeResolver) vanguard.Codec {
-		return &vanguard.JSONCodec{
+		return restJSON{&vanguard.JSONCodec{
 			MarshalOptions:   protojson.MarshalOptions{Resolver: res, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{Resolver: res},
-		}
+		}}
 	}
 	transcoder, err := vanguard.NewTranscoder(
-		[]*vanguard.Service{vanguard.NewService(path, installations, vanguard.WithMaxMessageBufferBytes(maxBodyBytes))},
+		[]*vanguard.Service{vanguard.NewService(path, installations, vanguard.WithMaxMessageBufferBytes(maxBodyBytes),
+			// Binary to the handler: REST bodies are then decoded (and answers
+			// encoded) by strictJSON, not passed through to connect's lenient JSON.
+			vanguard.WithTargetCodecs(vanguard.CodecProto))},
 		vanguard.WithCodec(strictJSON),
 		vanguard.WithUnknownHandler(http.HandlerFunc(noSuchEndpoint)),
 	)
@@ -165,10 +176,31 @@ func (s *Server) Handler() (http.Handler, error) {
 	reflector := grpcreflect.NewStaticReflector(apiv1connect.InstallationServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.Handle(path, streamable(transcoder))
+	// The service's own paths go straight to connect, which speaks gRPC,
+	// gRPC-Web and Connect itself (a plain JSON POST needs no extra header).
+	mux.Handle(path, streamable(installations))
 	mux.Handle("/v1/", legacyREST(transcoder))
 	mux.HandleFunc("/", noSuchEndpoint)
 	return bounded(mux), nil
+}
+
+// restJSON is vanguard's JSON codec whose refusals of a request body are
+// INVALID_ARGUMENT: vanguard passes a body error on a path with parameters
+// (PUT /v1/installations/{name}/values) through as INTERNAL.
+type restJSON struct{ *vanguard.JSONCodec }
+
+func (c restJSON) Unmarshal(data []byte, msg proto.Message) error {
+	if err := c.JSONCodec.Unmarshal(data, msg); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil
+}
+
+func (c restJSON) UnmarshalField(data []byte, msg proto.Message, field protoreflect.FieldDescriptor) error {
+	if err := c.JSONCodec.UnmarshalField(data, msg, field); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil
 }
 
 // bounded limits every request body.
@@ -193,7 +225,7 @@ func noSuchEndpoint(w http.ResponseWriter, _ *http.Request) {
 	writeLegacyError(w, http.StatusNotFound, "", "no such endpoint: see /v1/installations or the "+apiv1connect.InstallationServiceName+" service")
 }
 
-// ready answers once the server can read Stacks of its namespace.
+// ready answers once the server can reach the Kubernetes API with its own identity.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if err := s.readiness(r.Context()); err != nil {
 		s.Log.Error(err, "not ready")
@@ -206,8 +238,10 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readiness(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.Client.List(ctx, &terracev1.StackList{}, client.InNamespace(s.Namespace), client.Limit(1)); err != nil {
-		return fmt.Errorf("cannot list Stacks in namespace %s", s.Namespace)
+	// Its own identity may read only the namespace's TerraceConfig, which need not exist.
+	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: terracev1.TerraceConfigName}, &terracev1.TerraceConfig{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cannot read the TerraceConfig of namespace %s: %w", s.Namespace, err)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 	"github.com/terrace-dev/terrace/proto/terrace/api/v1/apiv1connect"
 )
@@ -19,53 +18,43 @@ type service struct {
 
 var _ apiv1connect.InstallationServiceHandler = (*service)(nil)
 
-// call is one authenticated, authorized call.
+// call is one authenticated call.
 type call struct {
 	caller *caller
 	// name is the installation's name, validated; "" for List and Create.
 	name string
 }
 
-func stacksAccess(verb string) access {
-	return access{verb: verb, group: terracev1.GroupVersion.Group, resource: "stacks"}
-}
-
-func secretsAccess(verb, suffix string) access {
-	return access{verb: verb, resource: "secrets", nameSuffix: suffix}
-}
-
-// begin checks the call's target, name and caller, and every access it needs.
-func (s *service) begin(ctx context.Context, header http.Header, cluster, name string, named bool, needs ...access) (*call, error) {
+// begin checks the call's target, name and caller; the context it returns
+// carries the caller's token, for every Kubernetes request of the call.
+// What the caller may do is the Kubernetes API's to decide, request by
+// request.
+func (s *service) begin(ctx context.Context, header http.Header, cluster, name string, named bool) (context.Context, *call, error) {
 	info := infoOf(ctx)
 	info.name = name
 	if cluster != "" {
-		return nil, failure(connect.CodeInvalidArgument, reasonUnknownCluster,
+		return ctx, nil, failure(connect.CodeInvalidArgument, reasonUnknownCluster,
 			"cluster "+cluster+" is not known to this server: leave cluster empty for the cluster it runs in")
 	}
 	if named {
 		if err := validateName("installation name", name); err != nil {
-			return nil, invalid(err.Error())
+			return ctx, nil, invalid(err.Error())
 		}
 	}
-	caller, err := s.authenticate(ctx, header)
+	caller, ctx, err := s.authenticate(ctx, header)
 	if err != nil {
-		return nil, err
+		return ctx, nil, err
 	}
 	info.user = caller.Username
 	c := &call{caller: caller}
 	if named {
 		c.name = name
 	}
-	for _, need := range needs {
-		if err := s.authorize(ctx, caller, need.forName(c.name)); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return ctx, c, nil
 }
 
 func (s *service) Create(ctx context.Context, req *connect.Request[apiv1.CreateRequest]) (*connect.Response[apiv1.Installation], error) {
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), false, stacksAccess("create"), secretsAccess("create", ""))
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +66,7 @@ func (s *service) Create(ctx context.Context, req *connect.Request[apiv1.CreateR
 }
 
 func (s *service) Get(ctx context.Context, req *connect.Request[apiv1.GetRequest]) (*connect.Response[apiv1.Installation], error) {
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"))
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +78,8 @@ func (s *service) Get(ctx context.Context, req *connect.Request[apiv1.GetRequest
 }
 
 func (s *service) List(ctx context.Context, req *connect.Request[apiv1.ListRequest]) (*connect.Response[apiv1.ListResponse], error) {
-	if _, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false, stacksAccess("list")); err != nil {
+	ctx, _, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	if err != nil {
 		return nil, err
 	}
 	out, err := s.list(ctx, req.Msg)
@@ -100,7 +90,7 @@ func (s *service) List(ctx context.Context, req *connect.Request[apiv1.ListReque
 }
 
 func (s *service) UpdateValues(ctx context.Context, req *connect.Request[apiv1.UpdateValuesRequest]) (*connect.Response[apiv1.Installation], error) {
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("update"), secretsAccess("update", valuesSuffix))
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +102,7 @@ func (s *service) UpdateValues(ctx context.Context, req *connect.Request[apiv1.U
 }
 
 func (s *service) GetPlan(ctx context.Context, req *connect.Request[apiv1.GetPlanRequest]) (*connect.Response[apiv1.Plan], error) {
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"))
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +114,7 @@ func (s *service) GetPlan(ctx context.Context, req *connect.Request[apiv1.GetPla
 }
 
 func (s *service) ApprovePlan(ctx context.Context, req *connect.Request[apiv1.ApprovePlanRequest]) (*connect.Response[apiv1.Installation], error) {
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("update"))
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +126,8 @@ func (s *service) ApprovePlan(ctx context.Context, req *connect.Request[apiv1.Ap
 }
 
 func (s *service) ListReleases(ctx context.Context, req *connect.Request[apiv1.ListReleasesRequest]) (*connect.Response[apiv1.ListReleasesResponse], error) {
-	// Release records hold output values, so they need the right to read Secrets.
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"), secretsAccess("list", ""))
+	// Release records hold output values: reading them takes the right to list Secrets.
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +139,7 @@ func (s *service) ListReleases(ctx context.Context, req *connect.Request[apiv1.L
 }
 
 func (s *service) GetOutputs(ctx context.Context, req *connect.Request[apiv1.GetOutputsRequest]) (*connect.Response[apiv1.GetOutputsResponse], error) {
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("get"))
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +151,7 @@ func (s *service) GetOutputs(ctx context.Context, req *connect.Request[apiv1.Get
 }
 
 func (s *service) Delete(ctx context.Context, req *connect.Request[apiv1.DeleteRequest]) (*connect.Response[apiv1.Installation], error) {
-	c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true, stacksAccess("delete"))
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func (s *Server) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
 	case out.ReadableFormat == "":
 		out.Note = stackview.NoReadablePlanStored
 	default:
-		ok, err := s.allowed(ctx, c.caller, access{verb: "get", resource: "secrets"})
+		ok, err := s.allowed(ctx, "get", "secrets")
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +64,7 @@ func (s *Server) approve(ctx context.Context, c *call, planID string) (*apiv1.In
 		return nil, invalid(`planId is required (the body must be {"planId": "<the pending plan's id>"}): read it from GET /v1/installations/` + c.name + `/plan`)
 	}
 	get := func(ctx context.Context) (*terracev1.Stack, error) { return s.installation(ctx, c.name) }
-	stack, _, err := stackview.Approve(ctx, s.Client, get, planID)
+	stack, _, err := stackview.Approve(ctx, s.Caller, get, planID)
 	var noPlan *stackview.NoPendingPlanError
 	var notPending *stackview.NotPendingError
 	switch {
@@ -96,7 +96,7 @@ func (s *Server) releases(ctx context.Context, c *call) (*apiv1.ListReleasesResp
 	}
 	records, err := set.History.List(ctx, stack.Namespace, stack.Name)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list the releases of Stack %s: %w", stack.Name, err)
+		return nil, kubeError(err, "the release records of Stack "+stack.Name)
 	}
 	out := &apiv1.ListReleasesResponse{Items: make([]*apiv1.Release, 0, len(records))}
 	for i := range records {
@@ -113,21 +113,30 @@ func (s *Server) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsRespons
 		return nil, err
 	}
 	spec := stack.Spec.WriteOutputsToSecret
-	// Values come from a Secret, or from release records kept in Secrets.
-	need := access{verb: "list", resource: "secrets"}
+	// The outputs Secret first: a caller who may not read it learns nothing more.
+	secret := &corev1.Secret{}
 	if spec != nil {
-		need = access{verb: "get", resource: "secrets", name: spec.Name}
-	}
-	if err := s.authorize(ctx, c.caller, need); err != nil {
-		return nil, err
+		err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: spec.Name}, secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, notFound(fmt.Sprintf("Stack %s writes its outputs to Secret %s, which does not exist yet: no apply has finished", stack.Name, spec.Name))
+		case err != nil:
+			return nil, kubeError(err, "Secret "+spec.Name)
+		}
 	}
 	set, err := s.stores(ctx)
 	if err != nil {
 		return nil, err
 	}
 	deployed, releaseErr := set.History.Deployed(ctx, stack.Namespace, stack.Name)
-	if releaseErr != nil {
+	switch {
+	case apierrors.IsForbidden(releaseErr) && spec == nil:
+		// Without an outputs Secret the values are in the release records.
+		return nil, kubeError(releaseErr, "the release records of Stack "+stack.Name)
+	case releaseErr != nil && !apierrors.IsForbidden(releaseErr):
 		s.Log.Error(releaseErr, "failed to read the deployed release", "stack", stack.Name)
+	}
+	if releaseErr != nil {
 		deployed = nil
 	}
 	out := &apiv1.GetOutputsResponse{}
@@ -136,14 +145,6 @@ func (s *Server) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsRespons
 		items = stackview.OutputsFromRelease(stack, deployed)
 		out.Note = "the Stack has no outputs Secret; values are from its deployed release, which never records sensitive ones"
 	} else {
-		secret := &corev1.Secret{}
-		err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: spec.Name}, secret)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, notFound(fmt.Sprintf("Stack %s writes its outputs to Secret %s, which does not exist yet: no apply has finished", stack.Name, spec.Name))
-		case err != nil:
-			return nil, kubeError(err, "Secret "+spec.Name)
-		}
 		items = stackview.OutputsFromSecret(secret, deployed, false)
 		if deployed == nil {
 			out.Note = "no release record says which outputs are sensitive (" + stackview.ReleaseProblem(releaseErr) + "): every value is masked"
@@ -161,6 +162,10 @@ func (s *Server) stores(ctx context.Context) (*backend.Set, error) {
 	set, err := s.Stores.For(ctx, s.Namespace)
 	if errors.Is(err, backend.ErrMisconfigured) {
 		return nil, failure(connect.CodeUnavailable, reasonStoreMisconfigured, "the state backend of namespace "+s.Namespace+" is misconfigured: "+err.Error())
+	}
+	if apierrors.IsForbidden(err) {
+		// Where the namespace's state is kept is recorded in a Secret, read as the caller.
+		return nil, kubeError(err, "the state location of namespace "+s.Namespace)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to open the stores of namespace %s: %w", s.Namespace, err)
