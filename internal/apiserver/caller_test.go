@@ -35,19 +35,19 @@ type admissionSeen struct {
 
 // admissionWebhook is a validating webhook for Stacks and Secrets of one
 // namespace, served over TLS on 127.0.0.1: it records who each request is
-// made by, as the Kubernetes API server tells it, and refuses or stalls
-// creates while deny or stall says so.
+// made by, as the Kubernetes API server tells it, and lets decide refuse or
+// stall a request.
 type admissionWebhook struct {
-	mu    sync.Mutex
-	seen  []admissionSeen
-	deny  map[string]bool // kind → refuse
-	stall map[string]time.Duration
+	mu     sync.Mutex
+	seen   []admissionSeen
+	decide func(admissionSeen) (allow bool, stall time.Duration)
 }
 
-func (w *admissionWebhook) set(deny map[string]bool, stall map[string]time.Duration) {
+// set makes decide answer from now on (nil: allow everything).
+func (w *admissionWebhook) set(decide func(admissionSeen) (bool, time.Duration)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.deny, w.stall = deny, stall
+	w.decide = decide
 }
 
 func (w *admissionWebhook) requests() []admissionSeen {
@@ -63,10 +63,16 @@ func (w *admissionWebhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := review.Request
+	seen := admissionSeen{kind: req.Kind.Kind, name: req.Name, user: req.UserInfo.Username, operation: string(req.Operation), dryRun: req.DryRun != nil && *req.DryRun}
 	w.mu.Lock()
-	w.seen = append(w.seen, admissionSeen{kind: req.Kind.Kind, name: req.Name, user: req.UserInfo.Username, operation: string(req.Operation), dryRun: req.DryRun != nil && *req.DryRun})
-	deny, stall := w.deny[req.Kind.Kind], w.stall[req.Kind.Kind]
+	w.seen = append(w.seen, seen)
+	decide := w.decide
 	w.mu.Unlock()
+	allow, stall := true, time.Duration(0)
+	if decide != nil {
+		allow, stall = decide(seen)
+	}
+	deny := !allow
 	if stall > 0 {
 		select {
 		case <-time.After(stall):

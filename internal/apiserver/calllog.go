@@ -28,13 +28,16 @@ func infoOf(ctx context.Context) *callInfo {
 // callLog bounds each unary call's time, hides unexpected errors from the
 // caller, and logs one line per call: procedure, name, user, code and
 // duration (never a token, never a value).
-type callLog struct{ log logr.Logger }
+type callLog struct {
+	log     logr.Logger
+	timeout time.Duration
+}
 
 func (l *callLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		started := time.Now()
 		info := &callInfo{}
-		ctx, cancel := context.WithTimeout(context.WithValue(ctx, callInfoKey{}, info), requestTimeout)
+		ctx, cancel := context.WithTimeout(context.WithValue(ctx, callInfoKey{}, info), l.timeout)
 		defer cancel()
 		res, err := next(ctx, req)
 		err = l.finish(req.Spec().Procedure, req.Peer().Protocol, info, started, err)

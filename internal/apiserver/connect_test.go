@@ -84,10 +84,10 @@ func TestOnePortEveryProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if created.Msg.GetName() != "web" || created.Msg.GetSource().GetProgramRef() != "web-module" || created.Msg.GetValuesSecret() != "web-values" {
+	if created.Msg.GetName() != "web" || created.Msg.GetSource().GetProgramRef() != "web-module" || !strings.HasPrefix(created.Msg.GetValuesSecret(), "web-values-") {
 		t.Fatalf("created: %v", created.Msg)
 	}
-	if data := at.secret("web-values").Data; string(data["replicas"]) != "3" || string(data["tags"]) != `["a","b"]` {
+	if data := at.valuesSecret("web").Data; string(data["replicas"]) != "3" || string(data["tags"]) != `["a","b"]` {
 		t.Fatalf("values Secret: %q", data)
 	}
 
@@ -109,7 +109,7 @@ func TestOnePortEveryProtocol(t *testing.T) {
 		ValuesSecret string `json:"valuesSecret"`
 		Phase        string `json:"phase"`
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &got) != nil || got.Name != "web" || got.ValuesSecret != "web-values" || got.Phase != phasePending {
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &got) != nil || got.Name != "web" || got.ValuesSecret != created.Msg.GetValuesSecret() || got.Phase != phasePending {
 		t.Fatalf("Connect JSON Get: %d %s", resp.StatusCode, raw)
 	}
 

@@ -46,12 +46,7 @@ func installationOf(stack *terracev1.Stack) *apiv1.Installation {
 	if src.SourceRef != nil {
 		in.Source.SourceRef = src.SourceRef.Kind + "/" + src.SourceRef.Name
 	}
-	for _, v := range stack.Spec.VarsFrom {
-		if v.Kind == "Secret" {
-			in.ValuesSecret = v.Name
-			break
-		}
-	}
+	in.ValuesSecret = valuesSecretOf(stack)
 	if r := stack.Status.Release; r != nil {
 		in.Release = int32(r.Revision)
 	}

@@ -46,7 +46,8 @@ func validateName(what, name string) error {
 	if problems := validation.IsDNS1123Subdomain(name); len(problems) > 0 {
 		return fmt.Errorf("%s %q is not valid: %s", what, name, strings.Join(problems, "; "))
 	}
-	if limit := validation.DNS1123SubdomainMaxLength - len(outputsSuffix); len(name) > limit {
+	// The longest name made from it is the values Secret's, <name>-values-<5 random>.
+	if limit := validation.DNS1123SubdomainMaxLength - len(valuesSuffix+"-xxxxx"); len(name) > limit {
 		return fmt.Errorf("%s %q is longer than %d characters", what, name, limit)
 	}
 	return nil
@@ -77,6 +78,14 @@ func validateCreate(req *apiv1.CreateRequest) error {
 	}
 	if req.GetApprovePlan() != "" && req.GetApprovePlan() != terracev1.ApprovePlanAuto {
 		return errors.New("approvePlan may be \"auto\" or empty at creation; approve a plan later with POST /v1/installations/{name}/approve")
+	}
+	if v := req.GetValuesSecret(); v != "" {
+		if len(req.GetValues().GetFields()) > 0 {
+			return errors.New("send either values (Terrace keeps them in a Secret of its own) or valuesSecret (an existing Secret), not both")
+		}
+		if problems := validation.IsDNS1123Subdomain(v); len(problems) > 0 {
+			return fmt.Errorf("valuesSecret %q is not a valid Secret name: %s", v, strings.Join(problems, "; "))
+		}
 	}
 	return validateValues(req.GetValues())
 }
@@ -116,15 +125,16 @@ func valuesData(values *structpb.Struct) (map[string][]byte, error) {
 	return data, nil
 }
 
-// newStack builds the Stack of an installation.
-func (s *Server) newStack(req *apiv1.CreateRequest) *terracev1.Stack {
+// newStack builds the Stack of an installation reading its values from
+// the Secret valuesSecret.
+func (s *Server) newStack(req *apiv1.CreateRequest, valuesSecret string) *terracev1.Stack {
 	src := req.GetSource()
 	stack := &terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: req.GetName(), Labels: map[string]string{InstallationLabel: "true"}},
 		Spec: terracev1.StackSpec{
 			Source:               terracev1.StackSource{URL: src.GetUrl(), Digest: src.GetDigest()},
 			Path:                 req.GetPath(),
-			VarsFrom:             []terracev1.VarsReference{{Kind: "Secret", Name: req.GetName() + valuesSuffix}},
+			VarsFrom:             []terracev1.VarsReference{{Kind: "Secret", Name: valuesSecret}},
 			ApprovePlan:          req.GetApprovePlan(),
 			WriteOutputsToSecret: &terracev1.OutputsSecret{Name: req.GetName() + outputsSuffix},
 		},
@@ -136,10 +146,12 @@ func (s *Server) newStack(req *apiv1.CreateRequest) *terracev1.Stack {
 }
 
 // newValuesSecret is an installation's values Secret, marked as Terrace's;
-// ownValues (or the caller) binds it to the Stack.
-func (s *Server) newValuesSecret(name string, data map[string][]byte) *corev1.Secret {
+// ownValues (or the caller) binds it to the Stack. A new installation's has
+// a generated name (<installation>-values-<random>), so it never meets a
+// Secret someone else made.
+func (s *Server) newValuesSecret(installation string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name + valuesSuffix, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, GenerateName: installation + valuesSuffix + "-", Labels: map[string]string{
 			InstallationLabel:        "true",
 			ownership.LabelManagedBy: ownership.ManagedByTerrace,
 			ownership.LabelComponent: ownership.ComponentValues,
@@ -149,15 +161,19 @@ func (s *Server) newValuesSecret(name string, data map[string][]byte) *corev1.Se
 	}
 }
 
-// valuesConflict is the answer when a Secret of the values name exists but
-// Terrace did not create it for this installation: it is never written.
+// valuesConflict is the answer when the Secret the Stack reads its values
+// from is not the one Terrace created for it: it is never written.
 func (s *Server) valuesConflict(installation string, secret *corev1.Secret) error {
 	return failure(connect.CodeFailedPrecondition, reasonForeignSecret, fmt.Sprintf("Secret %s in namespace %s was not created by Terrace for installation %s (%s), so Terrace leaves it untouched: "+
-		"delete or rename that Secret and send the values again, or choose another installation name", secret.Name, s.Namespace, installation, ownership.Describe(secret)))
+		"write the values into that Secret yourself, or delete the installation and create it again", secret.Name, s.Namespace, installation, ownership.Describe(secret)))
 }
 
-// create makes the values Secret, then the Stack reading it, then makes the
-// Stack own the Secret; a failure on the way undoes what was made.
+// create makes the values Secret (a generated name) immediately before the
+// Stack reading it, then makes the Stack own the Secret. If the Stack is not
+// made, or cannot be made its owner, the Secret is deleted again (and a
+// Stack that reads it, whose creation may have gone through unseen);
+// nothing of a failed create stays behind. With values_secret the Stack
+// reads an existing Secret, which Terrace neither owns nor deletes.
 func (s *Server) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) (*apiv1.Installation, error) {
 	if err := validateCreate(req); err != nil {
 		return nil, invalid(err.Error())
@@ -166,22 +182,41 @@ func (s *Server) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) 
 	if err != nil {
 		return nil, err
 	}
-	stack := s.newStack(req)
-	// A dry run first: the schema's refusal or an existing Stack leaves nothing behind.
-	if err := s.Caller.Create(ctx, stack.DeepCopy(), client.DryRunAll); err != nil {
+	existing := req.GetValuesSecret()
+	// A dry run first: the schema's, RBAC's or a webhook's refusal, or an
+	// existing Stack, leave nothing behind (a placeholder name stands in
+	// for the generated one).
+	placeholder := existing
+	if placeholder == "" {
+		placeholder = req.GetName() + valuesSuffix + "-dryrun"
+	}
+	if err := s.Caller.Create(ctx, s.newStack(req, placeholder), client.DryRunAll); err != nil {
 		return nil, kubeError(err, "Stack "+req.GetName())
 	}
 	if err := s.outputsNameFree(ctx, req.GetName()); err != nil {
 		return nil, err
 	}
+	if existing != "" {
+		if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: existing}, &corev1.Secret{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, failure(connect.CodeFailedPrecondition, reasonNotFound, fmt.Sprintf("valuesSecret %s does not exist in namespace %s: create it first, or send values instead", existing, s.Namespace))
+			}
+			return nil, kubeError(err, "Secret "+existing)
+		}
+		stack := s.newStack(req, existing)
+		if err := s.Caller.Create(ctx, stack); err != nil {
+			return nil, kubeError(err, "Stack "+req.GetName())
+		}
+		return installationOf(stack), nil
+	}
+
 	secret := s.newValuesSecret(req.GetName(), data)
 	if err := s.Caller.Create(ctx, secret); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil, failure(connect.CodeAlreadyExists, reasonForeignSecret, fmt.Sprintf("Secret %s already exists in namespace %s and Terrace did not create it for this installation, so Terrace leaves it untouched: delete or rename it, or choose another installation name", secret.Name, s.Namespace))
-		}
-		return nil, kubeError(err, "Secret "+secret.Name)
+		return nil, kubeError(err, "the values Secret of installation "+req.GetName())
 	}
+	stack := s.newStack(req, secret.Name)
 	if err := s.Caller.Create(ctx, stack); err != nil {
+		s.undoStackReading(ctx, req.GetName(), secret.Name)
 		s.undo(ctx, secret)
 		return nil, kubeError(err, "Stack "+req.GetName())
 	}
@@ -191,6 +226,22 @@ func (s *Server) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) 
 		return nil, err
 	}
 	return installationOf(stack), nil
+}
+
+// undoStackReading deletes the Stack named installation if it reads the
+// values Secret secretName: its create answered with an error (a timeout)
+// but may have been done. The generated Secret name makes such a Stack this
+// request's, and no one else's.
+func (s *Server) undoStackReading(callCtx context.Context, installation, secretName string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(callCtx), 10*time.Second)
+	defer cancel()
+	stack := &terracev1.Stack{}
+	if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: installation}, stack); err != nil {
+		return
+	}
+	if slices.ContainsFunc(stack.Spec.VarsFrom, func(v terracev1.VarsReference) bool { return v.Kind == "Secret" && v.Name == secretName }) {
+		s.undo(ctx, stack)
+	}
 }
 
 // outputsNameFree refuses a new installation whose outputs Secret name is
@@ -303,15 +354,17 @@ func (s *Server) updateValues(ctx context.Context, c *call, req *apiv1.UpdateVal
 	if err != nil {
 		return nil, err
 	}
-	name := c.name + valuesSuffix
-	if !slices.ContainsFunc(stack.Spec.VarsFrom, func(v terracev1.VarsReference) bool { return v.Kind == "Secret" && v.Name == name }) {
-		return nil, failure(connect.CodeFailedPrecondition, reasonForeignSecret, fmt.Sprintf("Stack %s no longer reads its values from Secret %s (spec.varsFrom was changed): edit the Stack instead", c.name, name))
+	name := valuesSecretOf(stack)
+	if name == "" {
+		return nil, failure(connect.CodeFailedPrecondition, reasonForeignSecret, fmt.Sprintf("Stack %s reads its values from no Secret (spec.varsFrom was changed): edit the Stack instead", c.name))
 	}
 	secret := &corev1.Secret{}
 	err = s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
+		// The Stack's values Secret was deleted: made again under its name, owned.
 		secret = s.newValuesSecret(c.name, data)
+		secret.GenerateName, secret.Name = "", name
 		if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Caller.Scheme()); err != nil {
 			return nil, err
 		}
@@ -331,6 +384,17 @@ func (s *Server) updateValues(ctx context.Context, c *call, req *apiv1.UpdateVal
 		}
 	}
 	return installationOf(stack), nil
+}
+
+// valuesSecretOf is the Secret an installation reads its values from: the
+// first Secret of its varsFrom.
+func valuesSecretOf(stack *terracev1.Stack) string {
+	for _, v := range stack.Spec.VarsFrom {
+		if v.Kind == "Secret" {
+			return v.Name
+		}
+	}
+	return ""
 }
 
 // installation reads the named Stack, which must carry the installation label.

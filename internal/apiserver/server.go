@@ -47,8 +47,8 @@ const InstallationLabel = "terrace.dev/installation"
 const (
 	// maxBodyBytes bounds a request body; a values Secret cannot hold more anyway.
 	maxBodyBytes = 1 << 20
-	// requestTimeout bounds the work of one unary call against the Kubernetes API.
-	requestTimeout = 30 * time.Second
+	// defaultRequestTimeout bounds the work of one unary call against the Kubernetes API.
+	defaultRequestTimeout = 30 * time.Second
 	// shutdownTimeout is how long in-flight requests may finish on shutdown.
 	shutdownTimeout = 10 * time.Second
 )
@@ -79,6 +79,8 @@ type Server struct {
 	Stores StoreOpener
 	// Log gets one line per call: never a token, never a value.
 	Log logr.Logger
+	// RequestTimeout bounds each unary call; 30 s when zero.
+	RequestTimeout time.Duration
 
 	reviews reviewCache
 }
@@ -120,7 +122,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, files TLSFiles) err
 		},
 		ReadHeaderTimeout: 10 * time.Second,
 		// No ReadTimeout or WriteTimeout: they would cut Watch streams.
-		// Unary calls are bounded by requestTimeout and their bodies by maxBodyBytes.
+		// Unary calls are bounded by RequestTimeout and their bodies by maxBodyBytes.
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: 64 << 10,
 	}
@@ -145,7 +147,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, files TLSFiles) err
 func (s *Server) Handler() (http.Handler, error) {
 	svc := &service{Server: s}
 	options := []connect.HandlerOption{
-		connect.WithInterceptors(&callLog{log: s.Log}),
+		connect.WithInterceptors(&callLog{log: s.Log, timeout: s.requestTimeout()}),
 		connect.WithReadMaxBytes(maxBodyBytes),
 	}
 	path, installations := apiv1connect.NewInstallationServiceHandler(svc, options...)
@@ -201,6 +203,13 @@ func (c restJSON) UnmarshalField(data []byte, msg proto.Message, field protorefl
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	return nil
+}
+
+func (s *Server) requestTimeout() time.Duration {
+	if s.RequestTimeout > 0 {
+		return s.RequestTimeout
+	}
+	return defaultRequestTimeout
 }
 
 // bounded limits every request body.
