@@ -16,11 +16,14 @@ import (
 	"connectrpc.com/connect"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
 // The server acts as its caller: every Kubernetes request made for a call
@@ -61,17 +64,11 @@ func (t *callerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // CallerClient returns the client through which a Server acts as its
 // callers: the API server's address and CA from cfg, and for credentials
-// only the token of the call whose context a request is made with. cfg's
-// own credentials are used only to discover the API's resources.
+// only the token of the call whose context a request is made with; cfg's
+// own credentials are never used. The kinds it serves are known in advance
+// (callerMapper), so it needs no discovery, which would have no caller.
 func CallerClient(cfg *rest.Config, scheme *k8sruntime.Scheme) (client.WithWatch, error) {
-	own, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("failed to create an HTTP client: %w", err)
-	}
-	mapper, err := apiutil.NewDynamicRESTMapper(cfg, own)
-	if err != nil {
-		return nil, fmt.Errorf("failed to create a REST mapper: %w", err)
-	}
+	mapper := callerMapper()
 	anonymous := rest.AnonymousClientConfig(cfg)
 	httpClient, err := rest.HTTPClientFor(anonymous)
 	if err != nil {
@@ -79,6 +76,18 @@ func CallerClient(cfg *rest.Config, scheme *k8sruntime.Scheme) (client.WithWatch
 	}
 	httpClient.Transport = &callerTransport{next: httpClient.Transport}
 	return client.NewWithWatch(anonymous, client.Options{HTTPClient: httpClient, Scheme: scheme, Mapper: mapper})
+}
+
+// callerMapper maps the kinds the server reads and writes for callers.
+func callerMapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for _, kind := range []string{"Stack", "Program", "TerraceConfig"} {
+		m.Add(terracev1.GroupVersion.WithKind(kind), meta.RESTScopeNamespace)
+	}
+	m.Add(corev1.SchemeGroupVersion.WithKind("Secret"), meta.RESTScopeNamespace)
+	m.Add(authenticationv1.SchemeGroupVersion.WithKind("SelfSubjectReview"), meta.RESTScopeRoot)
+	m.Add(authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectAccessReview"), meta.RESTScopeRoot)
+	return m
 }
 
 // reviewTTL is how long who a token belongs to is remembered (by the
@@ -120,21 +129,27 @@ func (c *reviewCache) put(key [sha256.Size]byte, user authenticationv1.UserInfo,
 	c.entries[key] = reviewEntry{user: user, expires: now.Add(reviewTTL)}
 }
 
-// authenticate asks the Kubernetes API who the bearer token belongs to (a
-// SelfSubjectReview made with the token) and returns ctx carrying the token.
-func (s *Server) authenticate(ctx context.Context, header http.Header) (*caller, context.Context, error) {
+// bearerToken is the call's bearer token.
+func bearerToken(header http.Header) (string, error) {
 	scheme, token, found := strings.Cut(header.Get("Authorization"), " ")
 	token = strings.TrimSpace(token)
 	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return nil, ctx, unauthenticated("a bearer token is required: send 'Authorization: Bearer <token>' with a Kubernetes token (e.g. `kubectl create token <serviceaccount>`)")
+		return "", unauthenticated("a bearer token is required: send 'Authorization: Bearer <token>' with a Kubernetes token (e.g. `kubectl create token <serviceaccount>`)")
 	}
+	return token, nil
+}
+
+// authenticate asks the Kubernetes API of the call's site who the bearer
+// token belongs to (a SelfSubjectReview made with the token) and returns
+// ctx carrying the token.
+func (s *Server) authenticate(ctx context.Context, token string, st *site) (*caller, context.Context, error) {
 	ctx = asCaller(ctx, token)
-	key := sha256.Sum256([]byte(token))
+	key := sha256.Sum256([]byte(st.Cluster + "\x00" + token))
 	if user, ok := s.reviews.get(key, time.Now()); ok {
 		return &caller{UserInfo: user}, ctx, nil
 	}
 	review := &authenticationv1.SelfSubjectReview{}
-	if err := s.Caller.Create(ctx, review); err != nil {
+	if err := st.Caller.Create(ctx, review); err != nil {
 		if apierrors.IsUnauthorized(err) {
 			return nil, ctx, unauthenticated("the bearer token was not accepted by the Kubernetes API server (expired, revoked or not a token of this cluster)")
 		}
@@ -181,7 +196,7 @@ func hasAudience(token string, wanted []string) bool {
 // allowed asks, with the caller's own token, whether the caller may do verb
 // on resource in the server's namespace: for an optional extra that is
 // withheld rather than refused.
-func (s *Server) allowed(ctx context.Context, verb, resource string) (bool, error) {
+func (s *site) allowed(ctx context.Context, verb, resource string) (bool, error) {
 	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: s.Namespace, Verb: verb, Resource: resource},
 	}}

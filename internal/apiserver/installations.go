@@ -127,7 +127,7 @@ func valuesData(values *structpb.Struct) (map[string][]byte, error) {
 
 // newStack builds the Stack of an installation reading its values from
 // the Secret valuesSecret.
-func (s *Server) newStack(req *apiv1.CreateRequest, valuesSecret string) *terracev1.Stack {
+func (s *site) newStack(req *apiv1.CreateRequest, valuesSecret string) *terracev1.Stack {
 	src := req.GetSource()
 	stack := &terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: req.GetName(), Labels: map[string]string{InstallationLabel: "true"}},
@@ -149,7 +149,7 @@ func (s *Server) newStack(req *apiv1.CreateRequest, valuesSecret string) *terrac
 // ownValues (or the caller) binds it to the Stack. A new installation's has
 // a generated name (<installation>-values-<random>), so it never meets a
 // Secret someone else made.
-func (s *Server) newValuesSecret(installation string, data map[string][]byte) *corev1.Secret {
+func (s *site) newValuesSecret(installation string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, GenerateName: installation + valuesSuffix + "-", Labels: map[string]string{
 			InstallationLabel:        "true",
@@ -163,7 +163,7 @@ func (s *Server) newValuesSecret(installation string, data map[string][]byte) *c
 
 // valuesConflict is the answer when the Secret the Stack reads its values
 // from is not the one Terrace created for it: it is never written.
-func (s *Server) valuesConflict(installation string, secret *corev1.Secret) error {
+func (s *site) valuesConflict(installation string, secret *corev1.Secret) error {
 	return failure(connect.CodeFailedPrecondition, reasonForeignSecret, fmt.Sprintf("Secret %s in namespace %s was not created by Terrace for installation %s (%s), so Terrace leaves it untouched: "+
 		"write the values into that Secret yourself, or delete the installation and create it again", secret.Name, s.Namespace, installation, ownership.Describe(secret)))
 }
@@ -174,7 +174,7 @@ func (s *Server) valuesConflict(installation string, secret *corev1.Secret) erro
 // Stack that reads it, whose creation may have gone through unseen);
 // nothing of a failed create stays behind. With values_secret the Stack
 // reads an existing Secret, which Terrace neither owns nor deletes.
-func (s *Server) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) (*apiv1.Installation, error) {
+func (s *site) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) (*apiv1.Installation, error) {
 	if err := validateCreate(req); err != nil {
 		return nil, invalid(err.Error())
 	}
@@ -232,7 +232,7 @@ func (s *Server) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) 
 // values Secret secretName: its create answered with an error (a timeout)
 // but may have been done. The generated Secret name makes such a Stack this
 // request's, and no one else's.
-func (s *Server) undoStackReading(callCtx context.Context, installation, secretName string) {
+func (s *site) undoStackReading(callCtx context.Context, installation, secretName string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(callCtx), 10*time.Second)
 	defer cancel()
 	stack := &terracev1.Stack{}
@@ -246,7 +246,7 @@ func (s *Server) undoStackReading(callCtx context.Context, installation, secretN
 
 // outputsNameFree refuses a new installation whose outputs Secret name is
 // taken: its Stack would stall with OutputsSecretConflict.
-func (s *Server) outputsNameFree(ctx context.Context, installation string) error {
+func (s *site) outputsNameFree(ctx context.Context, installation string) error {
 	name := installation + outputsSuffix
 	err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Secret{})
 	switch {
@@ -264,7 +264,7 @@ func (s *Server) outputsNameFree(ctx context.Context, installation string) error
 
 // ownValues binds the values Secret to the Stack (controller reference), so
 // deleting the Stack deletes it and the controller knows it as this Stack's.
-func (s *Server) ownValues(ctx context.Context, stack *terracev1.Stack, secret *corev1.Secret) error {
+func (s *site) ownValues(ctx context.Context, stack *terracev1.Stack, secret *corev1.Secret) error {
 	before := secret.DeepCopy()
 	if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Caller.Scheme()); err != nil {
 		return err
@@ -278,7 +278,7 @@ func (s *Server) ownValues(ctx context.Context, stack *terracev1.Stack, secret *
 
 // undo deletes an object a failed create made, as the caller, on its own
 // deadline: the request's may be what ran out.
-func (s *Server) undo(callCtx context.Context, obj client.Object) {
+func (s *site) undo(callCtx context.Context, obj client.Object) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(callCtx), 10*time.Second)
 	defer cancel()
 	// Only the object this request made: the UID precondition spares one
@@ -295,7 +295,7 @@ const maxPageSize = 500
 
 // list pages through the installations with the Kubernetes API's own
 // continue tokens; Stacks come back ordered by name.
-func (s *Server) list(ctx context.Context, req *apiv1.ListRequest) (*apiv1.ListResponse, error) {
+func (s *site) list(ctx context.Context, req *apiv1.ListRequest) (*apiv1.ListResponse, error) {
 	size := int64(req.GetPageSize())
 	if size < 0 {
 		return nil, invalid("pageSize must not be negative")
@@ -321,7 +321,7 @@ func (s *Server) list(ctx context.Context, req *apiv1.ListRequest) (*apiv1.ListR
 
 // delete deletes the Stack; its finalizer destroys the resources when
 // destroyOnDelete is set, and the values Secret goes with it.
-func (s *Server) delete(ctx context.Context, c *call) (*apiv1.Installation, error) {
+func (s *site) delete(ctx context.Context, c *call) (*apiv1.Installation, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
 		return nil, err
@@ -339,7 +339,7 @@ func (s *Server) delete(ctx context.Context, c *call) (*apiv1.Installation, erro
 
 // updateValues replaces the values Secret; the Stack plans again because the
 // Secret's version is part of its inputs.
-func (s *Server) updateValues(ctx context.Context, c *call, req *apiv1.UpdateValuesRequest) (*apiv1.Installation, error) {
+func (s *site) updateValues(ctx context.Context, c *call, req *apiv1.UpdateValuesRequest) (*apiv1.Installation, error) {
 	if req.GetValues() == nil {
 		return nil, invalid(`the body must be {"values": {...}}; send {"values": {}} to clear every value`)
 	}
@@ -398,7 +398,7 @@ func valuesSecretOf(stack *terracev1.Stack) string {
 }
 
 // installation reads the named Stack, which must carry the installation label.
-func (s *Server) installation(ctx context.Context, name string) (*terracev1.Stack, error) {
+func (s *site) installation(ctx context.Context, name string) (*terracev1.Stack, error) {
 	stack := &terracev1.Stack{}
 	if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, stack); err != nil {
 		return nil, kubeError(err, "installation "+name)

@@ -81,8 +81,13 @@ type Server struct {
 	Log logr.Logger
 	// RequestTimeout bounds each unary call; 30 s when zero.
 	RequestTimeout time.Duration
+	// StoresFor opens the plan and release stores of a registered cluster
+	// (spec.api.clusters) through its caller client; without it, plans'
+	// readable renderings, releases and outputs there are unavailable.
+	StoresFor func(caller client.Client) StoreOpener
 
 	reviews reviewCache
+	remote  remoteSites
 }
 
 // TLSFiles are the PEM files of the serving certificate; they are reloaded

@@ -21,6 +21,8 @@ var _ apiv1connect.InstallationServiceHandler = (*service)(nil)
 // call is one authenticated call.
 type call struct {
 	caller *caller
+	// site is where it acts.
+	site *site
 	// name is the installation's name, validated; "" for List and Create.
 	name string
 }
@@ -32,21 +34,25 @@ type call struct {
 func (s *service) begin(ctx context.Context, header http.Header, cluster, name string, named bool) (context.Context, *call, error) {
 	info := infoOf(ctx)
 	info.name = name
-	if cluster != "" {
-		return ctx, nil, failure(connect.CodeInvalidArgument, reasonUnknownCluster,
-			"cluster "+cluster+" is not known to this server: leave cluster empty for the cluster it runs in")
+	token, err := bearerToken(header)
+	if err != nil {
+		return ctx, nil, err
 	}
 	if named {
 		if err := validateName("installation name", name); err != nil {
 			return ctx, nil, invalid(err.Error())
 		}
 	}
-	caller, ctx, err := s.authenticate(ctx, header)
+	st, err := s.site(ctx, cluster)
+	if err != nil {
+		return ctx, nil, err
+	}
+	caller, ctx, err := s.authenticate(ctx, token, st)
 	if err != nil {
 		return ctx, nil, err
 	}
 	info.user = caller.Username
-	c := &call{caller: caller}
+	c := &call{caller: caller, site: st}
 	if named {
 		c.name = name
 	}
@@ -58,10 +64,11 @@ func (s *service) Create(ctx context.Context, req *connect.Request[apiv1.CreateR
 	if err != nil {
 		return nil, err
 	}
-	in, err := s.create(ctx, c, req.Msg)
+	in, err := c.site.create(ctx, c, req.Msg)
 	if err != nil {
 		return nil, err
 	}
+	in.Cluster = c.site.Cluster
 	return connect.NewResponse(in), nil
 }
 
@@ -70,21 +77,26 @@ func (s *service) Get(ctx context.Context, req *connect.Request[apiv1.GetRequest
 	if err != nil {
 		return nil, err
 	}
-	stack, err := s.installation(ctx, c.name)
+	stack, err := c.site.installation(ctx, c.name)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(installationOf(stack)), nil
+	in := installationOf(stack)
+	in.Cluster = c.site.Cluster
+	return connect.NewResponse(in), nil
 }
 
 func (s *service) List(ctx context.Context, req *connect.Request[apiv1.ListRequest]) (*connect.Response[apiv1.ListResponse], error) {
-	ctx, _, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.list(ctx, req.Msg)
+	out, err := c.site.list(ctx, req.Msg)
 	if err != nil {
 		return nil, err
+	}
+	for _, in := range out.Items {
+		in.Cluster = c.site.Cluster
 	}
 	return connect.NewResponse(out), nil
 }
@@ -94,10 +106,11 @@ func (s *service) UpdateValues(ctx context.Context, req *connect.Request[apiv1.U
 	if err != nil {
 		return nil, err
 	}
-	in, err := s.updateValues(ctx, c, req.Msg)
+	in, err := c.site.updateValues(ctx, c, req.Msg)
 	if err != nil {
 		return nil, err
 	}
+	in.Cluster = c.site.Cluster
 	return connect.NewResponse(in), nil
 }
 
@@ -106,7 +119,7 @@ func (s *service) GetPlan(ctx context.Context, req *connect.Request[apiv1.GetPla
 	if err != nil {
 		return nil, err
 	}
-	plan, err := s.plan(ctx, c)
+	plan, err := c.site.plan(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -118,10 +131,11 @@ func (s *service) ApprovePlan(ctx context.Context, req *connect.Request[apiv1.Ap
 	if err != nil {
 		return nil, err
 	}
-	in, err := s.approve(ctx, c, req.Msg.GetPlanId())
+	in, err := c.site.approve(ctx, c, req.Msg.GetPlanId())
 	if err != nil {
 		return nil, err
 	}
+	in.Cluster = c.site.Cluster
 	return connect.NewResponse(in), nil
 }
 
@@ -131,7 +145,7 @@ func (s *service) ListReleases(ctx context.Context, req *connect.Request[apiv1.L
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.releases(ctx, c)
+	out, err := c.site.releases(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +157,7 @@ func (s *service) GetOutputs(ctx context.Context, req *connect.Request[apiv1.Get
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.outputs(ctx, c)
+	out, err := c.site.outputs(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +169,10 @@ func (s *service) Delete(ctx context.Context, req *connect.Request[apiv1.DeleteR
 	if err != nil {
 		return nil, err
 	}
-	in, err := s.delete(ctx, c)
+	in, err := c.site.delete(ctx, c)
 	if err != nil {
 		return nil, err
 	}
+	in.Cluster = c.site.Cluster
 	return connect.NewResponse(in), nil
 }

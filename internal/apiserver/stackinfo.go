@@ -19,7 +19,7 @@ import (
 // plan shows the pending plan (or a planOnly Stack's latest), with its
 // readable rendering when the Stack stores one and the caller may read
 // Secrets, where plans are kept.
-func (s *Server) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
+func (s *site) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func (s *Server) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
 }
 
 // approve sets spec.approvePlan to planID only when it is the pending plan.
-func (s *Server) approve(ctx context.Context, c *call, planID string) (*apiv1.Installation, error) {
+func (s *site) approve(ctx context.Context, c *call, planID string) (*apiv1.Installation, error) {
 	if planID == "" {
 		return nil, invalid(`planId is required (the body must be {"planId": "<the pending plan's id>"}): read it from GET /v1/installations/` + c.name + `/plan`)
 	}
@@ -85,7 +85,7 @@ func (s *Server) approve(ctx context.Context, c *call, planID string) (*apiv1.In
 }
 
 // releases lists the Stack's release records from the namespace's release store.
-func (s *Server) releases(ctx context.Context, c *call) (*apiv1.ListReleasesResponse, error) {
+func (s *site) releases(ctx context.Context, c *call) (*apiv1.ListReleasesResponse, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func (s *Server) releases(ctx context.Context, c *call) (*apiv1.ListReleasesResp
 
 // outputs shows the outputs Secret with sensitive values masked; which are
 // sensitive comes from the deployed release, and an unknown one is masked.
-func (s *Server) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsResponse, error) {
+func (s *site) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsResponse, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
 		return nil, err
@@ -158,7 +158,10 @@ func (s *Server) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsRespons
 
 // stores opens the namespace's plan and release stores; a misconfigured
 // backend is the operator's to fix, and the caller is told so.
-func (s *Server) stores(ctx context.Context) (*backend.Set, error) {
+func (s *site) stores(ctx context.Context) (*backend.Set, error) {
+	if s.Stores == nil {
+		return nil, failure(connect.CodeUnavailable, reasonStoreMisconfigured, "this server cannot open the plan and release stores of cluster "+s.Cluster)
+	}
 	set, err := s.Stores.For(ctx, s.Namespace)
 	if errors.Is(err, backend.ErrMisconfigured) {
 		return nil, failure(connect.CodeUnavailable, reasonStoreMisconfigured, "the state backend of namespace "+s.Namespace+" is misconfigured: "+err.Error())

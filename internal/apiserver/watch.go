@@ -24,34 +24,35 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 	if err != nil {
 		return err
 	}
-	stack, err := s.installation(ctx, c.name)
+	st := c.site
+	stack, err := st.installation(ctx, c.name)
 	if err != nil {
 		return err
 	}
-	last := installationOf(stack)
+	last := s.shown(st, stack)
 	if err := stream.Send(&apiv1.WatchResponse{Installation: last}); err != nil {
 		return err
 	}
 	version := stack.ResourceVersion
 	for {
-		w, err := s.Caller.Watch(ctx, &terracev1.StackList{}, client.InNamespace(s.Namespace),
+		w, err := st.Caller.Watch(ctx, &terracev1.StackList{}, client.InNamespace(st.Namespace),
 			client.MatchingFields{"metadata.name": c.name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: version, AllowWatchBookmarks: true}})
 		if err != nil {
 			return kubeError(err, "installation "+c.name)
 		}
 		var done bool
-		version, done, err = s.relay(ctx, w, stream, &last, version)
+		version, done, err = s.relay(ctx, st, w, stream, &last, version)
 		w.Stop()
 		if err != nil || done || ctx.Err() != nil {
 			return err
 		}
 		if version == "" {
 			// The version was too old to resume from: start again from the Stack as it is.
-			if stack, err = s.installation(ctx, c.name); err != nil {
+			if stack, err = st.installation(ctx, c.name); err != nil {
 				return err
 			}
 			version = stack.ResourceVersion
-			if err := s.sendIfChanged(stream, &last, stack); err != nil {
+			if err := s.sendIfChanged(st, stream, &last, stack); err != nil {
 				return err
 			}
 		}
@@ -60,7 +61,7 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 
 // relay passes one watch's events on until it ends, returning the version
 // to resume from ("" when it expired), or done when the Stack is gone.
-func (s *service) relay(ctx context.Context, w watch.Interface, stream *connect.ServerStream[apiv1.WatchResponse], last **apiv1.Installation, version string) (string, bool, error) {
+func (s *service) relay(ctx context.Context, st *site, w watch.Interface, stream *connect.ServerStream[apiv1.WatchResponse], last **apiv1.Installation, version string) (string, bool, error) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -92,7 +93,7 @@ func (s *service) relay(ctx context.Context, w watch.Interface, stream *connect.
 				if stack.Labels[InstallationLabel] != "true" {
 					return version, true, failure(connect.CodeNotFound, reasonNotAnInstallation, "Stack "+stack.Name+" is no longer an installation")
 				}
-				if err := s.sendIfChanged(stream, last, stack); err != nil {
+				if err := s.sendIfChanged(st, stream, last, stack); err != nil {
 					return version, true, err
 				}
 			}
@@ -102,11 +103,18 @@ func (s *service) relay(ctx context.Context, w watch.Interface, stream *connect.
 
 // sendIfChanged sends the installation when what the API shows of it differs
 // from what was sent last.
-func (s *service) sendIfChanged(stream *connect.ServerStream[apiv1.WatchResponse], last **apiv1.Installation, stack *terracev1.Stack) error {
-	in := installationOf(stack)
+func (s *service) sendIfChanged(st *site, stream *connect.ServerStream[apiv1.WatchResponse], last **apiv1.Installation, stack *terracev1.Stack) error {
+	in := s.shown(st, stack)
 	if proto.Equal(in, *last) {
 		return nil
 	}
 	*last = in
 	return stream.Send(&apiv1.WatchResponse{Installation: in})
+}
+
+// shown is the installation as a call of site sees it.
+func (s *service) shown(st *site, stack *terracev1.Stack) *apiv1.Installation {
+	in := installationOf(stack)
+	in.Cluster = st.Cluster
+	return in
 }

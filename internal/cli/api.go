@@ -7,10 +7,12 @@ import (
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/terrace-dev/terrace/internal/apiserver"
 	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/controller/config"
 )
 
 func newAPICommand() *cobra.Command {
@@ -51,7 +53,13 @@ func newAPICommand() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("failed to listen on %s: %w", listen, err)
 		}
-		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log}
+		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
+			// In a registered cluster the TerraceConfigs are read as the caller too.
+			StoresFor: func(c client.Client) apiserver.StoreOpener {
+				resolver := &config.Resolver{Reader: c, OperatorNamespace: k.flags.operatorNamespace, Builtin: config.BuiltinDefaults("")}
+				return backend.New(c, resolver.ResolveNamespace)
+			},
+		}
 		return srv.Serve(ctx, ln, apiserver.TLSFiles{CertFile: certFile, KeyFile: keyFile})
 	})
 }
