@@ -54,6 +54,7 @@ codegen-tools:
 	$(CODEGEN) google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	$(CODEGEN) connectrpc.com/connect/cmd/protoc-gen-connect-go
 	$(CODEGEN) ./protodeps
+	$(CODEGEN) ./protodoc
 
 generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	$(CONTROLLER_GEN) object paths=./api/...
@@ -74,9 +75,12 @@ generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	  PATH=$(LOCALBIN):$$PATH protoc -I proto --descriptor_set_in=$(LOCALBIN)/googleapis.binpb \
 	    --go_out=. --go_opt=module=github.com/terrace-dev/terrace $$rpc $$dir/*.proto; \
 	done
+	protoc -I proto --descriptor_set_in=$(LOCALBIN)/googleapis.binpb --include_source_info \
+	  --descriptor_set_out=$(LOCALBIN)/api.binpb proto/terrace/api/v1/*.proto
+	$(LOCALBIN)/protodoc $(LOCALBIN)/api.binpb terrace.api.v1 > docs/api-reference.md
 
 verify: generate fmt vet ## Fail when generated code or formatting is stale.
-	@git diff --exit-code -- api config proto internal cmd charts || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
+	@git diff --exit-code -- api config proto internal cmd charts docs/api-reference.md || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
 	@test -z "$$(git status --porcelain -- api config proto)" || { git status --porcelain -- api config proto; echo 'untracked generated files: commit them'; exit 1; }
 
 fmt:
