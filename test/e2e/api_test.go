@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,20 +39,7 @@ func TestInstallationsAPIOnTheDevCluster(t *testing.T) {
 	})
 
 	// The API pod, Ready behind its HTTPS readiness probe.
-	var podIP string
-	eventually(t, stackTimeout, "a Ready API server pod", func() error {
-		pods, err := e.cs.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + config.APIName})
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if podReady(&p) {
-				podIP = p.Status.PodIP
-				return nil
-			}
-		}
-		return fmt.Errorf("%d pods, none Ready", len(pods.Items))
-	})
+	podIP := e.readyAPIPod(t)
 	api := e.apiClient(t, podIP)
 
 	// A tool's identity: a ServiceAccount allowed to manage Stacks here.
@@ -167,16 +152,9 @@ type apiClient struct {
 
 func (e *stackEnv) apiClient(t *testing.T, podIP string) *apiClient {
 	t.Helper()
-	var secret corev1.Secret
-	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: config.APITLSSecretName}, &secret); err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(secret.Data["ca.crt"]) {
-		t.Fatal("no CA in the API certificate Secret")
-	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: config.APIName + "." + e.ns + ".svc", MinVersion: tls.VersionTLS12}}
-	return &apiClient{base: fmt.Sprintf("https://%s:%d", podIP, config.APIPort), http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	https := e.apiHTTPClient(t)
+	https.Timeout = 30 * time.Second
+	return &apiClient{base: fmt.Sprintf("https://%s:%d", podIP, config.APIPort), http: https}
 }
 
 // do sends a request and decodes the answer into out, failing the test on
