@@ -33,13 +33,7 @@ import (
 // Kubernetes API's message naming them.
 func TestInstallationsAPIEveryProtocolOnTheDevCluster(t *testing.T) {
 	e := newStackEnv(t)
-	e.applyAPIRoles(t)
-	e.program(t, "bench", map[string]string{"main.tf": benchModule})
-	e.create(t, &terracev1.TerraceConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
-		Spec:       terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}},
-	})
-	podIP := e.readyAPIPod(t)
+	podIP := e.enableAPI(t)
 	base := fmt.Sprintf("https://%s:%d", podIP, config.APIPort)
 	https := e.apiHTTPClient(t)
 	token := e.toolToken(t, "deployer")
@@ -140,6 +134,19 @@ func TestInstallationsAPIEveryProtocolOnTheDevCluster(t *testing.T) {
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "lost"}, &terracev1.Stack{}); err == nil {
 		t.Fatal("a create for an unknown cluster made a Stack")
 	}
+}
+
+// enableAPI installs the API roles and a Program bench, turns the
+// namespace's API server on, and returns the IP of its Ready pod.
+func (e *stackEnv) enableAPI(t *testing.T) string {
+	t.Helper()
+	e.applyAPIRoles(t)
+	e.program(t, "bench", map[string]string{"main.tf": benchModule})
+	e.create(t, &terracev1.TerraceConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
+		Spec:       terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}},
+	})
+	return e.readyAPIPod(t)
 }
 
 // readyAPIPod waits for a Ready API server pod of the namespace and returns

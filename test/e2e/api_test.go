@@ -31,15 +31,8 @@ import (
 // installation through it, which the controller applies.
 func TestInstallationsAPIOnTheDevCluster(t *testing.T) {
 	e := newStackEnv(t)
-	e.applyAPIRoles(t)
-	e.program(t, "bench", map[string]string{"main.tf": benchModule})
-	e.create(t, &terracev1.TerraceConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
-		Spec:       terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}},
-	})
-
 	// The API pod, Ready behind its HTTPS readiness probe.
-	podIP := e.readyAPIPod(t)
+	podIP := e.enableAPI(t)
 	api := e.apiClient(t, podIP)
 
 	// A tool's identity: a ServiceAccount allowed to manage Stacks here.
