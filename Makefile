@@ -52,6 +52,9 @@ codegen-tools:
 	$(CODEGEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 	$(CODEGEN) google.golang.org/protobuf/cmd/protoc-gen-go
 	$(CODEGEN) google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	$(CODEGEN) connectrpc.com/connect/cmd/protoc-gen-connect-go
+	$(CODEGEN) ./protodeps
+	$(CODEGEN) ./protodoc
 
 generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	$(CONTROLLER_GEN) object paths=./api/...
@@ -59,16 +62,26 @@ generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	cp config/crd/bases/*.yaml charts/terrace/crds/
 	@if [ -d internal/controller ]; then $(CONTROLLER_GEN) rbac:roleName=terrace-controller paths=./internal/... output:rbac:artifacts:config=config/rbac; fi
 	cp config/rbac/role.yaml config/rbac/api_roles.yaml charts/terrace/files/
-	@if compgen -G 'proto/terrace/*/v1/*.proto' >/dev/null; then \
-	  PATH=$(LOCALBIN):$$PATH protoc -I proto \
-	    --go_out=. --go_opt=module=github.com/terrace-dev/terrace \
-	    --go-grpc_out=. --go-grpc_opt=module=github.com/terrace-dev/terrace \
-	    proto/terrace/*/v1/*.proto; \
-	fi
+	@# The runner speaks grpc-go; the Installations API (proto/terrace/api) is
+	@# served with connect-go. google/api/annotations.proto comes as descriptors
+	@# from the Go module that implements it (hack/tools/codegen/protodeps).
+	$(LOCALBIN)/protodeps $(LOCALBIN)/googleapis.binpb
+	@for dir in proto/terrace/*/v1; do \
+	  compgen -G "$$dir/*.proto" >/dev/null || continue; \
+	  case $$dir in \
+	    proto/terrace/api/*) rpc="--connect-go_out=. --connect-go_opt=module=github.com/terrace-dev/terrace" ;; \
+	    *) rpc="--go-grpc_out=. --go-grpc_opt=module=github.com/terrace-dev/terrace" ;; \
+	  esac; \
+	  PATH=$(LOCALBIN):$$PATH protoc -I proto --descriptor_set_in=$(LOCALBIN)/googleapis.binpb \
+	    --go_out=. --go_opt=module=github.com/terrace-dev/terrace $$rpc $$dir/*.proto; \
+	done
+	protoc -I proto --descriptor_set_in=$(LOCALBIN)/googleapis.binpb --include_source_info \
+	  --descriptor_set_out=$(LOCALBIN)/api.binpb proto/terrace/api/v1/*.proto
+	$(LOCALBIN)/protodoc $(LOCALBIN)/api.binpb terrace.api.v1 > docs/api-reference.md
 
 verify: generate fmt vet ## Fail when generated code, formatting or go.mod/go.sum are stale.
 	@go mod tidy -diff || { echo 'go.mod/go.sum are not tidy: run go mod tidy and commit'; exit 1; }
-	@git diff --exit-code -- api config proto internal cmd charts || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
+	@git diff --exit-code -- api config proto internal cmd charts docs/api-reference.md || { echo 'generated files or formatting are stale: run make generate and commit'; exit 1; }
 	@test -z "$$(git status --porcelain -- api config proto)" || { git status --porcelain -- api config proto; echo 'untracked generated files: commit them'; exit 1; }
 
 fmt:

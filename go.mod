@@ -77,7 +77,14 @@ require (
 	oras.land/oras-go/v2 v2.6.2 // indirect
 )
 
-require sigs.k8s.io/cli-utils v0.37.2
+require (
+	connectrpc.com/connect v1.21.1
+	connectrpc.com/grpchealth v1.5.0
+	connectrpc.com/grpcreflect v1.2.0
+	connectrpc.com/vanguard v0.4.0
+	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1
+	sigs.k8s.io/cli-utils v0.37.2
+)
 
 require (
 	github.com/VictoriaMetrics/metrics v1.35.3 // indirect

@@ -172,9 +172,10 @@ type APIConfig struct {
 	// +kubebuilder:validation:Maximum=10
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// TokenAudiences are the audiences a caller's token must be issued for
-	// (checked by TokenReview); a token for any other audience is refused.
-	// Default: the Kubernetes API server's own audiences.
+	// TokenAudiences are audiences one of which a caller's token must also
+	// be issued for (its aud claim); the Kubernetes API server must accept
+	// the token as well, since the API server passes it on. Default: any
+	// token the Kubernetes API server accepts.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16
@@ -182,6 +183,46 @@ type APIConfig struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
 	TokenAudiences []string `json:"tokenAudiences,omitempty"`
+
+	// Clusters are the other clusters the API server may act in: a
+	// request names one in its cluster field (empty: the cluster the server
+	// runs in). Callers send a token of that cluster, which the server
+	// passes on as it does at home; it holds no credentials of its own there.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Clusters []APICluster `json:"clusters,omitempty"`
+}
+
+// APICluster is a cluster the API server may act in.
+type APICluster struct {
+	// Name is what a request's cluster field says.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Server is the https:// URL of the cluster's Kubernetes API server.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https://`
+	Server string `json:"server"`
+
+	// CABundle is the PEM CA bundle that signs the server's certificate
+	// (public data, so inline rather than in a Secret); the system's roots
+	// when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	CABundle string `json:"caBundle,omitempty"`
+
+	// Namespace is the namespace acted in there; the API server's own
+	// namespace's name when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // StackDefaults are defaults for the Stacks a config governs.

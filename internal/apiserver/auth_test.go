@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -28,13 +30,14 @@ func TestRequestsNeedAValidTokenAndPermission(t *testing.T) {
 	forged := at.admin[:len(at.admin)-4] + "AAAA"
 	at.expectError(http.StatusUnauthorized, forged, http.MethodGet, "/v1/installations", nil, "was not accepted")
 
-	who := "system:serviceaccount:" + at.namespace + ":nobody"
+	// The Kubernetes API refuses the caller itself: its message names them.
+	who := `User "system:serviceaccount:` + at.namespace + `:nobody"`
 	at.expectError(http.StatusForbidden, at.nobody, http.MethodGet, "/v1/installations", nil,
-		who+" may not list stacks.terrace.dev in namespace "+at.namespace)
-	at.expectError(http.StatusForbidden, at.nobody, http.MethodGet, "/v1/installations/web", nil, `may not get stacks.terrace.dev "web"`)
-	at.expectError(http.StatusForbidden, at.nobody, http.MethodPost, "/v1/installations", validCreate("web"), "may not create stacks.terrace.dev")
-	at.expectError(http.StatusForbidden, at.nobody, http.MethodPost, "/v1/installations/web/approve", map[string]string{"planId": "plan-1-a"}, `may not update stacks.terrace.dev "web"`)
-	at.expectError(http.StatusForbidden, at.nobody, http.MethodDelete, "/v1/installations/web", nil, `may not delete stacks.terrace.dev "web"`)
+		who+` cannot list resource "stacks" in API group "terrace.dev" in the namespace "`+at.namespace+`"`)
+	at.expectError(http.StatusForbidden, at.nobody, http.MethodGet, "/v1/installations/web", nil, `stacks.terrace.dev "web" is forbidden`, `cannot get resource "stacks"`)
+	at.expectError(http.StatusForbidden, at.nobody, http.MethodPost, "/v1/installations", validCreate("web"), `cannot create resource "stacks"`)
+	at.expectError(http.StatusForbidden, at.nobody, http.MethodPost, "/v1/installations/web/approve", map[string]string{"planId": "plan-1-a"}, `cannot get resource "stacks"`)
+	at.expectError(http.StatusForbidden, at.nobody, http.MethodDelete, "/v1/installations/web", nil, `cannot get resource "stacks"`)
 	// Nothing was created by the refused request.
 	at.expect(http.StatusOK, at.admin, http.MethodGet, "/v1/installations", nil, nil)
 	var list InstallationList
@@ -52,9 +55,9 @@ func TestStacksPermissionAloneDoesNotReadSecrets(t *testing.T) {
 
 	at.expect(http.StatusCreated, at.admin, http.MethodPost, "/v1/installations", validCreate("web"), nil)
 	at.expect(http.StatusOK, reader, http.MethodGet, "/v1/installations/web", nil, nil)
-	at.expectError(http.StatusForbidden, reader, http.MethodGet, "/v1/installations/web/outputs", nil, `may not get secrets "web-outputs"`)
-	at.expectError(http.StatusForbidden, reader, http.MethodGet, "/v1/installations/web/releases", nil, "may not list secrets")
-	at.expectError(http.StatusForbidden, creator, http.MethodPost, "/v1/installations", validCreate("db"), "may not create secrets")
+	at.expectError(http.StatusForbidden, reader, http.MethodGet, "/v1/installations/web/outputs", nil, `secrets "web-outputs" is forbidden`, `cannot get resource "secrets"`)
+	at.expectError(http.StatusForbidden, reader, http.MethodGet, "/v1/installations/web/releases", nil, `cannot get resource "secrets"`)
+	at.expectError(http.StatusForbidden, creator, http.MethodPost, "/v1/installations", validCreate("db"), `cannot create resource "secrets"`)
 }
 
 func TestBodiesAreBounded(t *testing.T) {
@@ -64,37 +67,56 @@ func TestBodiesAreBounded(t *testing.T) {
 }
 
 // TestTokenAudiences: a server that asks for its own audience refuses a
-// token issued for another (such as the Kubernetes API server's, which any
-// workload holding a mounted token has), and accepts one for its audience.
+// token issued only for the Kubernetes API server (which any workload
+// holding a mounted token has), and accepts one issued for both: the
+// Kubernetes API must accept every token, since the server passes it on.
 func TestTokenAudiences(t *testing.T) {
 	const audience = "terrace-api.example"
 	at := newAPITestWith(t, func(s *Server) { s.TokenAudiences = []string{audience} })
 	clientset := mustClientset(t)
+	kubeAudience := tokenAudiences(t, at.admin)[0]
 
 	// at.admin is a token for the API server's default audience.
-	at.expectError(http.StatusUnauthorized, at.admin, http.MethodGet, "/v1/installations", nil, "was not accepted", `not issued for the audience "`+audience+`"`)
+	at.expectError(http.StatusUnauthorized, at.admin, http.MethodGet, "/v1/installations", nil, "not for this server", `audience "`+audience+`"`)
 	other := audienceToken(t, clientset, at.namespace, "installer", "some-other-service")
 	at.expectError(http.StatusUnauthorized, other, http.MethodGet, "/v1/installations", nil, "was not accepted")
 
-	ours := audienceToken(t, clientset, at.namespace, "installer", audience)
+	ours := audienceToken(t, clientset, at.namespace, "installer", kubeAudience, audience)
 	at.expect(http.StatusOK, ours, http.MethodGet, "/v1/installations", nil, nil)
 	// The audience decides who the caller is, not what they may do.
-	nobody := audienceToken(t, clientset, at.namespace, "nobody", audience)
-	at.expectError(http.StatusForbidden, nobody, http.MethodGet, "/v1/installations", nil, "may not list stacks.terrace.dev")
+	nobody := audienceToken(t, clientset, at.namespace, "nobody", kubeAudience, audience)
+	at.expectError(http.StatusForbidden, nobody, http.MethodGet, "/v1/installations", nil, `cannot list resource "stacks"`)
 
-	// A server without audiences takes the default-audience token and
-	// refuses one bound to another service.
+	// A server without audiences takes the default-audience token.
 	plain := newAPITest(t)
 	plain.expect(http.StatusOK, plain.admin, http.MethodGet, "/v1/installations", nil, nil)
-	foreign := audienceToken(t, clientset, plain.namespace, "installer", audience)
-	plain.expectError(http.StatusUnauthorized, foreign, http.MethodGet, "/v1/installations", nil, "was not accepted")
 }
 
-// audienceToken returns a token of an existing ServiceAccount issued for audience.
-func audienceToken(t *testing.T, cs kubernetes.Interface, ns, sa, audience string) string {
+// tokenAudiences reads a JWT's aud claim (unverified: the test made it).
+func tokenAudiences(t *testing.T, token string) []string {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Aud []string `json:"aud"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || len(claims.Aud) == 0 {
+		t.Fatalf("aud claim: %v %s", err, payload)
+	}
+	return claims.Aud
+}
+
+// audienceToken returns a token of an existing ServiceAccount issued for audiences.
+func audienceToken(t *testing.T, cs kubernetes.Interface, ns, sa string, audiences ...string) string {
 	t.Helper()
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}},
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

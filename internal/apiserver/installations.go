@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +23,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/ownership"
+	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
 const (
@@ -42,39 +46,48 @@ func validateName(what, name string) error {
 	if problems := validation.IsDNS1123Subdomain(name); len(problems) > 0 {
 		return fmt.Errorf("%s %q is not valid: %s", what, name, strings.Join(problems, "; "))
 	}
-	if limit := validation.DNS1123SubdomainMaxLength - len(outputsSuffix); len(name) > limit {
+	// The longest name made from it is the values Secret's, <name>-values-<5 random>.
+	if limit := validation.DNS1123SubdomainMaxLength - len(valuesSuffix+"-xxxxx"); len(name) > limit {
 		return fmt.Errorf("%s %q is longer than %d characters", what, name, limit)
 	}
 	return nil
 }
 
-// validate checks what can be checked before asking the API server, which
-// enforces the Stack schema itself.
-func (req *CreateRequest) validate() error {
-	if err := validateName("name", req.Name); err != nil {
+// validateCreate checks what can be checked before asking the API server,
+// which enforces the Stack schema itself.
+func validateCreate(req *apiv1.CreateRequest) error {
+	if err := validateName("name", req.GetName()); err != nil {
 		return err
 	}
-	src := req.Source
+	src := req.GetSource()
 	switch {
-	case src.SourceRef != "":
+	case src.GetSourceRef() != "":
 		return errors.New("source.sourceRef cannot be set through the API: use source.programRef or source.url with source.digest")
-	case (src.ProgramRef != "") == (src.URL != ""):
+	case (src.GetProgramRef() != "") == (src.GetUrl() != ""):
 		return errors.New("source needs exactly one of programRef (a Program of this namespace) and url (a tar.gz, with digest)")
-	case src.ProgramRef != "" && src.Digest != "":
+	case src.GetProgramRef() != "" && src.GetDigest() != "":
 		return errors.New("source.digest is only used with source.url")
-	case src.ProgramRef != "":
-		if err := validateProgramRef(src.ProgramRef); err != nil {
+	case src.GetProgramRef() != "":
+		if err := validateProgramRef(src.GetProgramRef()); err != nil {
 			return err
 		}
-	case !strings.HasPrefix(src.URL, "https://") && !strings.HasPrefix(src.URL, "http://"):
+	case !strings.HasPrefix(src.GetUrl(), "https://") && !strings.HasPrefix(src.GetUrl(), "http://"):
 		return errors.New("source.url must start with https:// or http://")
-	case !digestForm.MatchString(src.Digest):
+	case !digestForm.MatchString(src.GetDigest()):
 		return errors.New("source.digest must be sha256:<64 lowercase hex digits> of the tarball at source.url")
 	}
-	if req.ApprovePlan != "" && req.ApprovePlan != terracev1.ApprovePlanAuto {
+	if req.GetApprovePlan() != "" && req.GetApprovePlan() != terracev1.ApprovePlanAuto {
 		return errors.New("approvePlan may be \"auto\" or empty at creation; approve a plan later with POST /v1/installations/{name}/approve")
 	}
-	return validateValues(req.Values)
+	if v := req.GetValuesSecret(); v != "" {
+		if len(req.GetValues().GetFields()) > 0 {
+			return errors.New("send either values (Terrace keeps them in a Secret of its own) or valuesSecret (an existing Secret), not both")
+		}
+		if problems := validation.IsDNS1123Subdomain(v); len(problems) > 0 {
+			return fmt.Errorf("valuesSecret %q is not a valid Secret name: %s", v, strings.Join(problems, "; "))
+		}
+	}
+	return validateValues(req.GetValues())
 }
 
 func validateProgramRef(name string) error {
@@ -84,8 +97,8 @@ func validateProgramRef(name string) error {
 	return nil
 }
 
-func validateValues(values map[string]json.RawMessage) error {
-	for name := range values {
+func validateValues(values *structpb.Struct) error {
+	for name := range values.GetFields() {
 		if !variableName.MatchString(name) {
 			return fmt.Errorf("values: %q is not a variable name (letters, digits, _ and -, not starting with a digit)", name)
 		}
@@ -95,41 +108,50 @@ func validateValues(values map[string]json.RawMessage) error {
 
 // valuesData stores each value as compact JSON: the Stack parses a valid
 // JSON value as JSON, so strings keep their quotes and stay strings.
-func valuesData(values map[string]json.RawMessage) (map[string][]byte, error) {
-	data := make(map[string][]byte, len(values))
-	for name, raw := range values {
+func valuesData(values *structpb.Struct) (map[string][]byte, error) {
+	data := make(map[string][]byte, len(values.GetFields()))
+	for name, value := range values.GetFields() {
+		raw, err := protojson.Marshal(value)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("values: %q cannot be written as JSON: %v", name, err))
+		}
+		// protojson's spacing is deliberately unstable; the Secret's is not.
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, raw); err != nil {
-			return nil, badRequest(fmt.Sprintf("values: %q is not valid JSON", name))
+			return nil, fmt.Errorf("failed to compact value %q: %w", name, err)
 		}
 		data[name] = buf.Bytes()
 	}
 	return data, nil
 }
 
-// newStack builds the Stack of an installation.
-func (s *Server) newStack(req *CreateRequest) *terracev1.Stack {
+// newStack builds the Stack of an installation reading its values from
+// the Secret valuesSecret.
+func (s *site) newStack(req *apiv1.CreateRequest, valuesSecret string) *terracev1.Stack {
+	src := req.GetSource()
 	stack := &terracev1.Stack{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: req.Name, Labels: map[string]string{InstallationLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: req.GetName(), Labels: map[string]string{InstallationLabel: "true"}},
 		Spec: terracev1.StackSpec{
-			Source:               terracev1.StackSource{URL: req.Source.URL, Digest: req.Source.Digest},
-			Path:                 req.Path,
-			VarsFrom:             []terracev1.VarsReference{{Kind: "Secret", Name: req.Name + valuesSuffix}},
-			ApprovePlan:          req.ApprovePlan,
-			WriteOutputsToSecret: &terracev1.OutputsSecret{Name: req.Name + outputsSuffix},
+			Source:               terracev1.StackSource{URL: src.GetUrl(), Digest: src.GetDigest()},
+			Path:                 req.GetPath(),
+			VarsFrom:             []terracev1.VarsReference{{Kind: "Secret", Name: valuesSecret}},
+			ApprovePlan:          req.GetApprovePlan(),
+			WriteOutputsToSecret: &terracev1.OutputsSecret{Name: req.GetName() + outputsSuffix},
 		},
 	}
-	if req.Source.ProgramRef != "" {
-		stack.Spec.Source.ProgramRef = &terracev1.LocalObjectReference{Name: req.Source.ProgramRef}
+	if src.GetProgramRef() != "" {
+		stack.Spec.Source.ProgramRef = &terracev1.LocalObjectReference{Name: src.GetProgramRef()}
 	}
 	return stack
 }
 
 // newValuesSecret is an installation's values Secret, marked as Terrace's;
-// ownValues (or the caller) binds it to the Stack.
-func (s *Server) newValuesSecret(name string, data map[string][]byte) *corev1.Secret {
+// ownValues (or the caller) binds it to the Stack. A new installation's has
+// a generated name (<installation>-values-<random>), so it never meets a
+// Secret someone else made.
+func (s *site) newValuesSecret(installation string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name + valuesSuffix, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, GenerateName: installation + valuesSuffix + "-", Labels: map[string]string{
 			InstallationLabel:        "true",
 			ownership.LabelManagedBy: ownership.ManagedByTerrace,
 			ownership.LabelComponent: ownership.ComponentValues,
@@ -139,220 +161,250 @@ func (s *Server) newValuesSecret(name string, data map[string][]byte) *corev1.Se
 	}
 }
 
-// valuesConflict is the answer when a Secret of the values name exists but
-// Terrace did not create it for this installation: it is never written.
-func (s *Server) valuesConflict(installation string, secret *corev1.Secret) error {
-	return conflict(fmt.Sprintf("Secret %s in namespace %s was not created by Terrace for installation %s (%s), so Terrace leaves it untouched: "+
-		"delete or rename that Secret and send the values again, or choose another installation name", secret.Name, s.Namespace, installation, ownership.Describe(secret)))
+// valuesConflict is the answer when the Secret the Stack reads its values
+// from is not the one Terrace created for it: it is never written.
+func (s *site) valuesConflict(installation string, secret *corev1.Secret) error {
+	return failure(connect.CodeFailedPrecondition, reasonForeignSecret, fmt.Sprintf("Secret %s in namespace %s was not created by Terrace for installation %s (%s), so Terrace leaves it untouched: "+
+		"write the values into that Secret yourself, or delete the installation and create it again", secret.Name, s.Namespace, installation, ownership.Describe(secret)))
 }
 
-// create makes the values Secret, then the Stack reading it, then makes the
-// Stack own the Secret; a failure on the way undoes what was made.
-func (s *Server) create(ctx context.Context, c *call) error {
-	var req CreateRequest
-	if err := decodeBody(c.r, &req); err != nil {
-		return err
+// create makes the values Secret (a generated name) immediately before the
+// Stack reading it, then makes the Stack own the Secret. If the Stack is not
+// made, or cannot be made its owner, the Secret is deleted again (and a
+// Stack that reads it, whose creation may have gone through unseen);
+// nothing of a failed create stays behind. With values_secret the Stack
+// reads an existing Secret, which Terrace neither owns nor deletes.
+func (s *site) create(ctx context.Context, _ *call, req *apiv1.CreateRequest) (*apiv1.Installation, error) {
+	if err := validateCreate(req); err != nil {
+		return nil, invalid(err.Error())
 	}
-	if err := req.validate(); err != nil {
-		return badRequest(err.Error())
-	}
-	data, err := valuesData(req.Values)
+	data, err := valuesData(req.GetValues())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	stack := s.newStack(&req)
-	// A dry run first: the schema's refusal or an existing Stack leaves nothing behind.
-	if err := s.Client.Create(ctx, stack.DeepCopy(), client.DryRunAll); err != nil {
-		return kubeError(err, "Stack "+req.Name)
+	existing := req.GetValuesSecret()
+	// A dry run first: the schema's, RBAC's or a webhook's refusal, or an
+	// existing Stack, leave nothing behind (a placeholder name stands in
+	// for the generated one).
+	placeholder := existing
+	if placeholder == "" {
+		placeholder = req.GetName() + valuesSuffix + "-dryrun"
 	}
-	if err := s.outputsNameFree(ctx, req.Name); err != nil {
-		return err
+	if err := s.Caller.Create(ctx, s.newStack(req, placeholder), client.DryRunAll); err != nil {
+		return nil, kubeError(err, "Stack "+req.GetName())
 	}
-	secret := s.newValuesSecret(req.Name, data)
-	if err := s.Client.Create(ctx, secret); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return conflict(fmt.Sprintf("Secret %s already exists in namespace %s and Terrace did not create it for this installation, so Terrace leaves it untouched: delete or rename it, or choose another installation name", secret.Name, s.Namespace))
+	if err := s.outputsNameFree(ctx, req.GetName()); err != nil {
+		return nil, err
+	}
+	if existing != "" {
+		if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: existing}, &corev1.Secret{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, failure(connect.CodeFailedPrecondition, reasonNotFound, fmt.Sprintf("valuesSecret %s does not exist in namespace %s: create it first, or send values instead", existing, s.Namespace))
+			}
+			return nil, kubeError(err, "Secret "+existing)
 		}
-		return kubeError(err, "Secret "+secret.Name)
+		stack := s.newStack(req, existing)
+		if err := s.Caller.Create(ctx, stack); err != nil {
+			return nil, kubeError(err, "Stack "+req.GetName())
+		}
+		return installationOf(stack), nil
 	}
-	if err := s.Client.Create(ctx, stack); err != nil {
-		s.undo(secret)
-		return kubeError(err, "Stack "+req.Name)
+
+	secret := s.newValuesSecret(req.GetName(), data)
+	if err := s.Caller.Create(ctx, secret); err != nil {
+		return nil, kubeError(err, "the values Secret of installation "+req.GetName())
+	}
+	stack := s.newStack(req, secret.Name)
+	if err := s.Caller.Create(ctx, stack); err != nil {
+		s.undoStackReading(ctx, req.GetName(), secret.Name)
+		s.undo(ctx, secret)
+		return nil, kubeError(err, "Stack "+req.GetName())
 	}
 	if err := s.ownValues(ctx, stack, secret); err != nil {
-		s.undo(stack)
-		s.undo(secret)
-		return err
+		s.undo(ctx, stack)
+		s.undo(ctx, secret)
+		return nil, err
 	}
-	writeJSON(c.w, http.StatusCreated, installationOf(stack))
-	return nil
+	return installationOf(stack), nil
+}
+
+// undoStackReading deletes the Stack named installation if it reads the
+// values Secret secretName: its create answered with an error (a timeout)
+// but may have been done. The generated Secret name makes such a Stack this
+// request's, and no one else's.
+func (s *site) undoStackReading(callCtx context.Context, installation, secretName string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(callCtx), 10*time.Second)
+	defer cancel()
+	stack := &terracev1.Stack{}
+	if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: installation}, stack); err != nil {
+		return
+	}
+	if slices.ContainsFunc(stack.Spec.VarsFrom, func(v terracev1.VarsReference) bool { return v.Kind == "Secret" && v.Name == secretName }) {
+		s.undo(ctx, stack)
+	}
 }
 
 // outputsNameFree refuses a new installation whose outputs Secret name is
 // taken: its Stack would stall with OutputsSecretConflict.
-func (s *Server) outputsNameFree(ctx context.Context, installation string) error {
+func (s *site) outputsNameFree(ctx context.Context, installation string) error {
 	name := installation + outputsSuffix
-	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Secret{})
+	err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Secret{})
 	switch {
 	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		// A caller who may not read Secrets cannot be told; the Stack
+		// would then stall with OutputsSecretConflict, which says so.
 		return nil
 	case err != nil:
 		return kubeError(err, "Secret "+name)
 	}
-	return conflict(fmt.Sprintf("Secret %s already exists in namespace %s; the installation would write its outputs there, which Terrace never does to a Secret it did not create: delete or rename it, or choose another installation name", name, s.Namespace))
+	return failure(connect.CodeAlreadyExists, reasonForeignSecret, fmt.Sprintf("Secret %s already exists in namespace %s; the installation would write its outputs there, which Terrace never does to a Secret it did not create: delete or rename it, or choose another installation name", name, s.Namespace))
 }
 
 // ownValues binds the values Secret to the Stack (controller reference), so
 // deleting the Stack deletes it and the controller knows it as this Stack's.
-func (s *Server) ownValues(ctx context.Context, stack *terracev1.Stack, secret *corev1.Secret) error {
+func (s *site) ownValues(ctx context.Context, stack *terracev1.Stack, secret *corev1.Secret) error {
 	before := secret.DeepCopy()
-	if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Client.Scheme()); err != nil {
+	if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Caller.Scheme()); err != nil {
 		return err
 	}
 	// The patch carries the resourceVersion of the Secret created above.
-	if err := s.Client.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("failed to make Stack %s own Secret %s: %w", stack.Name, secret.Name, err)
+	if err := s.Caller.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return kubeError(err, fmt.Sprintf("making Stack %s the owner of Secret %s", stack.Name, secret.Name))
 	}
 	return nil
 }
 
-// undo deletes an object a failed create made, on its own deadline: the
-// request's may be what ran out.
-func (s *Server) undo(obj client.Object) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// undo deletes an object a failed create made, as the caller, on its own
+// deadline: the request's may be what ran out.
+func (s *site) undo(callCtx context.Context, obj client.Object) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(callCtx), 10*time.Second)
 	defer cancel()
 	// Only the object this request made: the UID precondition spares one
 	// put in its place since.
 	uid := obj.GetUID()
-	err := s.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &uid})
+	err := s.Caller.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &uid})
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.Log.Error(err, "failed to remove an object of a failed create", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName())
 	}
 }
 
-func (s *Server) list(ctx context.Context, c *call) error {
-	stacks := &terracev1.StackList{}
-	if err := s.Client.List(ctx, stacks, client.InNamespace(s.Namespace), client.MatchingLabels{InstallationLabel: "true"}); err != nil {
-		return kubeError(err, "Stacks")
-	}
-	list := InstallationList{Items: make([]Installation, 0, len(stacks.Items))}
-	for i := range stacks.Items {
-		list.Items = append(list.Items, installationOf(&stacks.Items[i]))
-	}
-	slices.SortFunc(list.Items, func(a, b Installation) int { return strings.Compare(a.Name, b.Name) })
-	writeJSON(c.w, http.StatusOK, list)
-	return nil
-}
+// maxPageSize bounds a List page (and is the default).
+const maxPageSize = 500
 
-func (s *Server) get(ctx context.Context, c *call) error {
-	stack, err := s.installation(ctx, c.name)
-	if err != nil {
-		return err
+// list pages through the installations with the Kubernetes API's own
+// continue tokens; Stacks come back ordered by name.
+func (s *site) list(ctx context.Context, req *apiv1.ListRequest) (*apiv1.ListResponse, error) {
+	size := int64(req.GetPageSize())
+	if size < 0 {
+		return nil, invalid("pageSize must not be negative")
 	}
-	writeJSON(c.w, http.StatusOK, installationOf(stack))
-	return nil
+	if size == 0 || size > maxPageSize {
+		size = maxPageSize
+	}
+	stacks := &terracev1.StackList{}
+	err := s.Caller.List(ctx, stacks, client.InNamespace(s.Namespace), client.MatchingLabels{InstallationLabel: "true"},
+		client.Limit(size), client.Continue(req.GetPageToken()))
+	switch {
+	case apierrors.IsResourceExpired(err), apierrors.IsBadRequest(err) && req.GetPageToken() != "":
+		return nil, invalid("pageToken is not valid or has expired: list again from the first page")
+	case err != nil:
+		return nil, kubeError(err, "Stacks")
+	}
+	out := &apiv1.ListResponse{Items: make([]*apiv1.Installation, 0, len(stacks.Items)), NextPageToken: stacks.Continue}
+	for i := range stacks.Items {
+		out.Items = append(out.Items, installationOf(&stacks.Items[i]))
+	}
+	return out, nil
 }
 
 // delete deletes the Stack; its finalizer destroys the resources when
 // destroyOnDelete is set, and the values Secret goes with it.
-func (s *Server) delete(ctx context.Context, c *call) error {
+func (s *site) delete(ctx context.Context, c *call) (*apiv1.Installation, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	err = s.Client.Delete(ctx, stack, client.PropagationPolicy(metav1.DeletePropagationBackground),
+	err = s.Caller.Delete(ctx, stack, client.PropagationPolicy(metav1.DeletePropagationBackground),
 		client.Preconditions{UID: &stack.UID})
 	if err != nil {
-		return kubeError(err, "Stack "+c.name)
+		return nil, kubeError(err, "Stack "+c.name)
 	}
 	in := installationOf(stack)
 	in.Deleting = true
-	writeJSON(c.w, http.StatusAccepted, in)
-	return nil
+	in.Phase = phaseDeleting
+	return in, nil
 }
 
-// putValues replaces the values Secret; the Stack plans again because the
+// updateValues replaces the values Secret; the Stack plans again because the
 // Secret's version is part of its inputs.
-func (s *Server) putValues(ctx context.Context, c *call) error {
-	var req ValuesRequest
-	if err := decodeBody(c.r, &req); err != nil {
-		return err
+func (s *site) updateValues(ctx context.Context, c *call, req *apiv1.UpdateValuesRequest) (*apiv1.Installation, error) {
+	if req.GetValues() == nil {
+		return nil, invalid(`the body must be {"values": {...}}; send {"values": {}} to clear every value`)
 	}
-	if req.Values == nil {
-		return badRequest(`the body must be {"values": {...}}; send {"values": {}} to clear every value`)
+	if err := validateValues(req.GetValues()); err != nil {
+		return nil, invalid(err.Error())
 	}
-	if err := validateValues(req.Values); err != nil {
-		return badRequest(err.Error())
-	}
-	data, err := valuesData(req.Values)
+	data, err := valuesData(req.GetValues())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	name := c.name + valuesSuffix
-	if !slices.ContainsFunc(stack.Spec.VarsFrom, func(v terracev1.VarsReference) bool { return v.Kind == "Secret" && v.Name == name }) {
-		return conflict(fmt.Sprintf("Stack %s no longer reads its values from Secret %s (spec.varsFrom was changed): edit the Stack instead", c.name, name))
+	name := valuesSecretOf(stack)
+	if name == "" {
+		return nil, failure(connect.CodeFailedPrecondition, reasonForeignSecret, fmt.Sprintf("Stack %s reads its values from no Secret (spec.varsFrom was changed): edit the Stack instead", c.name))
 	}
 	secret := &corev1.Secret{}
-	err = s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, secret)
+	err = s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := s.authorize(ctx, c.caller, access{verb: "create", resource: "secrets"}); err != nil {
-			return err
-		}
+		// The Stack's values Secret was deleted: made again under its name, owned.
 		secret = s.newValuesSecret(c.name, data)
-		if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Client.Scheme()); err != nil {
-			return err
+		secret.GenerateName, secret.Name = "", name
+		if err := ownership.Claim(secret, stack, ownership.ComponentValues, s.Caller.Scheme()); err != nil {
+			return nil, err
 		}
-		if err := s.Client.Create(ctx, secret); err != nil {
-			return kubeError(err, "Secret "+name)
+		if err := s.Caller.Create(ctx, secret); err != nil {
+			return nil, kubeError(err, "Secret "+name)
 		}
 	case err != nil:
-		return kubeError(err, "Secret "+name)
+		return nil, kubeError(err, "Secret "+name)
 	case !ownership.Owns(secret, stack, ownership.ComponentValues):
-		return s.valuesConflict(c.name, secret)
+		return nil, s.valuesConflict(c.name, secret)
 	default:
 		secret.Data = data
 		secret.StringData = nil
 		// Update carries the resourceVersion read: a concurrent change is a conflict, not lost.
-		if err := s.Client.Update(ctx, secret); err != nil {
-			return kubeError(err, "Secret "+name)
+		if err := s.Caller.Update(ctx, secret); err != nil {
+			return nil, kubeError(err, "Secret "+name)
 		}
 	}
-	writeJSON(c.w, http.StatusOK, installationOf(stack))
-	return nil
+	return installationOf(stack), nil
+}
+
+// valuesSecretOf is the Secret an installation reads its values from: the
+// first Secret of its varsFrom.
+func valuesSecretOf(stack *terracev1.Stack) string {
+	for _, v := range stack.Spec.VarsFrom {
+		if v.Kind == "Secret" {
+			return v.Name
+		}
+	}
+	return ""
 }
 
 // installation reads the named Stack, which must carry the installation label.
-func (s *Server) installation(ctx context.Context, name string) (*terracev1.Stack, error) {
+func (s *site) installation(ctx context.Context, name string) (*terracev1.Stack, error) {
 	stack := &terracev1.Stack{}
-	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, stack); err != nil {
+	if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, stack); err != nil {
 		return nil, kubeError(err, "installation "+name)
 	}
 	if stack.Labels[InstallationLabel] != "true" {
-		return nil, notFound(fmt.Sprintf("Stack %s in namespace %s is not an installation (it has no %s=true label)", name, s.Namespace, InstallationLabel))
+		return nil, failure(connect.CodeNotFound, reasonNotAnInstallation, fmt.Sprintf("Stack %s in namespace %s is not an installation (it has no %s=true label)", name, s.Namespace, InstallationLabel))
 	}
 	return stack, nil
-}
-
-// kubeError turns an error of the Kubernetes API into the caller's answer.
-// Messages of refused input are passed on: they name the field and the rule.
-func kubeError(err error, what string) error {
-	switch {
-	case apierrors.IsNotFound(err):
-		return notFound(what + " not found")
-	case apierrors.IsAlreadyExists(err):
-		return conflict(what + " already exists")
-	case apierrors.IsConflict(err):
-		return conflict(what + " changed while this request ran: read it again and retry")
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		return badRequest(err.Error())
-	case apierrors.IsForbidden(err):
-		// The server's own identity lacks a permission: the deployment's RBAC is wrong.
-		return fmt.Errorf("the API server's own identity was refused access to %s (check its RBAC): %w", what, err)
-	}
-	return fmt.Errorf("failed to access %s: %w", what, err)
 }

@@ -62,6 +62,32 @@ func (at *apiTest) secret(name string) *corev1.Secret {
 	return secret
 }
 
+// valuesSecret reads the Secret the installation's Stack reads its values from.
+func (at *apiTest) valuesSecret(installation string) *corev1.Secret {
+	at.t.Helper()
+	stack := at.stack(installation)
+	if len(stack.Spec.VarsFrom) != 1 || stack.Spec.VarsFrom[0].Kind != "Secret" {
+		at.t.Fatalf("Stack %s varsFrom: %+v", installation, stack.Spec.VarsFrom)
+	}
+	return at.secret(stack.Spec.VarsFrom[0].Name)
+}
+
+// valuesSecrets lists the Secrets of the namespace that hold an installation's values.
+func (at *apiTest) valuesSecrets() []string {
+	at.t.Helper()
+	list := &corev1.SecretList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace(at.namespace)); err != nil {
+		at.t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list.Items {
+		if s.Labels[InstallationLabel] == "true" || strings.Contains(s.Name, "-values") {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
 func TestCreateMakesAStackReadingAValuesSecret(t *testing.T) {
 	at := newAPITest(t)
 	var created Installation
@@ -74,7 +100,8 @@ func TestCreateMakesAStackReadingAValuesSecret(t *testing.T) {
 	if stack.Labels[InstallationLabel] != "true" {
 		t.Fatalf("labels: %v", stack.Labels)
 	}
-	if want := []terracev1.VarsReference{{Kind: "Secret", Name: "web-values"}}; len(stack.Spec.VarsFrom) != 1 || stack.Spec.VarsFrom[0].Name != want[0].Name || stack.Spec.VarsFrom[0].Kind != "Secret" {
+	// The values Secret's name is generated: it can meet no Secret made by someone else.
+	if len(stack.Spec.VarsFrom) != 1 || !strings.HasPrefix(stack.Spec.VarsFrom[0].Name, "web-values-") || stack.Spec.VarsFrom[0].Kind != "Secret" {
 		t.Fatalf("varsFrom: %+v", stack.Spec.VarsFrom)
 	}
 	if stack.Spec.WriteOutputsToSecret == nil || stack.Spec.WriteOutputsToSecret.Name != "web-outputs" {
@@ -88,7 +115,7 @@ func TestCreateMakesAStackReadingAValuesSecret(t *testing.T) {
 		t.Fatalf("a value is in the Stack: %s", raw)
 	}
 
-	secret := at.secret("web-values")
+	secret := at.valuesSecret("web")
 	if string(secret.Data["replicas"]) != "3" || string(secret.Data["password"]) != `"hunter2"` || string(secret.Data["tags"]) != `["a","b"]` {
 		t.Fatalf("values Secret: %q", secret.Data)
 	}
@@ -105,12 +132,13 @@ func TestCreateMakesAStackReadingAValuesSecret(t *testing.T) {
 	if db.Spec.Source.URL != "https://example.com/db.tar.gz" || db.Spec.Source.Digest != goodDigest || db.Spec.ApprovePlan != "auto" || db.Spec.Path != "modules/db" {
 		t.Fatalf("db spec: %+v", db.Spec)
 	}
-	if len(at.secret("db-values").Data) != 0 {
+	if len(at.valuesSecret("db").Data) != 0 {
 		t.Fatal("an installation without values has values")
 	}
 
 	log := at.log.String()
-	if !strings.Contains(log, `"route":"POST /v1/installations"`) || !strings.Contains(log, `"status":201`) {
+	if !strings.Contains(log, `"procedure":"/terrace.api.v1.InstallationService/Create"`) || !strings.Contains(log, `"code":"ok"`) ||
+		!strings.Contains(log, `"user":"system:serviceaccount:`+at.namespace+`:installer"`) {
 		t.Fatalf("the request is not logged:\n%s", log)
 	}
 	if strings.Contains(log, "hunter2") || strings.Contains(log, at.admin) {
@@ -137,15 +165,14 @@ func TestCreateRefusesBadInputWithAClearMessage(t *testing.T) {
 	}, "source.digest must be sha256:")
 	bad(func(b map[string]any) { b["source"] = map[string]string{"url": "ftp://x/y.tgz", "digest": goodDigest} }, "must start with https://")
 	bad(func(b map[string]any) { b["values"] = map[string]any{"1bad": 1} }, `"1bad" is not a variable name`)
-	bad(func(b map[string]any) { b["values"] = []int{1} }, "not valid JSON for this endpoint")
+	bad(func(b map[string]any) { b["values"] = []int{1} }, "unexpected token [")
 	bad(func(b map[string]any) { b["approvePlan"] = "plan-1-a" }, "approvePlan may be")
 	bad(func(b map[string]any) { b["extra"] = true }, `unknown field "extra"`)
 	// The Stack schema is the API server's: its message comes back.
 	bad(func(b map[string]any) { b["path"] = "../etc" }, "path must be relative")
 
-	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: at.namespace, Name: "web-values"}, &corev1.Secret{})
-	if !apierrors.IsNotFound(err) {
-		t.Fatalf("a refused create left the values Secret behind: %v", err)
+	if left := at.valuesSecrets(); len(left) != 0 {
+		t.Fatalf("a refused create left values Secrets behind: %v", left)
 	}
 }
 
@@ -254,10 +281,10 @@ func TestPlanAndApprove(t *testing.T) {
 func TestValuesAreReplaced(t *testing.T) {
 	at := newAPITest(t)
 	at.expect(http.StatusCreated, at.admin, http.MethodPost, "/v1/installations", validCreate("web"), nil)
-	before := at.secret("web-values").ResourceVersion
+	before := at.valuesSecret("web").ResourceVersion
 
 	at.expect(http.StatusOK, at.admin, http.MethodPut, "/v1/installations/web/values", map[string]any{"values": map[string]any{"replicas": 5, "region": "eu"}}, nil)
-	secret := at.secret("web-values")
+	secret := at.valuesSecret("web")
 	if len(secret.Data) != 2 || string(secret.Data["replicas"]) != "5" || string(secret.Data["region"]) != `"eu"` || secret.ResourceVersion == before {
 		t.Fatalf("values after PUT: %q", secret.Data)
 	}
@@ -269,7 +296,7 @@ func TestValuesAreReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	at.expect(http.StatusOK, at.admin, http.MethodPut, "/v1/installations/web/values", map[string]any{"values": map[string]any{"replicas": 1}}, nil)
-	secret = at.secret("web-values")
+	secret = at.valuesSecret("web")
 	if string(secret.Data["replicas"]) != "1" || len(secret.OwnerReferences) != 1 {
 		t.Fatalf("recreated values Secret: %q %+v", secret.Data, secret.OwnerReferences)
 	}

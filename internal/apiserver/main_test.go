@@ -3,16 +3,10 @@ package apiserver
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -24,9 +18,13 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
 	"github.com/terrace-dev/terrace/internal/backend"
 	"github.com/terrace-dev/terrace/internal/settings"
@@ -46,8 +44,17 @@ type apiTest struct {
 	http      *http.Client
 	admin     string
 	nobody    string
+	// serverConfig is the server's own identity: ServiceAccount terrace-api
+	// bound to the roles of config/rbac/api_roles.yaml, as the controller does.
+	serverConfig *rest.Config
 	// log is what the server logged.
 	log *testenv.SyncBuffer
+}
+
+// installerRules are what the docs tell a tool's Role to grant.
+var installerRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"terrace.dev"}, Resources: []string{"stacks"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}},
 }
 
 // newAPITest starts the server in-process on 127.0.0.1 over TLS with a
@@ -66,17 +73,23 @@ func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
 		t.Fatal(err)
 	}
 	at := &apiTest{t: t, namespace: ns, log: &testenv.SyncBuffer{}}
-	at.admin = serviceAccountToken(t, clientset, ns, "installer", []rbacv1.PolicyRule{
-		{APIGroups: []string{"terrace.dev"}, Resources: []string{"stacks"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update"}},
-	})
+	at.admin = serviceAccountToken(t, clientset, ns, "installer", installerRules)
 	at.nobody = serviceAccountToken(t, clientset, ns, "nobody", nil)
+	at.serverConfig = apiServerIdentity(t, clientset, ns)
 
 	certFile, keyFile, pool := selfSignedCert(t)
-	resolver := &settings.Resolver{Reader: env.Client, OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
-	stores := backend.New(env.Client, resolver.ResolveNamespace)
+	own, err := client.New(at.serverConfig, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := CallerClient(at.serverConfig, env.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver := &settings.Resolver{Reader: own, OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
+	stores := backend.New(caller, resolver.ResolveNamespace)
 	t.Cleanup(stores.Close)
-	srv := &Server{Namespace: ns, Client: env.Client, Reviews: clientset, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}
+	srv := &Server{Namespace: ns, Client: own, Caller: caller, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}
 	if configure != nil {
 		configure(srv)
 	}
@@ -96,6 +109,73 @@ func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
 	at.url = "https://" + ln.Addr().String()
 	at.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	return at
+}
+
+// apiServerIdentity makes the API server's ServiceAccount terrace-api in ns
+// with the bindings the controller makes (the roles of
+// config/rbac/api_roles.yaml) and returns a config that authenticates as it.
+func apiServerIdentity(t *testing.T, cs kubernetes.Interface, ns string) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	for _, role := range apiRoles(t) {
+		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "terrace-api"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "terrace-api", Namespace: ns}}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "terrace-api"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "terrace-api"},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The controller adds each API server to one ClusterRoleBinding; a
+	// binding per test namespace grants the same.
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "terrace-api-auth-" + ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "terrace-api-auth"},
+		Subjects:   subjects,
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+	})
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "terrace-api", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = tr.Status.Token
+	return cfg
+}
+
+// apiRoles reads the ClusterRoles of config/rbac/api_roles.yaml.
+func apiRoles(t *testing.T) []*rbacv1.ClusterRole {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "api_roles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []*rbacv1.ClusterRole
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		role := &rbacv1.ClusterRole{}
+		if err := yaml.Unmarshal([]byte(doc), role); err != nil {
+			t.Fatal(err)
+		}
+		if role.Kind == "ClusterRole" {
+			roles = append(roles, role)
+		}
+	}
+	if len(roles) != 2 {
+		t.Fatalf("config/rbac/api_roles.yaml has %d ClusterRoles, want 2", len(roles))
+	}
+	return roles
 }
 
 // serviceAccountToken creates a ServiceAccount bound to a Role with rules
@@ -130,39 +210,7 @@ func serviceAccountToken(t *testing.T, cs kubernetes.Interface, ns, name string,
 // returns their paths and a pool trusting the certificate.
 func selfSignedCert(t *testing.T) (string, string, *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "terrace-api"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	return testenv.ServingCert(t)
 }
 
 // do sends a request with token ("" for none) and body (nil for none) and

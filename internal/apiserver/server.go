@@ -1,36 +1,44 @@
-// Package apiserver serves the Installations API: a REST façade over Stacks
-// for tools and UIs that should not need kubectl. An installation is a Stack
-// labelled terrace.dev/installation=true whose values live in a Secret
-// <name>-values it reads through varsFrom; the Stack and its status stay the
-// source of truth.
+// Package apiserver serves the Installations API, terrace.api.v1.InstallationService
+// (proto/terrace/api/v1): a façade over Stacks for tools and UIs that should
+// not need kubectl. An installation is a Stack labelled
+// terrace.dev/installation=true whose values live in a Secret it reads
+// through varsFrom; the Stack and its status stay the source of truth.
 //
-// Every request carries a bearer token. The server checks it with a
-// TokenReview, asks a SubjectAccessReview whether that identity may do the
-// matching verb on stacks.terrace.dev (and on secrets where values are
-// read or written) in the server's namespace, and then acts with its own
-// identity.
+// One HTTPS listener answers gRPC, gRPC-Web and Connect (connectrpc.com/connect),
+// REST on the paths of the service's google.api.http annotations
+// (connectrpc.com/vanguard transcodes them; legacy.go keeps the answers of
+// the REST API this service replaced), gRPC health and server reflection.
 //
-//	srv := &apiserver.Server{Namespace: ns, Client: c, Reviews: clientset, Stores: backends, Log: log}
+//	caller, err := apiserver.CallerClient(cfg, scheme)
+//	srv := &apiserver.Server{Namespace: ns, Client: own, Caller: caller, Stores: backend.New(caller, resolve), Log: log}
 //	err := srv.Serve(ctx, listener, apiserver.TLSFiles{CertFile: crt, KeyFile: key})
 package apiserver
 
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"connectrpc.com/vanguard"
 	"github.com/go-logr/logr"
-	"k8s.io/client-go/kubernetes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/proto/terrace/api/v1/apiv1connect"
 )
 
 // InstallationLabel marks the Stacks the API serves (value "true").
@@ -39,8 +47,8 @@ const InstallationLabel = "terrace.dev/installation"
 const (
 	// maxBodyBytes bounds a request body; a values Secret cannot hold more anyway.
 	maxBodyBytes = 1 << 20
-	// requestTimeout bounds the work of one request against the Kubernetes API.
-	requestTimeout = 30 * time.Second
+	// defaultRequestTimeout bounds the work of one unary call against the Kubernetes API.
+	defaultRequestTimeout = 30 * time.Second
 	// shutdownTimeout is how long in-flight requests may finish on shutdown.
 	shutdownTimeout = 10 * time.Second
 )
@@ -55,19 +63,31 @@ type StoreOpener interface {
 type Server struct {
 	// Namespace is the only namespace served.
 	Namespace string
-	// Client acts with the server's own identity. It should not cache:
-	// Secrets are read through it.
+	// Client acts with the server's own identity, which may only read
+	// TerraceConfigs (readiness and where the namespace's state is kept).
 	Client client.Client
-	// Reviews creates the TokenReviews and SubjectAccessReviews.
-	Reviews kubernetes.Interface
-	// TokenAudiences, when set, are the audiences a caller's token must be
-	// issued for (TokenReview spec.audiences); a token for another audience
-	// is refused with 401. Empty accepts the Kubernetes API server's own.
+	// Caller acts as each call's caller (CallerClient): every Kubernetes
+	// request made for a call goes through it, with the call's context.
+	Caller client.WithWatch
+	// TokenAudiences, when set, are audiences one of which a caller's token
+	// must also be issued for (its aud claim), besides one the Kubernetes
+	// API server accepts; a token for none of them is refused with
+	// UNAUTHENTICATED. Empty accepts any token the Kubernetes API accepts.
 	TokenAudiences []string
-	// Stores opens the namespace's plan and release stores, as the controller does.
+	// Stores opens the namespace's plan and release stores, as the
+	// controller does; their Secrets must be read through Caller.
 	Stores StoreOpener
-	// Log gets one line per request: never a token, never a value.
+	// Log gets one line per call: never a token, never a value.
 	Log logr.Logger
+	// RequestTimeout bounds each unary call; 30 s when zero.
+	RequestTimeout time.Duration
+	// StoresFor opens the plan and release stores of a registered cluster
+	// (spec.api.clusters) through its caller client; without it, plans'
+	// readable renderings, releases and outputs there are unavailable.
+	StoresFor func(caller client.Client) StoreOpener
+
+	reviews reviewCache
+	remote  remoteSites
 }
 
 // TLSFiles are the PEM files of the serving certificate; they are reloaded
@@ -85,6 +105,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, files TLSFiles) err
 		_ = ln.Close()
 		return fmt.Errorf("failed to load the serving certificate: %w", err)
 	}
+	handler, err := s.Handler()
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -93,19 +118,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, files TLSFiles) err
 		}
 	}()
 	srv := &http.Server{
-		Handler: s.Handler(),
+		Handler: handler,
+		// HTTP/2 is on: gRPC needs it. HTTP/1.1 serves REST, Connect and gRPC-Web.
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: watcher.GetCertificate,
-			NextProtos:     []string{"http/1.1"},
+			NextProtos:     []string{"h2", "http/1.1"},
 		},
-		// HTTP/2 stays off unless asked for.
-		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      requestTimeout + 15*time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		// No ReadTimeout or WriteTimeout: they would cut Watch streams.
+		// Unary calls are bounded by RequestTimeout and their bodies by maxBodyBytes.
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeTLS(ln, "", "") }()
@@ -123,154 +147,133 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, files TLSFiles) err
 	return nil
 }
 
-// Handler routes the API. /healthz and /readyz need no token: kubelet probes them.
-func (s *Server) Handler() http.Handler {
+// Handler routes every protocol. /healthz, /readyz, gRPC health and
+// reflection need no token: kubelet and tools probe them.
+func (s *Server) Handler() (http.Handler, error) {
+	svc := &service{Server: s}
+	options := []connect.HandlerOption{
+		connect.WithInterceptors(&callLog{log: s.Log, timeout: s.requestTimeout()}),
+		connect.WithReadMaxBytes(maxBodyBytes),
+	}
+	path, installations := apiv1connect.NewInstallationServiceHandler(svc, options...)
+	// The REST codec refuses unknown fields, as the REST API always did, and
+	// writes every field, so `"ready": false` is there to read.
+	strictJSON := func(res vanguard.TypeResolver) vanguard.Codec {
+		return restJSON{&vanguard.JSONCodec{
+			MarshalOptions:   protojson.MarshalOptions{Resolver: res, EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{Resolver: res},
+		}}
+	}
+	transcoder, err := vanguard.NewTranscoder(
+		[]*vanguard.Service{vanguard.NewService(path, installations, vanguard.WithMaxMessageBufferBytes(maxBodyBytes),
+			// Binary to the handler: REST bodies are then decoded (and answers
+			// encoded) by strictJSON, not passed through to connect's lenient JSON.
+			vanguard.WithTargetCodecs(vanguard.CodecProto))},
+		vanguard.WithCodec(strictJSON),
+		vanguard.WithUnknownHandler(http.HandlerFunc(noSuchEndpoint)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("failed to set up the REST transcoding of %s: %w", apiv1connect.InstallationServiceName, err)
+	}
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.ready)
-	stacks := func(verb string) access {
-		return access{verb: verb, group: terracev1.GroupVersion.Group, resource: "stacks"}
-	}
-	secrets := func(verb, suffix string) access { return access{verb: verb, resource: "secrets", nameSuffix: suffix} }
-	mux.Handle("POST /v1/installations", s.route(s.create, stacks("create"), secrets("create", "")))
-	mux.Handle("GET /v1/installations", s.route(s.list, stacks("list")))
-	mux.Handle("GET /v1/installations/{name}", s.route(s.get, stacks("get")))
-	mux.Handle("DELETE /v1/installations/{name}", s.route(s.delete, stacks("delete")))
-	mux.Handle("PUT /v1/installations/{name}/values", s.route(s.putValues, stacks("update"), secrets("update", valuesSuffix)))
-	mux.Handle("GET /v1/installations/{name}/plan", s.route(s.plan, stacks("get")))
-	mux.Handle("POST /v1/installations/{name}/approve", s.route(s.approve, stacks("update")))
-	// Release records hold output values, so they need the right to read Secrets.
-	mux.Handle("GET /v1/installations/{name}/releases", s.route(s.releases, stacks("get"), secrets("list", "")))
-	mux.Handle("GET /v1/installations/{name}/outputs", s.route(s.outputs, stacks("get")))
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotFound, Error{Code: http.StatusNotFound, Message: "no such endpoint: see /v1/installations"})
-	})
-	return mux
+	mux.Handle(grpchealth.NewHandler(&healthChecker{server: s}))
+	reflector := grpcreflect.NewStaticReflector(apiv1connect.InstallationServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	// The service's own paths go straight to connect, which speaks gRPC,
+	// gRPC-Web and Connect itself (a plain JSON POST needs no extra header).
+	mux.Handle(path, streamable(installations))
+	mux.Handle("/v1/", legacyREST(transcoder))
+	mux.HandleFunc("/", noSuchEndpoint)
+	return bounded(mux), nil
 }
 
-// ready answers once the server can read Stacks of its namespace.
+// restJSON is vanguard's JSON codec whose refusals of a request body are
+// INVALID_ARGUMENT: vanguard passes a body error on a path with parameters
+// (PUT /v1/installations/{name}/values) through as INTERNAL.
+type restJSON struct{ *vanguard.JSONCodec }
+
+func (c restJSON) Unmarshal(data []byte, msg proto.Message) error {
+	if err := c.JSONCodec.Unmarshal(data, msg); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil
+}
+
+func (c restJSON) UnmarshalField(data []byte, msg proto.Message, field protoreflect.FieldDescriptor) error {
+	if err := c.JSONCodec.UnmarshalField(data, msg, field); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil
+}
+
+func (s *Server) requestTimeout() time.Duration {
+	if s.RequestTimeout > 0 {
+		return s.RequestTimeout
+	}
+	return defaultRequestTimeout
+}
+
+// bounded limits every request body.
+func bounded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes+1024)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// streamable lets Watch streams outlive any server-wide write deadline.
+func streamable(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/Watch") {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func noSuchEndpoint(w http.ResponseWriter, _ *http.Request) {
+	writeLegacyError(w, http.StatusNotFound, "", "no such endpoint: see /v1/installations or the "+apiv1connect.InstallationServiceName+" service")
+}
+
+// ready answers once the server can reach the Kubernetes API with its own identity.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	if err := s.Client.List(ctx, &terracev1.StackList{}, client.InNamespace(s.Namespace), client.Limit(1)); err != nil {
-		s.Log.Error(err, "not ready: cannot list stacks")
-		http.Error(w, "cannot list Stacks in namespace "+s.Namespace, http.StatusServiceUnavailable)
+	if err := s.readiness(r.Context()); err != nil {
+		s.Log.Error(err, "not ready")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	writeText(w, "ok")
 }
 
-// call is one authenticated, authorized request.
-type call struct {
-	w      http.ResponseWriter
-	r      *http.Request
-	caller *caller
-	// name is the {name} path value, validated; "" on collection routes.
-	name string
-}
-
-// handler does a request's work: it writes the response, or returns an
-// error that route turns into one.
-type handler func(ctx context.Context, c *call) error
-
-// route authenticates the caller, authorizes every access, bounds the body
-// and the time, and logs the outcome.
-func (s *Server) route(h handler, needs ...access) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		started := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
-		r.Body = http.MaxBytesReader(rec, r.Body, maxBodyBytes)
-		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-		defer cancel()
-		c := &call{w: rec, r: r.WithContext(ctx), name: r.PathValue("name")}
-		err := s.serve(ctx, c, h, needs)
-		if err != nil {
-			s.writeError(rec, err)
-		}
-		user := ""
-		if c.caller != nil {
-			user = c.caller.Username
-		}
-		s.Log.Info("request", "method", r.Method, "route", r.Pattern, "name", c.name, "user", user,
-			"status", rec.status, "duration", time.Since(started).Round(time.Millisecond).String())
-	})
-}
-
-func (s *Server) serve(ctx context.Context, c *call, h handler, needs []access) error {
-	if c.name != "" {
-		if err := validateName("installation name", c.name); err != nil {
-			return badRequest(err.Error())
-		}
+func (s *Server) readiness(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// Its own identity may read only the namespace's TerraceConfig, which need not exist.
+	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: terracev1.TerraceConfigName}, &terracev1.TerraceConfig{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cannot read the TerraceConfig of namespace %s: %w", s.Namespace, err)
 	}
-	caller, err := s.authenticate(ctx, c.r)
-	if err != nil {
-		return err
+	return nil
+}
+
+// healthChecker answers gRPC health checks: the server as a whole ("") and
+// the installation service are serving when the server is ready.
+type healthChecker struct{ server *Server }
+
+func (h *healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	switch req.Service {
+	case "", apiv1connect.InstallationServiceName:
+	default:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 	}
-	c.caller = caller
-	for _, need := range needs {
-		if err := s.authorize(ctx, caller, need.forName(c.name)); err != nil {
-			return err
-		}
+	if err := h.server.readiness(ctx); err != nil {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
 	}
-	return h(ctx, c)
-}
-
-// statusRecorder remembers the status written, for the request log.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-// apiError is an error with the HTTP status and message the caller sees.
-type apiError struct {
-	code    int
-	message string
-}
-
-func (e *apiError) Error() string { return e.message }
-
-func badRequest(message string) error {
-	return &apiError{code: http.StatusBadRequest, message: message}
-}
-func notFound(message string) error { return &apiError{code: http.StatusNotFound, message: message} }
-func conflict(message string) error { return &apiError{code: http.StatusConflict, message: message} }
-
-// writeError answers with an apiError's status and message; any other error
-// is logged and answered 500 without details.
-func (s *Server) writeError(w http.ResponseWriter, err error) {
-	var apiErr *apiError
-	if !errors.As(err, &apiErr) {
-		s.Log.Error(err, "request failed")
-		apiErr = &apiError{code: http.StatusInternalServerError, message: "internal error: see the API server's log"}
-	}
-	if apiErr.code == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="terrace"`)
-	}
-	writeJSON(w, apiErr.code, Error{Code: apiErr.code, Message: apiErr.message})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
 }
 
 func writeText(w http.ResponseWriter, text string) {
@@ -278,20 +281,5 @@ func writeText(w http.ResponseWriter, text string) {
 	_, _ = w.Write([]byte(text + "\n"))
 }
 
-// decodeBody reads a JSON body into v, refusing unknown fields, trailing
-// data and bodies over maxBodyBytes.
-func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return &apiError{code: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("the request body is larger than %d bytes", maxBodyBytes)}
-		}
-		return badRequest("the request body is not valid JSON for this endpoint: " + err.Error())
-	}
-	if dec.More() {
-		return badRequest("the request body holds more than one JSON value")
-	}
-	return nil
-}
+// errInternal is what a caller sees of an unexpected error; the log has the rest.
+var errInternal = errors.New("internal error: see the API server's log")

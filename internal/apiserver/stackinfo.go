@@ -4,45 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
+	"connectrpc.com/connect"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
 // plan shows the pending plan (or a planOnly Stack's latest), with its
 // readable rendering when the Stack stores one and the caller may read
 // Secrets, where plans are kept.
-func (s *Server) plan(ctx context.Context, c *call) error {
+func (s *site) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	planID := stackview.ShownPlan(stack)
 	if planID == "" {
-		return notFound((&stackview.NoPendingPlanError{Stack: stack}).Error())
+		return nil, failure(connect.CodeNotFound, reasonNoPlan, (&stackview.NoPendingPlanError{Stack: stack}).Error())
 	}
 	p := stack.Status.Plan
-	out := Plan{
-		ID: planID, Approvable: p.Pending == planID,
+	out := &apiv1.Plan{
+		Id: planID, Approvable: p.Pending == planID,
 		Add: p.Add, Change: p.Change, Destroy: p.Destroy, Drift: p.Drift, DestroyPlan: p.DestroyPlan,
-		CreatedAt: p.CreatedAt, Revision: stack.Status.LastPlannedRevision,
+		CreatedAt: timestampOf(p.CreatedAt), Revision: stack.Status.LastPlannedRevision,
 		ReadableFormat: stackview.ReadableFormat(stack),
 	}
-	var readable []byte
 	switch {
 	case out.ReadableFormat == "":
 		out.Note = stackview.NoReadablePlanStored
 	default:
-		ok, err := s.allowed(ctx, c.caller, access{verb: "get", resource: "secrets"})
+		ok, err := s.allowed(ctx, "get", "secrets")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
 			out.Note = fmt.Sprintf("(the readable plan is withheld: %s may not get secrets in namespace %s, where plans are kept)", c.caller.Username, s.Namespace)
@@ -50,118 +49,126 @@ func (s *Server) plan(ctx context.Context, c *call) error {
 		}
 		set, err := s.stores(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		var readable []byte
 		readable, out.Note = stackview.ReadablePlan(ctx, set.Plans, stack, planID)
+		out.Readable = string(readable)
 	}
-	out.Readable = string(readable)
-	writeJSON(c.w, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
-// approve sets spec.approvePlan to planId only when it is the pending plan.
-func (s *Server) approve(ctx context.Context, c *call) error {
-	var req ApproveRequest
-	if err := decodeBody(c.r, &req); err != nil {
-		return err
-	}
-	if req.PlanID == "" {
-		return badRequest(`the body must be {"planId": "<the pending plan's id>"}: read it from GET /v1/installations/` + c.name + `/plan`)
+// approve sets spec.approvePlan to planID only when it is the pending plan.
+func (s *site) approve(ctx context.Context, c *call, planID string) (*apiv1.Installation, error) {
+	if planID == "" {
+		return nil, invalid(`planId is required (the body must be {"planId": "<the pending plan's id>"}): read it from GET /v1/installations/` + c.name + `/plan`)
 	}
 	get := func(ctx context.Context) (*terracev1.Stack, error) { return s.installation(ctx, c.name) }
-	stack, _, err := stackview.Approve(ctx, s.Client, get, req.PlanID)
+	stack, _, err := stackview.Approve(ctx, s.Caller, get, planID)
 	var noPlan *stackview.NoPendingPlanError
 	var notPending *stackview.NotPendingError
 	switch {
-	case errors.As(err, &noPlan), errors.As(err, &notPending):
-		return conflict(err.Error())
+	case errors.As(err, &noPlan):
+		return nil, failure(connect.CodeFailedPrecondition, reasonNoPlan, err.Error())
+	case errors.As(err, &notPending):
+		return nil, failure(connect.CodeFailedPrecondition, reasonPlanNotPending, err.Error())
 	case apierrors.IsConflict(err):
-		return conflict(fmt.Sprintf("Stack %s kept changing while it was approved: read its plan again and retry", c.name))
+		return nil, failure(connect.CodeAborted, reasonChanged, fmt.Sprintf("Stack %s kept changing while it was approved: read its plan again and retry", c.name))
 	case err != nil:
-		var apiErr *apiError
-		if errors.As(err, &apiErr) {
-			return err
+		var cerr *connect.Error
+		if errors.As(err, &cerr) {
+			return nil, err
 		}
-		return kubeError(err, "Stack "+c.name)
+		return nil, kubeError(err, "Stack "+c.name)
 	}
-	writeJSON(c.w, http.StatusOK, installationOf(stack))
-	return nil
+	return installationOf(stack), nil
 }
 
 // releases lists the Stack's release records from the namespace's release store.
-func (s *Server) releases(ctx context.Context, c *call) error {
+func (s *site) releases(ctx context.Context, c *call) (*apiv1.ListReleasesResponse, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	set, err := s.stores(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	records, err := set.History.List(ctx, stack.Namespace, stack.Name)
 	if err != nil {
-		return fmt.Errorf("failed to list the releases of Stack %s: %w", stack.Name, err)
+		return nil, kubeError(err, "the release records of Stack "+stack.Name)
 	}
-	if records == nil {
-		records = []release.Release{}
+	out := &apiv1.ListReleasesResponse{Items: make([]*apiv1.Release, 0, len(records))}
+	for i := range records {
+		out.Items = append(out.Items, releaseOf(&records[i]))
 	}
-	writeJSON(c.w, http.StatusOK, ReleaseList{Items: records})
-	return nil
+	return out, nil
 }
 
 // outputs shows the outputs Secret with sensitive values masked; which are
 // sensitive comes from the deployed release, and an unknown one is masked.
-func (s *Server) outputs(ctx context.Context, c *call) error {
+func (s *site) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsResponse, error) {
 	stack, err := s.installation(ctx, c.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	spec := stack.Spec.WriteOutputsToSecret
-	// Values come from a Secret, or from release records kept in Secrets.
-	need := access{verb: "list", resource: "secrets"}
+	// The outputs Secret first: a caller who may not read it learns nothing more.
+	secret := &corev1.Secret{}
 	if spec != nil {
-		need = access{verb: "get", resource: "secrets", name: spec.Name}
-	}
-	if err := s.authorize(ctx, c.caller, need); err != nil {
-		return err
+		err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: spec.Name}, secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, notFound(fmt.Sprintf("Stack %s writes its outputs to Secret %s, which does not exist yet: no apply has finished", stack.Name, spec.Name))
+		case err != nil:
+			return nil, kubeError(err, "Secret "+spec.Name)
+		}
 	}
 	set, err := s.stores(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	deployed, releaseErr := set.History.Deployed(ctx, stack.Namespace, stack.Name)
-	if releaseErr != nil {
+	switch {
+	case apierrors.IsForbidden(releaseErr) && spec == nil:
+		// Without an outputs Secret the values are in the release records.
+		return nil, kubeError(releaseErr, "the release records of Stack "+stack.Name)
+	case releaseErr != nil && !apierrors.IsForbidden(releaseErr):
 		s.Log.Error(releaseErr, "failed to read the deployed release", "stack", stack.Name)
+	}
+	if releaseErr != nil {
 		deployed = nil
 	}
-	var out Outputs
+	out := &apiv1.GetOutputsResponse{}
+	var items []stackview.Output
 	if spec == nil {
-		out.Items = stackview.OutputsFromRelease(stack, deployed)
+		items = stackview.OutputsFromRelease(stack, deployed)
 		out.Note = "the Stack has no outputs Secret; values are from its deployed release, which never records sensitive ones"
 	} else {
-		secret := &corev1.Secret{}
-		err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: spec.Name}, secret)
-		switch {
-		case apierrors.IsNotFound(err):
-			return notFound(fmt.Sprintf("Stack %s writes its outputs to Secret %s, which does not exist yet: no apply has finished", stack.Name, spec.Name))
-		case err != nil:
-			return kubeError(err, "Secret "+spec.Name)
-		}
-		out.Items = stackview.OutputsFromSecret(secret, deployed, false)
+		items = stackview.OutputsFromSecret(secret, deployed, false)
 		if deployed == nil {
 			out.Note = "no release record says which outputs are sensitive (" + stackview.ReleaseProblem(releaseErr) + "): every value is masked"
 		}
 	}
-	writeJSON(c.w, http.StatusOK, out)
-	return nil
+	for _, o := range items {
+		out.Items = append(out.Items, &apiv1.Output{Name: o.Name, Sensitive: o.Sensitive, Value: o.Value, Masked: o.Masked})
+	}
+	return out, nil
 }
 
 // stores opens the namespace's plan and release stores; a misconfigured
 // backend is the operator's to fix, and the caller is told so.
-func (s *Server) stores(ctx context.Context) (*backend.Set, error) {
+func (s *site) stores(ctx context.Context) (*backend.Set, error) {
+	if s.Stores == nil {
+		return nil, failure(connect.CodeUnavailable, reasonStoreMisconfigured, "this server cannot open the plan and release stores of cluster "+s.Cluster)
+	}
 	set, err := s.Stores.For(ctx, s.Namespace)
 	if errors.Is(err, backend.ErrMisconfigured) {
-		return nil, &apiError{code: http.StatusServiceUnavailable, message: "the state backend of namespace " + s.Namespace + " is misconfigured: " + err.Error()}
+		return nil, failure(connect.CodeUnavailable, reasonStoreMisconfigured, "the state backend of namespace "+s.Namespace+" is misconfigured: "+err.Error())
+	}
+	if apierrors.IsForbidden(err) {
+		// Where the namespace's state is kept is recorded in a Secret, read as the caller.
+		return nil, kubeError(err, "the state location of namespace "+s.Namespace)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to open the stores of namespace %s: %w", s.Namespace, err)

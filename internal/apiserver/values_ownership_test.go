@@ -4,7 +4,10 @@ import (
 	"context"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
+
+	"connectrpc.com/connect"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +16,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/ownership"
+	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
 func (at *apiTest) foreignSecret(name string, owners ...metav1.OwnerReference) *corev1.Secret {
@@ -39,7 +43,7 @@ func (at *apiTest) assertUntouched(before *corev1.Secret) {
 func TestValuesSecretIsMarkedAsTheInstallationsOwn(t *testing.T) {
 	at := newAPITest(t)
 	at.expect(http.StatusCreated, at.admin, http.MethodPost, "/v1/installations", validCreate("web"), nil)
-	if secret, stack := at.secret("web-values"), at.stack("web"); !ownership.Owns(secret, stack, ownership.ComponentValues) {
+	if secret, stack := at.valuesSecret("web"), at.stack("web"); !ownership.Owns(secret, stack, ownership.ComponentValues) {
 		t.Fatalf("the values Secret is not marked as the installation's: labels %v owners %+v", secret.Labels, secret.OwnerReferences)
 	}
 }
@@ -50,31 +54,73 @@ func TestValuesAreNeverWrittenIntoAnotherSecret(t *testing.T) {
 	at := newAPITest(t)
 	ctx := context.Background()
 
-	// Create: a values or outputs Secret of the name exists already.
+	// Create: a Secret named like a values Secret exists already. The
+	// values Secret's name is generated, so the create goes ahead beside it.
 	values := at.foreignSecret("web-values")
-	at.expectError(http.StatusConflict, at.admin, http.MethodPost, "/v1/installations", validCreate("web"), "Secret web-values", "leaves it untouched")
+	at.expect(http.StatusCreated, at.admin, http.MethodPost, "/v1/installations", validCreate("web"), nil)
 	at.assertUntouched(values)
+	if got := at.valuesSecret("web").Name; got == values.Name {
+		t.Fatalf("the installation reads the foreign Secret %s", got)
+	}
+	// An outputs Secret of the name exists already.
 	outputs := at.foreignSecret("db-outputs")
 	at.expectError(http.StatusConflict, at.admin, http.MethodPost, "/v1/installations", validCreate("db"), "Secret db-outputs", "choose another installation name")
 	at.assertUntouched(outputs)
-	for _, name := range []string{"web", "db"} {
+	for _, name := range []string{"db"} {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: at.namespace, Name: name}, &terracev1.Stack{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("a refused create left Stack %s behind: %v", name, err)
 		}
 	}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: at.namespace, Name: "db-values"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("a refused create left db-values behind: %v", err)
+	for _, name := range at.valuesSecrets() {
+		if strings.HasPrefix(name, "db-") {
+			t.Fatalf("a refused create left %s behind", name)
+		}
 	}
 
 	// PUT values: the installation's own Secret was replaced by another one,
 	// even one that lists the Stack as a (non-controller) owner.
 	at.expect(http.StatusCreated, at.admin, http.MethodPost, "/v1/installations", validCreate("app"), nil)
 	stack := at.stack("app")
-	if err := env.Client.Delete(ctx, at.secret("app-values")); err != nil {
+	own := at.valuesSecret("app")
+	if err := env.Client.Delete(ctx, own); err != nil {
 		t.Fatal(err)
 	}
-	replaced := at.foreignSecret("app-values", metav1.OwnerReference{APIVersion: terracev1.GroupVersion.String(), Kind: "Stack", Name: "app", UID: stack.UID})
+	replaced := at.foreignSecret(own.Name, metav1.OwnerReference{APIVersion: terracev1.GroupVersion.String(), Kind: "Stack", Name: "app", UID: stack.UID})
 	at.expectError(http.StatusConflict, at.admin, http.MethodPut, "/v1/installations/app/values",
-		map[string]any{"values": map[string]any{"replicas": 1}}, "Secret app-values", "not created by Terrace for installation app")
+		map[string]any{"values": map[string]any{"replicas": 1}}, "Secret "+own.Name, "not created by Terrace for installation app")
 	at.assertUntouched(replaced)
+}
+
+// An installation may read an existing Secret instead of values: Terrace
+// neither owns, writes nor deletes it.
+func TestAnExistingValuesSecretIsNeitherOwnedNorDeleted(t *testing.T) {
+	at := newAPITest(t)
+	ctx := context.Background()
+	grpc := at.grpcClient()
+	mine := at.foreignSecret("team-values")
+
+	_, err := grpc.Create(ctx, withToken(&apiv1.CreateRequest{Name: "web", Source: &apiv1.Source{ProgramRef: "m"}, ValuesSecret: "missing"}, at.admin))
+	expectCode(t, err, connect.CodeFailedPrecondition, reasonNotFound, "valuesSecret missing does not exist")
+	_, err = grpc.Create(ctx, withToken(&apiv1.CreateRequest{Name: "web", Source: &apiv1.Source{ProgramRef: "m"}, ValuesSecret: mine.Name,
+		Values: mustStruct(t, map[string]any{"a": 1})}, at.admin))
+	expectCode(t, err, connect.CodeInvalidArgument, reasonInvalidInput, "not both")
+	if left := at.valuesSecrets(); len(left) != 1 {
+		t.Fatalf("a refused create made Secrets: %v", left)
+	}
+
+	created, err := grpc.Create(ctx, withToken(&apiv1.CreateRequest{Name: "web", Source: &apiv1.Source{ProgramRef: "m"}, ValuesSecret: mine.Name}, at.admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Msg.ValuesSecret != mine.Name || at.valuesSecret("web").Name != mine.Name {
+		t.Fatalf("the installation does not read %s: %v", mine.Name, created.Msg)
+	}
+	at.assertUntouched(mine)
+	_, err = grpc.UpdateValues(ctx, withToken(&apiv1.UpdateValuesRequest{Name: "web", Values: mustStruct(t, map[string]any{"a": 1})}, at.admin))
+	expectCode(t, err, connect.CodeFailedPrecondition, reasonForeignSecret, "write the values into that Secret yourself")
+	at.assertUntouched(mine)
+	if _, err := grpc.Delete(ctx, withToken(&apiv1.DeleteRequest{Name: "web"}, at.admin)); err != nil {
+		t.Fatal(err)
+	}
+	at.assertUntouched(mine)
 }

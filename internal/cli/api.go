@@ -7,9 +7,12 @@ import (
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/terrace-dev/terrace/internal/apiserver"
+	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/settings"
 )
 
 func newAPICommand() *cobra.Command {
@@ -18,18 +21,19 @@ func newAPICommand() *cobra.Command {
 	var development bool
 	cmd := &cobra.Command{
 		Use:   "api",
-		Short: "Serve the Installations API (REST over HTTPS) for one namespace",
+		Short: "Serve the Installations API (gRPC, Connect and REST over HTTPS) for one namespace",
 		Long: "Serves /v1/installations for the namespace of --namespace: create installations (a Stack with a\n" +
 			"values Secret), list them, read plans, approve, read releases and outputs, replace values, delete.\n" +
-			"Callers send a Kubernetes bearer token; each request is checked with a TokenReview and a\n" +
-			"SubjectAccessReview, then done with this server's own identity. See docs/api.md.",
+			"Callers send a Kubernetes bearer token, and every Kubernetes request made for a call carries\n" +
+			"that token: the cluster's RBAC decides and its audit log names the caller. The server's own\n" +
+			"identity only reads TerraceConfigs. gRPC, gRPC-Web, Connect and REST on one port. See docs/api.md.",
 		Example: "  terrace api --namespace team --tls-cert-file tls.crt --tls-key-file tls.key",
 		Args:    cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":8443", "address to serve HTTPS on")
 	cmd.Flags().StringVar(&certFile, "tls-cert-file", "", "PEM serving certificate (reloaded when it changes)")
 	cmd.Flags().StringVar(&keyFile, "tls-key-file", "", "PEM private key of the serving certificate")
-	cmd.Flags().StringSliceVar(&audiences, "token-audiences", nil, "audiences a caller's token must be issued for (checked by TokenReview); default: the Kubernetes API server's own")
+	cmd.Flags().StringSliceVar(&audiences, "token-audiences", nil, "audiences one of which a caller's token must also be issued for (its aud claim; the Kubernetes API server must accept the token too); default: any token it accepts")
 	cmd.Flags().BoolVar(&development, "log-dev", false, "human-readable logs instead of JSON")
 	return userCommand(cmd, func(ctx context.Context, k *kube, _ streams, _ []string) error {
 		if certFile == "" || keyFile == "" {
@@ -37,17 +41,25 @@ func newAPICommand() *cobra.Command {
 		}
 		log := zap.New(zap.UseDevMode(development)).WithName("api")
 		ctrl.SetLogger(log)
-		reviews, err := k.clientset()
+		caller, err := apiserver.CallerClient(k.config, k.client.Scheme())
 		if err != nil {
 			return err
 		}
-		stores := k.backends()
+		// Plans and releases are Secrets: read as the caller; the TerraceConfigs
+		// that say where they are, with the server's own identity.
+		stores := backend.New(caller, k.resolver().ResolveNamespace)
 		defer stores.Close()
 		ln, err := net.Listen("tcp", listen)
 		if err != nil {
 			return fmt.Errorf("failed to listen on %s: %w", listen, err)
 		}
-		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Reviews: reviews, TokenAudiences: audiences, Stores: stores, Log: log}
+		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
+			// In a registered cluster the TerraceConfigs are read as the caller too.
+			StoresFor: func(c client.Client) apiserver.StoreOpener {
+				resolver := &settings.Resolver{Reader: c, OperatorNamespace: k.flags.operatorNamespace, Builtin: settings.BuiltinDefaults("")}
+				return backend.New(c, resolver.ResolveNamespace)
+			},
+		}
 		return srv.Serve(ctx, ln, apiserver.TLSFiles{CertFile: certFile, KeyFile: keyFile})
 	})
 }

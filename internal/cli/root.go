@@ -21,7 +21,8 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newControllerCommand())
 	root.AddCommand(newStateCommand())
 	root.AddCommand(newAPICommand())
-	root.AddCommand(newGetCommand(), newPlanCommand(), newApproveCommand(), newOutputsCommand(), newHistoryCommand(),
+	root.AddCommand(withAPI(newGetCommand(), apiGet), withAPI(newPlanCommand(), apiPlan), withAPI(newApproveCommand(), apiApprove),
+		withAPI(newOutputsCommand(), apiOutputs), withAPI(newHistoryCommand(), apiHistory),
 		newLogsCommand(), newReconcileCommand(), newSuspendCommand(), newResumeCommand(),
 		newDescribeCommand(), newReplanCommand(), newForceUnlockCommand())
 	return root

@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/apiserver"
 	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
@@ -34,45 +31,32 @@ import (
 // installation through it, which the controller applies.
 func TestInstallationsAPIOnTheDevCluster(t *testing.T) {
 	e := newStackEnv(t)
-	e.applyAPIRoles(t)
-	e.program(t, "bench", map[string]string{"main.tf": benchModule})
-	e.create(t, &terracev1.TerraceConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
-		Spec:       terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}},
-	})
-
 	// The API pod, Ready behind its HTTPS readiness probe.
-	var podIP string
-	eventually(t, stackTimeout, "a Ready API server pod", func() error {
-		pods, err := e.cs.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + config.APIName})
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if podReady(&p) {
-				podIP = p.Status.PodIP
-				return nil
-			}
-		}
-		return fmt.Errorf("%d pods, none Ready", len(pods.Items))
-	})
+	podIP := e.enableAPI(t)
 	api := e.apiClient(t, podIP)
 
 	// A tool's identity: a ServiceAccount allowed to manage Stacks here.
 	token := e.toolToken(t, "deployer")
-	var created apiserver.Installation
-	api.do(t, token, http.MethodPost, "/v1/installations", apiserver.CreateRequest{
-		Name: "web", Source: apiserver.Source{ProgramRef: "bench"},
-		Values: map[string]json.RawMessage{"n": json.RawMessage("7")}, ApprovePlan: terracev1.ApprovePlanAuto,
-	}, http.StatusCreated, &created)
+	api.do(t, token, http.MethodPost, "/v1/installations", map[string]any{
+		"name": "web", "source": map[string]string{"programRef": "bench"},
+		"values": map[string]any{"n": 7}, "approvePlan": terracev1.ApprovePlanAuto,
+	}, http.StatusCreated, nil)
 	e.waitStack(t, "web", stackTimeout, "the installation applied", readyAt)
 
-	var got apiserver.Installation
+	var got struct {
+		Ready   bool  `json:"ready"`
+		Release int64 `json:"release"`
+	}
 	api.do(t, token, http.MethodGet, "/v1/installations/web", nil, http.StatusOK, &got)
 	if !got.Ready || got.Release != 1 {
 		t.Errorf("installation: %+v", got)
 	}
-	var outs apiserver.Outputs
+	var outs struct {
+		Items []struct {
+			Sensitive bool    `json:"sensitive"`
+			Value     *string `json:"value"`
+		} `json:"items"`
+	}
 	api.do(t, token, http.MethodGet, "/v1/installations/web/outputs", nil, http.StatusOK, &outs)
 	// The output is built from the installation's values, which live in a
 	// Secret: Terrace treats it as sensitive (tenancy: every value that came
@@ -110,18 +94,28 @@ func (e *stackEnv) applyAPIRoles(t *testing.T) {
 	}
 }
 
-// toolToken returns a token of a new ServiceAccount bound to the
-// terrace-api ClusterRole in the test's namespace.
+// toolToken returns a token of a new ServiceAccount bound to a Role in the
+// test's namespace with the rights docs/api.md tells a tool's Role to
+// grant: the API acts with them.
 func (e *stackEnv) toolToken(t *testing.T, name string) string {
 	t.Helper()
 	token := e.toolTokenWithoutRights(t, name)
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{terracev1.GroupVersion.Group}, Resources: []string{"stacks"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}},
+		},
+	}
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: config.APIClusterRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: e.ns}},
 	}
-	if err := e.c.Create(context.Background(), rb); err != nil {
-		t.Fatal(err)
+	for _, obj := range []client.Object{role, rb} {
+		if err := e.c.Create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return token
 }
@@ -151,16 +145,9 @@ type apiClient struct {
 
 func (e *stackEnv) apiClient(t *testing.T, podIP string) *apiClient {
 	t.Helper()
-	var secret corev1.Secret
-	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: config.APITLSSecretName}, &secret); err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(secret.Data["ca.crt"]) {
-		t.Fatal("no CA in the API certificate Secret")
-	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: config.APIName + "." + e.ns + ".svc", MinVersion: tls.VersionTLS12}}
-	return &apiClient{base: fmt.Sprintf("https://%s:%d", podIP, config.APIPort), http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	https := e.apiHTTPClient(t)
+	https.Timeout = 30 * time.Second
+	return &apiClient{base: fmt.Sprintf("https://%s:%d", podIP, config.APIPort), http: https}
 }
 
 // do sends a request and decodes the answer into out, failing the test on

@@ -30,8 +30,9 @@ import (
 // The Installations API server of a namespace (spec.api.enabled): a
 // Deployment of `terrace api` under its own ServiceAccount, a Service, and
 // a serving certificate from the controller's CA. Its namespaced objects
-// are owned by the TerraceConfig. Its cluster-wide rights (TokenReviews and
-// SubjectAccessReviews to check its callers) come from the one
+// are owned by the TerraceConfig. Its one cluster-wide right (reading the
+// operator namespace's default TerraceConfig; it acts with its callers'
+// tokens for everything else) comes from the one
 // ClusterRoleBinding installed with the controller, whose subjects the
 // controller keeps to the running API servers: it may create or delete no
 // ClusterRoleBinding (docs/security.md, "Controller RBAC"). The finalizer
@@ -41,11 +42,10 @@ const (
 	APIName = "terrace-api"
 	// APITLSSecretName holds tls.crt, tls.key and ca.crt (the CA to trust).
 	APITLSSecretName = "terrace-api-tls"
-	// APIClusterRole is granted in the namespace (Stacks, their Secrets,
-	// its TerraceConfig).
+	// APIClusterRole is granted in the namespace: reading its TerraceConfig.
 	APIClusterRole = "terrace-api"
-	// APIAuthClusterRole is granted cluster-wide: creating TokenReviews
-	// and SubjectAccessReviews, nothing else.
+	// APIAuthClusterRole is granted cluster-wide: reading TerraceConfigs
+	// named default (for the operator namespace's), nothing else.
 	APIAuthClusterRole = "terrace-api-auth"
 	// APIAuthBindingName is the ClusterRoleBinding of APIAuthClusterRole,
 	// installed with the controller (config/rbac/api_roles.yaml) without
