@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -331,10 +332,22 @@ func (p *planReceiver) result(r *runnerv1.PlanResult) (*Plan, error) {
 // whenever one was made, also when the apply then failed (with the apply's
 // error), and whether the plan was applied: a plan without changes is not.
 // Unlike Apply after Plan, it needs no SetSensitiveVariables: the plan
-// request's variables name what is sensitive.
-func (c *Client) PlanAndApply(ctx context.Context, req *runnerv1.PlanRequest, logf LogFunc) (plan *Plan, applied bool, err error) {
+// request's variables name what is sensitive. timings, when set, receives
+// the plan phase (until the plan's result arrived) and the apply phase.
+func (c *Client) PlanAndApply(ctx context.Context, req *runnerv1.PlanRequest, logf LogFunc, timings *runphase.Timings) (plan *Plan, applied bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if timings == nil {
+		timings = &runphase.Timings{}
+	}
+	planned := timings.Start(runphase.Plan)
+	defer planned()
+	var appliedPhase func()
+	defer func() {
+		if appliedPhase != nil {
+			appliedPhase()
+		}
+	}()
 	stream, err := c.rpc.PlanAndApply(ctx, req)
 	if err != nil {
 		return nil, false, err
@@ -356,6 +369,10 @@ func (c *Client) PlanAndApply(ctx context.Context, req *runnerv1.PlanRequest, lo
 		case *runnerv1.PlanAndApplyResponse_PlanResult:
 			if plan, err = recv.result(ev.PlanResult); err != nil {
 				return nil, false, err
+			}
+			planned()
+			if plan.GetHasChanges() {
+				appliedPhase = timings.Start(runphase.Apply)
 			}
 		case *runnerv1.PlanAndApplyResponse_ApplyResult:
 			if plan == nil || ev.ApplyResult.GetPlanId() != plan.GetPlanId() {

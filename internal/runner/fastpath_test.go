@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/testenv"
 	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -90,9 +91,15 @@ func TestOneRunStartsOnlyTheToolProcessesItNeeds(t *testing.T) {
 	}
 	vars, _ := json.Marshal(map[string]any{"token": fastToken, "n": 7})
 	logs := &logCollector{}
-	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p1"}, logs.log)
+	timings := &runphase.Timings{}
+	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p1"}, logs.log, timings)
 	if err != nil {
 		t.Fatalf("plan and apply failed: %v", err)
+	}
+	for _, p := range []runphase.Phase{runphase.Plan, runphase.Apply} {
+		if d, ok := timings.Get(p); !ok || d <= 0 {
+			t.Errorf("phase %s = %s (%v), want it timed", p, d, ok)
+		}
 	}
 	if !applied || plan.GetPlanId() != "p1" || !plan.GetHasChanges() || plan.GetSummary().GetAdd() != 1 || plan.GetSummary().GetOutputChanges() != 3 {
 		t.Fatalf("plan and apply = applied %v, plan %v", applied, plan.PlanResult)
@@ -139,9 +146,13 @@ func TestOneRunStartsOnlyTheToolProcessesItNeeds(t *testing.T) {
 	}
 
 	// A second pass with the same inputs plans no change and applies nothing.
-	again, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p2"}, nil)
-	if err != nil || applied || again.GetHasChanges() {
-		t.Fatalf("second pass = %v applied %v err %v, want no changes and no apply", again, applied, err)
+	again := &runphase.Timings{}
+	second, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p2"}, nil, again)
+	if err != nil || applied || second.GetHasChanges() {
+		t.Fatalf("second pass = %v applied %v err %v, want no changes and no apply", second, applied, err)
+	}
+	if _, ok := again.Get(runphase.Apply); ok {
+		t.Error("a plan without changes was timed as applied")
 	}
 }
 
@@ -176,7 +187,7 @@ resource "terraform_data" "a" {
 	if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{}, nil)
+	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{}, nil, nil)
 	if err == nil || applied {
 		t.Fatalf("applied %v, err %v; want the apply's failure", applied, err)
 	}

@@ -3,19 +3,24 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
@@ -27,26 +32,100 @@ resource "terraform_data" "item" { input = local.name }
 output "name" { value = terraform_data.item.output }
 `
 
+// benchConcurrency is the controller's --max-concurrent-runs in these
+// tests (startController) and the parallelism of the direct applies.
+const benchConcurrency = 8
+
 // BenchmarkStackToReady compares, in one run, the time from creating N
 // Stacks to all Ready against running the same `tofu init && tofu apply`
 // directly N times with the same parallelism. Run it with
 //
 //	go test ./test/e2e/ -run '^$' -bench StackToReady -benchtime 1x
 //
-// It reports seconds for both, their ratio, and the test process's peak
-// Go heap (the controller runs in this process).
+// It reports seconds for both, their ratio, the test process's peak Go
+// heap (the controller runs in this process) and, when the benchmark
+// started the controller itself, the controller's API requests per Stack.
+// With -v it logs the runner's own log of the first Stack's run, which
+// says where that run's time went.
 func BenchmarkStackToReady(b *testing.B) {
+	startCountedController(b)
 	for _, n := range []int{1, 50} {
 		b.Run(fmt.Sprintf("stacks=%d", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				direct := directApplies(b, n, 8)
-				terrace, peak := stacksToReady(b, n)
+				direct := directApplies(b, n, benchConcurrency)
+				calls := controllerRequests.Load()
+				terrace, peak, e := stacksToReady(b, n)
 				b.ReportMetric(direct.Seconds(), "direct-s")
 				b.ReportMetric(terrace.Seconds(), "terrace-s")
 				b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
 				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+				if countingRequests.Load() {
+					b.ReportMetric(float64(controllerRequests.Load()-calls)/float64(n), "api-calls/stack")
+				}
+				if n == 1 {
+					logRunnerLog(b, e, "s0")
+				}
 			}
 		})
+	}
+}
+
+// controllerRequests counts the API requests of a controller started by
+// startCountedController (a watch counts once).
+var (
+	controllerRequests atomic.Int64
+	countingRequests   atomic.Bool
+)
+
+type countingTransport struct{ next http.RoundTripper }
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	controllerRequests.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// startCountedController starts the shared controller, unless a test
+// already did, with a client configuration that counts its requests.
+func startCountedController(b *testing.B) {
+	b.Helper()
+	dev := sharedDev(b)
+	stackCtl.mu.Lock()
+	defer stackCtl.mu.Unlock()
+	if stackCtl.ctrl != nil {
+		return
+	}
+	c, err := client.New(dev.Cluster.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	(&stackEnv{dev: dev, c: c}).installOperatorConfig(b)
+	counted := *dev
+	cluster := *dev.Cluster
+	cluster.Config = rest.CopyConfig(dev.Cluster.Config)
+	cluster.Config.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} })
+	counted.Cluster = &cluster
+	stackCtl.ctrl = startController(b, &counted)
+	countingRequests.Store(true)
+}
+
+// logRunnerLog logs what the runner of a Stack's run printed (devnode
+// keeps the logs of deleted pods): "serving", then each operation and
+// phase with its duration.
+func logRunnerLog(b *testing.B, e *stackEnv, stack string) {
+	b.Helper()
+	files, _ := filepath.Glob(filepath.Join(e.dev.NodeDir, "logs", e.ns+"_"+stack+"-runner-*", "runner", "*.log"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var kept []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "serving") || strings.Contains(line, "operation") || strings.Contains(line, "phase") {
+				kept = append(kept, line)
+			}
+		}
+		b.Logf("runner log %s:\n%s", filepath.Base(filepath.Dir(filepath.Dir(f))), strings.Join(kept, "\n"))
 	}
 }
 
@@ -101,7 +180,7 @@ func directApplies(b *testing.B, n, par int) time.Duration {
 }
 
 // stacksToReady creates n Stacks of one Program and waits until all are Ready.
-func stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
+func stacksToReady(b *testing.B, n int) (time.Duration, uint64, *stackEnv) {
 	b.Helper()
 	e := newStackEnv(b)
 	e.program(b, "bench", map[string]string{"main.tf": benchModule})
@@ -150,7 +229,7 @@ func stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
 		}
 		return nil
 	})
-	return time.Since(start), peak
+	return time.Since(start), peak, e
 }
 
 // sampleHeap records the peak Go heap in use until the returned func is called.
