@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/terrace-dev/terrace/internal/artifact"
@@ -124,6 +125,14 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.defaultRunnerImage()})
 	if err != nil {
+		return nil, err
+	}
+	// The launcher's shared watch of runner pods ends with the manager.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		runs.Stop()
+		return nil
+	})); err != nil {
 		return nil, err
 	}
 	apiServers := &config.APIServerSettings{Issuer: authority, Image: opts.Image}

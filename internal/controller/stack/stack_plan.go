@@ -74,9 +74,8 @@ func (r *Reconciler) inOnePass(s *scope) bool {
 func (r *Reconciler) planAndApply(ctx context.Context, s *scope, req *runnerv1.PlanRequest) error {
 	run := s.run
 	started := r.now()
-	done := run.timings.Start(runphase.Apply)
-	p, applied, err := run.client.PlanAndApply(ctx, req, run.logf)
-	done()
+	// The client times the plan and the apply within the one operation.
+	p, applied, err := run.client.PlanAndApply(ctx, req, run.logf, &run.timings)
 	if p == nil {
 		return classify(run.session, err, PlanFailedReason, "plan failed")
 	}
