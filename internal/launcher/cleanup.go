@@ -1,0 +1,180 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// deleteObjects removes a run's pod (when podName is set, only the one with
+// uid when set) and Secret; objects already gone are fine.
+func (l *Launcher) deleteObjects(ctx context.Context, namespace, podName string, uid types.UID, secretName string) error {
+	var errs []error
+	if podName != "" {
+		opts := metav1.DeleteOptions{}
+		if uid != "" {
+			opts.Preconditions = &metav1.Preconditions{UID: &uid}
+		}
+		err := l.opts.Client.CoreV1().Pods(namespace).Delete(ctx, podName, opts)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("failed to delete runner pod %s: %w", podName, err))
+		}
+	}
+	if secretName != "" {
+		err := l.opts.Client.CoreV1().Secrets(namespace).Delete(ctx, secretName, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("failed to delete runner Secret %s: %w", secretName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup deletes the runner pods and TLS Secrets of a Stack that no run
+// of this Launcher is using, such as those a restarted or former leader
+// left mid-run. Deleting a pod stops its runner gracefully (tofu releases
+// its lock if it can). Retained pods are kept.
+func (l *Launcher) Cleanup(ctx context.Context, namespace, stack string) error {
+	log := ctrl.LoggerFrom(ctx)
+	keep := map[string]bool{}
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pod := range pods {
+		runID := pod.Labels[LabelRun]
+		if l.isActive(activeKey(namespace, stack, runID)) || pod.Annotations[AnnotationRetained] == "true" {
+			keep[runID] = true
+			continue
+		}
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		log.Info("deleting runner pod of an earlier run", "pod", pod.Name, "runID", runID)
+		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, ""); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	secrets, err := l.opts.Client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(stack, ComponentRunnerTLS)})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("failed to list runner Secrets of Stack %s/%s: %w", namespace, stack, err))...)
+	}
+	for _, s := range secrets.Items {
+		runID := s.Labels[LabelRun]
+		if keep[runID] || l.isActive(activeKey(namespace, stack, runID)) {
+			continue
+		}
+		if err := l.deleteObjects(ctx, namespace, "", "", s.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CleanupRun is Cleanup for the hot path, after a run of the Stack that
+// did not end with Close (its controller stopped mid-run): it deletes the
+// Stack's runner pods that no run of this Launcher uses, read from the
+// shared cache, and the TLS Secret of run runID by its name, so it lists
+// nothing and, when nothing was left, makes no API call but the Secret's
+// delete. Retained pods are kept; an empty runID deletes no Secret.
+func (l *Launcher) CleanupRun(ctx context.Context, namespace, stack, runID string) error {
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pod := range pods {
+		podRun := pod.Labels[LabelRun]
+		if l.isActive(activeKey(namespace, stack, podRun)) || pod.Annotations[AnnotationRetained] == "true" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("deleting runner pod of an earlier run", "pod", pod.Name, "runID", podRun)
+		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, secretName(pod.Name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if runID != "" && !l.isActive(activeKey(namespace, stack, runID)) {
+		if err := l.deleteObjects(ctx, namespace, "", "", secretName(PodName(stack, runID))); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers lists the run IDs of the Stack's runner pods that no run of
+// this Launcher uses and that are not retained, from the shared cache (no
+// API call): when it is empty and the Stack's last run ended with Close,
+// there is nothing to clean up.
+func (l *Launcher) Leftovers(ctx context.Context, namespace, stack string) ([]string, error) {
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, pod := range pods {
+		runID := pod.Labels[LabelRun]
+		if !l.isActive(activeKey(namespace, stack, runID)) && pod.Annotations[AnnotationRetained] != "true" {
+			ids = append(ids, runID)
+		}
+	}
+	return ids, nil
+}
+
+// selector matches a Stack's runner pods (or their Secrets).
+func selector(stack, component string) string {
+	return labels.SelectorFromSet(labels.Set{
+		LabelManagedBy: ManagedByTerrace,
+		LabelComponent: component,
+		LabelStack:     StackLabelValue(stack),
+	}).String()
+}
+
+// retain marks a finished run's pod as kept and deletes the Stack's older
+// retained pods, so at most one per Stack accumulates.
+func (l *Launcher) retain(ctx context.Context, namespace, stack, podName string) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%s:"true"}}}`, strconv.Quote(AnnotationRetained))
+	_, err := l.opts.Client.CoreV1().Pods(namespace).Patch(ctx, podName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to mark runner pod %s retained: %w", podName, err)
+	}
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pod := range pods {
+		if pod.Name == podName || pod.Annotations[AnnotationRetained] != "true" {
+			continue
+		}
+		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, secretName(pod.Name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ActiveRuns counts the runner pods in namespace that may still be running
+// a run: not finished and not kept for debugging. A state migration waits
+// until there are none.
+func (l *Launcher) ActiveRuns(ctx context.Context, namespace string) (int, error) {
+	pods, err := l.pods.namespacePods(ctx, namespace)
+	if err != nil {
+		return 0, err
+	}
+	active := 0
+	for _, pod := range pods {
+		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+		if !finished && pod.Annotations[AnnotationRetained] != "true" {
+			active++
+		}
+	}
+	return active, nil
+}
