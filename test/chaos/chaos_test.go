@@ -26,6 +26,10 @@ type plan struct {
 	lifecycles int
 	// rotateEvery is the CA rotation interval.
 	rotateEvery time.Duration
+	// overlap runs the cluster faults (but disk-full) during phase one
+	// instead of after it: quicker, at the cost of telling apart which
+	// fault a symptom came from. The smoke test overlaps.
+	overlap bool
 }
 
 // issueCounts are the counts of issue 16; faults it gives no count for
@@ -42,7 +46,7 @@ func TestChaosSmoke(t *testing.T) {
 	for f := range issueCounts {
 		counts[f] = 1
 	}
-	runChaos(t, plan{counts: counts, lifecycles: 1, rotateEvery: 10 * time.Second})
+	runChaos(t, plan{counts: counts, lifecycles: 1, rotateEvery: 10 * time.Second, overlap: true})
 }
 
 // TestChaosLong injects each fault as often as issue 16 asks; `make chaos`
@@ -71,8 +75,12 @@ func TestChaosLong(t *testing.T) {
 // workload of its own, while the CA keeps rotating.
 var phaseOne = []string{faultKillPlan, faultKillApply, faultKillUpload, faultPodDelete, faultPostgres, faultOversize}
 
-// phaseTwo faults hit the whole cluster or node: one at a time.
-var phaseTwo = []string{faultLeaderKill, faultAPIServer, faultEtcd, faultNodeRestart, faultDiskFull}
+// phaseTwo faults hit the whole cluster or node: one at a time. Disk-full
+// fills the node's disk for its own run only, so it always runs alone, last.
+var (
+	clusterFaults = []string{faultLeaderKill, faultAPIServer, faultEtcd, faultNodeRestart}
+	phaseTwo      = append(append([]string{}, clusterFaults...), faultDiskFull)
+)
 
 func runChaos(t *testing.T, p plan) {
 	begin := time.Now()
@@ -136,6 +144,13 @@ func runChaos(t *testing.T, p plan) {
 			}
 		}()
 	}
+	if p.overlap {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.phaseTwo(ctx, t, p, workloads, all, clusterFaults, res)
+		}()
+	}
 	lifecycle := &lifecycleRuns{}
 	wg.Add(1)
 	go func() {
@@ -158,35 +173,10 @@ func runChaos(t *testing.T, p plan) {
 	res.rotationRecovered += lifecycle.ready
 	t.Logf("phase one (runner faults under %d CA rotations) done after %s", res.rotations, time.Since(begin).Round(100*time.Millisecond))
 
-	// Phase two: every phase-two workload runs at once and the fault hits
-	// them all; disk-full fills the node's disk for its own run only.
-	var group []*workload
-	for _, f := range phaseTwo {
-		if w := workloads[f]; w != nil && f != faultDiskFull {
-			group = append(group, w)
-		}
+	if !p.overlap {
+		e.phaseTwo(ctx, t, p, workloads, all, clusterFaults, res)
 	}
-	for _, f := range phaseTwo {
-		w := workloads[f]
-		if w == nil {
-			continue
-		}
-		for range p.counts[f] {
-			var companions []*workload
-			if kinds[f].global {
-				for _, o := range group {
-					if o != w {
-						companions = append(companions, o)
-					}
-				}
-			}
-			in := e.injectWith(ctx, kinds[f], w, companions, res)
-			if in.err != "" {
-				t.Errorf("%s on %s/%s: %s", f, w.ns, w.name, in.err)
-				break
-			}
-		}
-	}
+	e.phaseTwo(ctx, t, p, workloads, all, []string{faultDiskFull}, res)
 	t.Logf("phase two (cluster faults) done after %s", time.Since(begin).Round(100*time.Millisecond))
 
 	// End checks.
@@ -255,15 +245,48 @@ func runChaos(t *testing.T, p plan) {
 	}
 }
 
+// phaseTwo injects the faults of kinds one at a time. Without overlap,
+// every phase-two workload runs at once and a global fault hits them all.
+func (e *env) phaseTwo(ctx context.Context, t *testing.T, p plan, workloads map[string]*workload, all []*workload, kinds []string, res *results) {
+	defs := faults(e)
+	var group []*workload
+	for _, f := range phaseTwo {
+		if w := workloads[f]; w != nil && f != faultDiskFull && !p.overlap {
+			group = append(group, w)
+		}
+	}
+	for _, f := range kinds {
+		w := workloads[f]
+		if w == nil {
+			continue
+		}
+		for range p.counts[f] {
+			var companions []*workload
+			if defs[f].global {
+				for _, o := range group {
+					if o != w {
+						companions = append(companions, o)
+					}
+				}
+			}
+			in := e.injectWith(ctx, defs[f], w, companions, all, res)
+			if in.err != "" {
+				t.Errorf("%s on %s/%s: %s", f, w.ns, w.name, in.err)
+				break
+			}
+		}
+	}
+}
+
 // injectWith is inject with companions: workloads whose runs go on at the
 // same time and that must recover too.
-func (e *env) injectWith(ctx context.Context, f fault, w *workload, companions []*workload, res *results) *injection {
+func (e *env) injectWith(ctx context.Context, f fault, w *workload, companions, all []*workload, res *results) *injection {
 	for _, o := range companions {
 		if err := o.bump(ctx); err != nil {
 			return &injection{fault: f.name, workload: w, err: err.Error()}
 		}
 	}
-	in := e.inject(ctx, f, w, append([]*workload{w}, companions...), res)
+	in := e.inject(ctx, f, w, all, res)
 	for _, o := range companions {
 		if err := o.waitReady(ctx, 5*time.Minute); err != nil {
 			in.err = fmt.Sprintf("companion %s/%s: %v", o.ns, o.name, err)

@@ -141,11 +141,17 @@ func (cs *controllers) supervise(r *replica) {
 
 func (cs *controllers) stop() {
 	cs.stopping.Store(true)
+	var wg sync.WaitGroup
 	for _, r := range cs.replicas {
 		r.mu.Lock()
 		cmd, done := r.cmd, r.done
 		r.mu.Unlock()
-		if cmd != nil {
+		if cmd == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 			select {
 			case <-done:
@@ -153,8 +159,9 @@ func (cs *controllers) stop() {
 				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 				<-done
 			}
-		}
+		}()
 	}
+	wg.Wait()
 	cs.wg.Wait()
 }
 

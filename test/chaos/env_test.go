@@ -177,6 +177,8 @@ func (e *env) startNode(ctx context.Context) error {
 		return ctx.Err()
 	}
 	e.node, e.stopNode, e.nodeDone = node, stop, done
+	// A restarted node keeps its pod addresses.
+	e.nodeOpts.PodSubnet = node.PodSubnet()
 	return nil
 }
 
