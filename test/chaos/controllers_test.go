@@ -66,6 +66,8 @@ func startControllers(t *testing.T, e *env, n int) *controllers {
 				"--state-server-advertised-url=https://" + e.stateProxy.addr(),
 				fmt.Sprintf("--state-server-max-state-bytes=%d", maxStateBytes),
 				"--postgres-allowed-hosts=" + e.pgDir,
+				// Verbose: the artifact server logs handshake errors at V(1).
+				"--log-dev",
 			},
 		}
 		e.artifactProxy.addBackend(r, ports[0])
@@ -206,7 +208,7 @@ func (r *replica) currentLog() string {
 // the log says which.
 func (r *replica) isLeader() bool {
 	log := r.currentLog()
-	return r.running() && (strings.Contains(log, "successfully acquired lease") || strings.Contains(log, `"msg":"Starting workers"`))
+	return r.running() && (strings.Contains(log, "successfully acquired lease") || strings.Contains(log, "Starting workers"))
 }
 
 // waitLeader waits for a running leader other than not.
