@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -40,47 +38,4 @@ func FreeLoopbackAddrs(n int) ([]string, error) {
 		addrs = append(addrs, l.Addr().String())
 	}
 	return addrs, nil
-}
-
-// Descendants lists the live (not zombie) processes below pid, read from
-// /proc: tofu and its children under a runner process, for example.
-func Descendants(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The command name is in parentheses and may contain spaces.
-		s := string(stat)
-		end := strings.LastIndex(s, ")")
-		if end < 0 {
-			continue
-		}
-		fields := strings.Fields(s[end+1:])
-		if len(fields) < 2 || fields[0] == "Z" {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		children[ppid] = append(children[ppid], p)
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		next := queue[0]
-		queue = queue[1:]
-		for _, c := range children[next] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }

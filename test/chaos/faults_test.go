@@ -224,14 +224,18 @@ func (e *env) inject(ctx context.Context, f fault, w *workload, all []*workload,
 		}
 		seen := &progress{}
 		fired := false
+		var lastGet time.Time
 		deadline := time.Now().Add(3 * time.Minute)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			if f.due(ctx, w, seen) {
 				fired = true
 				break
 			}
-			if s, err := w.get(ctx); err == nil && readyAt(s) == nil {
-				break // the run ended before the fault was due
+			if time.Since(lastGet) > 250*time.Millisecond {
+				lastGet = time.Now()
+				if s, err := w.get(ctx); err == nil && readyAt(s) == nil {
+					break // the run ended before the fault was due
+				}
 			}
 			time.Sleep(10 * time.Millisecond) // polling interval of the trigger
 		}

@@ -23,7 +23,6 @@ import (
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/postgres"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
-	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
 // chaosModule manages `files` files of the test provider under dir, each
@@ -91,6 +90,9 @@ type workload struct {
 	stateErrors []string
 	stop        context.CancelFunc
 	done        chan struct{}
+	// lastRunner and lastListed spare the triggers most pod listings.
+	lastRunner *runner
+	lastListed time.Time
 }
 
 // newWorkload creates a namespace, the Program and the Stack at generation
@@ -298,8 +300,51 @@ type runner struct {
 	sleeping bool
 }
 
-// runner finds the process of the Stack's running runner pod.
+// runner finds the process of the Stack's running runner pod. The triggers
+// call it every few milliseconds: the pod's process is remembered, and the
+// pods are listed at most five times a second.
 func (w *workload) runner(ctx context.Context) (*runner, error) {
+	w.mu.Lock()
+	cached := w.lastRunner
+	w.mu.Unlock()
+	if cached == nil || !hasEnv(cached.pid, "POD_NAME="+cached.pod) {
+		w.mu.Lock()
+		recent := time.Since(w.lastListed) < 200*time.Millisecond
+		w.mu.Unlock()
+		if recent {
+			return nil, errors.New("no runner process")
+		}
+		found, err := w.findRunner(ctx)
+		w.mu.Lock()
+		w.lastListed, w.lastRunner = time.Now(), found
+		w.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		cached = found
+	}
+	r := &runner{pod: cached.pod, uid: cached.uid, pid: cached.pid}
+	for _, child := range children(r.pid) {
+		args := cmdline(child)
+		if len(args) == 0 {
+			continue
+		}
+		switch base := filepath.Base(args[0]); {
+		case base == "tofu":
+			for _, a := range args[1:] {
+				if !strings.HasPrefix(a, "-") {
+					r.tofu = a
+					break
+				}
+			}
+		case base == "sleep", base == "sh" && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "sleep ") }):
+			r.sleeping = true
+		}
+	}
+	return r, nil
+}
+
+func (w *workload) findRunner(ctx context.Context) (*runner, error) {
 	pods, err := w.runnerPods(ctx)
 	if err != nil {
 		return nil, err
@@ -309,30 +354,41 @@ func (w *workload) runner(ctx context.Context) (*runner, error) {
 			continue
 		}
 		for _, pid := range w.e.nodePids() {
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			if err != nil || !strings.Contains(string(env), "POD_NAME="+p.Name+"\x00") {
-				continue
+			if hasEnv(pid, "POD_NAME="+p.Name) {
+				return &runner{pod: p.Name, uid: string(p.UID), pid: pid}, nil
 			}
-			r := &runner{pod: p.Name, uid: string(p.UID), pid: pid}
-			for _, child := range testenv.Descendants(pid) {
-				args := cmdline(child)
-				if len(args) == 0 {
-					continue
-				}
-				switch base := filepath.Base(args[0]); {
-				case base == "tofu":
-					for _, a := range args[1:] {
-						if !strings.HasPrefix(a, "-") {
-							r.tofu = a
-							break
-						}
-					}
-				case base == "sleep", base == "sh" && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "sleep ") }):
-					r.sleeping = true
-				}
-			}
-			return r, nil
 		}
 	}
 	return nil, errors.New("no runner process")
+}
+
+// hasEnv reports whether a live process has the environment entry kv.
+func hasEnv(pid int, kv string) bool {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && strings.Contains("\x00"+string(env), "\x00"+kv+"\x00")
+}
+
+// children lists the processes below pid through /proc/<pid>/task/*/children,
+// which is cheap enough to call every few milliseconds.
+func children(pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", next))
+		for _, t := range tasks {
+			b, err := os.ReadFile(t)
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					out = append(out, c)
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	return out
 }
