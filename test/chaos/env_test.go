@@ -196,7 +196,8 @@ func (e *env) stopNodeNow() {
 // new one under the same name, which finds the pods bound to it.
 func (e *env) restartNode(ctx context.Context) error {
 	e.stopNodeNow()
-	return e.startNode(ctx)
+	// The API server may be restarting too: the node registers once it can.
+	return poll(ctx, 2*time.Minute, func() error { return e.startNode(ctx) })
 }
 
 // nodePids lists the pod processes of the running devnode.

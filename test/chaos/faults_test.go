@@ -214,13 +214,34 @@ func (r *results) add(in *injection) {
 // inject runs one more generation of w and injects f into it when due. A
 // run that ends before the fault was due is retried, up to 3 times.
 func (e *env) inject(ctx context.Context, f fault, w *workload, all []*workload, res *results) *injection {
+	return e.injectThen(ctx, f, w, all, res, nil)
+}
+
+// injectThen is inject, closing struck (when not nil) once the fault has
+// struck or could not.
+func (e *env) injectThen(ctx context.Context, f fault, w *workload, all []*workload, res *results, struck chan struct{}) *injection {
+	if struck != nil {
+		var once sync.Once
+		signal := func() { once.Do(func() { close(struck) }) }
+		defer signal()
+		strike := f.inject
+		f.inject = func(ctx context.Context, e *env, w *workload) error {
+			defer signal()
+			return strike(ctx, e, w)
+		}
+	}
 	in := &injection{fault: f.name, workload: w}
 	defer res.add(in)
 	defer func() { in.logTo = e.markLogs() }()
 	for attempt := 1; ; attempt++ {
-		if err := w.bump(ctx); err != nil {
-			in.err = err.Error()
-			return in
+		s, err := w.get(ctx)
+		creating := attempt == 1 && w.fresh && err == nil && readyAt(s) != nil
+		w.fresh = false
+		if !creating {
+			if err := w.bump(ctx); err != nil {
+				in.err = err.Error()
+				return in
+			}
 		}
 		seen := &progress{}
 		fired := false
@@ -313,6 +334,13 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 	}
 	in.recovery = time.Since(begin)
 	e.t.Logf("%s: %s/%s failed clearly in %s: %s", faultOversize, w.ns, w.name, in.recovery.Round(100*time.Millisecond), message)
+	// The refused upload comes at the end of an apply: whatever the apply
+	// changed must still be in a stored state, or it is lost.
+	if lost := w.diskAheadOfState(ctx); lost != "" {
+		w.mu.Lock()
+		w.stateErrors = append(w.stateErrors, lostAfterRefusedUpload+": "+lost)
+		w.mu.Unlock()
+	}
 	w.pad = 0
 	if err := w.bump(ctx); err != nil {
 		in.err = err.Error()
@@ -368,4 +396,31 @@ func (e *env) rotateCA(ctx context.Context, interval time.Duration) int {
 			e.t.Logf("CA rotation failed: %v", err)
 		}
 	}
+}
+
+// lostAfterRefusedUpload starts the problem diskAheadOfState finds after
+// the oversize fault.
+const lostAfterRefusedUpload = "the apply changed resources that no stored state records (its state was refused as too large)"
+
+// diskAheadOfState compares the files on disk with those the stored state
+// records, and describes a difference.
+func (w *workload) diskAheadOfState(ctx context.Context) string {
+	store, _, closeStore, err := w.store(ctx)
+	if err != nil {
+		return ""
+	}
+	defer closeStore()
+	st, err := store.Get(ctx, w.key())
+	if err != nil {
+		return ""
+	}
+	recorded, err := fileContents(st.Data)
+	if err != nil {
+		return ""
+	}
+	onDisk := w.filesOnDisk()
+	if equalMaps(recorded, onDisk) {
+		return ""
+	}
+	return fmt.Sprintf("files on disk %v, state serial %d records %v", onDisk, st.Serial, recorded)
 }

@@ -17,6 +17,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
@@ -29,6 +32,8 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// The harness's own clients log nothing worth reading.
+	ctrllog.SetLogger(logr.Discard())
 	tmp, err := os.MkdirTemp("", "terrace-chaos-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)

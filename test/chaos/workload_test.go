@@ -26,7 +26,7 @@ import (
 )
 
 // chaosModule manages `files` files of the test provider under dir, each
-// holding "generation N", then sleeps `sleep` seconds in a provisioner (the
+// holding "generation N", then sleeps `sleep` (2) seconds in a provisioner (the
 // window for faults mid-apply) on every new generation. pad puts that many
 // bytes into the state (twice: input and output), for the upload and
 // oversize faults.
@@ -47,7 +47,7 @@ variable "files" {
 }
 variable "sleep" {
   type    = number
-  default = 3
+  default = 2
 }
 variable "pad" {
   type    = number
@@ -90,6 +90,8 @@ type workload struct {
 	stateErrors []string
 	stop        context.CancelFunc
 	done        chan struct{}
+	// fresh is set when the fault is to hit the run that creates the Stack.
+	fresh bool
 	// lastRunner and lastListed spare the triggers most pod listings.
 	lastRunner *runner
 	lastListed time.Time
@@ -165,6 +167,17 @@ func (w *workload) bump(ctx context.Context) error {
 	w.generation++
 	w.mu.Unlock()
 	return w.update(ctx, func(s *terracev1.Stack) { s.Spec.Vars = w.vars() })
+}
+
+// setDriftChecks turns drift detection on (every interval) or off.
+func (w *workload) setDriftChecks(ctx context.Context, mode terracev1.DriftDetectionMode, interval time.Duration) error {
+	return w.update(ctx, func(s *terracev1.Stack) {
+		s.Spec.DriftDetection = &terracev1.DriftDetection{Mode: mode}
+		s.Spec.Interval = nil
+		if interval > 0 {
+			s.Spec.Interval = &metav1.Duration{Duration: interval}
+		}
+	})
 }
 
 func (w *workload) update(ctx context.Context, change func(*terracev1.Stack)) error {
