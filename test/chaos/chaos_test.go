@@ -147,7 +147,7 @@ func runChaos(t *testing.T, p plan) {
 			w.fresh = true
 			continue
 		}
-		if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+		if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 			t.Fatalf("workload for %s never got Ready at generation 1: %v", f, err)
 		}
 	}
@@ -347,7 +347,7 @@ func (e *env) injectWith(ctx context.Context, f fault, w *workload, companions, 
 	}
 	in := e.inject(ctx, f, w, all, res)
 	for _, o := range companions {
-		if err := o.waitReady(ctx, 5*time.Minute); err != nil {
+		if err := o.waitReady(ctx, recoveryTimeout); err != nil {
 			in.err = fmt.Sprintf("companion %s/%s: %v", o.ns, o.name, err)
 			in.recovered = false
 		}
@@ -413,7 +413,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		l.ready++
 		return true
 	}
-	if !step("create", func() error { return w.waitReady(ctx, 5*time.Minute) }) {
+	if !step("create", func() error { return w.waitReady(ctx, recoveryTimeout) }) {
 		return
 	}
 	for range rounds {
@@ -425,7 +425,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 				return err
 			}
 			var pending string
-			if err := poll(ctx, 5*time.Minute, func() error {
+			if err := poll(ctx, recoveryTimeout, func() error {
 				s, err := w.get(ctx)
 				if err != nil {
 					return err
@@ -441,7 +441,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 			if err := w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = pending }); err != nil {
 				return err
 			}
-			if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+			if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 				return err
 			}
 			return w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = terracev1.ApprovePlanAuto })
@@ -450,7 +450,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 			return
 		}
 		ok = step("a drift repaired", func() error {
-			if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+			if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 				return err
 			}
 			path := filepath.Join(w.dir, "file-0.txt")
@@ -463,7 +463,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 				return err
 			}
 			defer func() { _ = w.setDriftChecks(ctx, terracev1.DriftDetectionDisabled, 0) }()
-			return poll(ctx, 5*time.Minute, func() error {
+			return poll(ctx, recoveryTimeout, func() error {
 				b, err := os.ReadFile(path)
 				if err != nil {
 					return err
@@ -481,7 +481,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 			return
 		}
 	}
-	if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+	if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 		t.Errorf("lifecycle %s/%s: after the drift: %v", w.ns, w.name, err)
 	}
 	// The end checks, then the destroy: the Stack, its files, its state
@@ -495,7 +495,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		if err := e.c.Delete(ctx, s); err != nil {
 			return err
 		}
-		return poll(ctx, 5*time.Minute, func() error {
+		return poll(ctx, recoveryTimeout, func() error {
 			_, err := w.get(ctx)
 			if apierrors.IsNotFound(err) {
 				return nil

@@ -57,7 +57,7 @@ func (c *endCheck) problems() []string {
 // with the state.
 func (w *workload) check(ctx context.Context) *endCheck {
 	c := &endCheck{}
-	c.ready = w.waitReady(ctx, 5*time.Minute)
+	c.ready = w.waitReady(ctx, recoveryTimeout)
 	w.stopWatching()
 	w.observeState(ctx)
 	w.mu.Lock()

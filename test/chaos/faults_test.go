@@ -270,7 +270,7 @@ func (e *env) injectThen(ctx context.Context, f fault, w *workload, all []*workl
 			in.err = "the fault was never due in 3 runs"
 			return in
 		}
-		if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+		if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 			in.err = "before retrying: " + err.Error()
 			return in
 		}
@@ -290,7 +290,7 @@ func (e *env) injectThen(ctx context.Context, f fault, w *workload, all []*workl
 		in.err = "inject: " + err.Error()
 		return in
 	}
-	if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+	if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 		in.err = err.Error()
 		return in
 	}
@@ -314,7 +314,7 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 		return in
 	}
 	var message string
-	err := poll(ctx, 5*time.Minute, func() error {
+	err := poll(ctx, recoveryTimeout, func() error {
 		s, err := w.get(ctx)
 		if err != nil {
 			return err
@@ -346,7 +346,7 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 		in.err = err.Error()
 		return in
 	}
-	if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+	if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 		in.err = "after putting the input back: " + err.Error()
 		return in
 	}
@@ -424,3 +424,7 @@ func (w *workload) diskAheadOfState(ctx context.Context) string {
 	}
 	return fmt.Sprintf("files on disk %v, state serial %d records %v", onDisk, st.Serial, recorded)
 }
+
+// recoveryTimeout bounds every wait for a Stack to recover or fail. It is
+// generous: on a loaded two-core machine one run took over a minute.
+const recoveryTimeout = 10 * time.Minute

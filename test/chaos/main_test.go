@@ -40,6 +40,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
+	// TERRACE_CHAOS_TERRACE=path reuses a binary built from this checkout.
+	if terraceBinary = os.Getenv("TERRACE_CHAOS_TERRACE"); terraceBinary != "" {
+		return m.Run()
+	}
 	if terraceBinary, err = testenv.BuildTerrace(tmp); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 1
