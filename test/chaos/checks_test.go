@@ -261,7 +261,9 @@ var (
 	handshakeLine = regexp.MustCompile(`(?i)tls handshake|handshake fail|x509:|certificate signed by unknown authority|bad certificate|tls: `)
 	// interruptedLine is a handshake cut short by a killed process or a
 	// closed connection: the injected faults cause those.
-	interruptedLine = regexp.MustCompile(`(?i)EOF|connection reset|broken pipe|use of closed network connection|i/o timeout|context canceled|connection refused`)
+	// A handshake timeout is a server too busy or restarting to answer
+	// (kube-apiserver while it restarts), not a certificate refused.
+	interruptedLine = regexp.MustCompile(`(?i)EOF|connection reset|broken pipe|use of closed network connection|i/o timeout|handshake timeout|context canceled|connection refused`)
 )
 
 // handshakes returns the handshake failures logged between from and to
