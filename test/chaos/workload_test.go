@@ -1,0 +1,407 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/postgres"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
+)
+
+// chaosModule manages `files` files of the test provider under dir, each
+// holding "generation N", then sleeps `sleep` (2) seconds in a provisioner (the
+// window for faults mid-apply) on every new generation. pad puts that many
+// bytes into the state (twice: input and output), for the upload and
+// oversize faults.
+const chaosModule = `
+terraform {
+  required_providers {
+    testfile = {
+      source  = "terrace-dev/testfile"
+      version = "0.1.0"
+    }
+  }
+}
+variable "dir" { type = string }
+variable "generation" { type = number }
+variable "files" {
+  type    = number
+  default = 2
+}
+variable "sleep" {
+  type    = number
+  default = 2
+}
+variable "pad" {
+  type    = number
+  default = 0
+}
+resource "testfile_file" "f" {
+  count   = var.files
+  path    = "${var.dir}/file-${count.index}.txt"
+  content = "generation ${var.generation}"
+}
+resource "terraform_data" "slow" {
+  depends_on       = [testfile_file.f]
+  triggers_replace = var.generation
+  input            = var.pad > 0 ? format("%0${var.pad}d", 0) : ""
+  provisioner "local-exec" {
+    command = "sleep ${var.sleep}"
+  }
+}
+output "files" { value = length(testfile_file.f) }
+`
+
+// workload is one Stack of chaosModule and what the harness saw of it.
+type workload struct {
+	e     *env
+	ns    string
+	name  string
+	dir   string
+	files int
+	pad   int
+	// postgres is set when the namespace keeps state in PostgreSQL.
+	postgres bool
+
+	mu sync.Mutex
+	// generation is the value of var.generation the Stack asks for now.
+	generation int
+	// serials are the state serials seen, in order, with their lineages.
+	serials  []int64
+	lineages []string
+	// stateErrors are anomalies seen while watching the state.
+	stateErrors []string
+	stop        context.CancelFunc
+	done        chan struct{}
+	// fresh is set when the fault is to hit the run that creates the Stack.
+	fresh bool
+	// lastRunner and lastListed spare the triggers most pod listings.
+	lastRunner *runner
+	lastListed time.Time
+}
+
+// newWorkload creates a namespace, the Program and the Stack at generation
+// 1 (not waiting for it) and starts watching its state.
+func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg bool) (*workload, error) {
+	ns, err := e.namespace(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	w := &workload{e: e, ns: ns, name: name, dir: filepath.Join(e.dir, "files", ns), files: files, pad: pad, postgres: pg, generation: 1}
+	if pg {
+		if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: ns}, StringData: map[string]string{"url": e.pgURL}}); err != nil {
+			return nil, err
+		}
+		cfg := &terracev1.TerraceConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName, Namespace: ns},
+			Spec: terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{
+				Backend:  terracev1.StateBackendPostgres,
+				Postgres: &terracev1.PostgresConfig{ConnectionSecretRef: terracev1.SecretKeyReference{Name: "pg"}},
+			}},
+		}
+		if err := e.c.Create(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	program := &terracev1.Program{
+		ObjectMeta: metav1.ObjectMeta{Name: "chaos", Namespace: ns},
+		Spec:       terracev1.ProgramSpec{Files: map[string]terracev1.ProgramFile{"main.tf": chaosModule}},
+	}
+	if err := e.c.Create(ctx, program); err != nil {
+		return nil, err
+	}
+	stack := &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: terracev1.StackSpec{
+			Source:          terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "chaos"}},
+			Vars:            w.vars(),
+			ApprovePlan:     terracev1.ApprovePlanAuto,
+			RetryInterval:   &metav1.Duration{Duration: 2 * time.Second},
+			DriftDetection:  &terracev1.DriftDetection{Mode: terracev1.DriftDetectionDisabled},
+			DestroyOnDelete: true,
+		},
+	}
+	if err := e.c.Create(ctx, stack); err != nil {
+		return nil, err
+	}
+	watchCtx, stop := context.WithCancel(context.Background())
+	w.stop, w.done = stop, make(chan struct{})
+	go w.watchState(watchCtx)
+	return w, nil
+}
+
+func (w *workload) vars() map[string]apiextensionsv1.JSON {
+	j := func(v any) apiextensionsv1.JSON {
+		switch v := v.(type) {
+		case string:
+			return apiextensionsv1.JSON{Raw: []byte(strconv.Quote(v))}
+		default:
+			return apiextensionsv1.JSON{Raw: []byte(fmt.Sprint(v))}
+		}
+	}
+	return map[string]apiextensionsv1.JSON{
+		"dir": j(w.dir), "generation": j(w.generation), "files": j(w.files), "pad": j(w.pad),
+	}
+}
+
+// bump asks for the next generation: one more run.
+func (w *workload) bump(ctx context.Context) error {
+	w.mu.Lock()
+	w.generation++
+	w.mu.Unlock()
+	return w.update(ctx, func(s *terracev1.Stack) { s.Spec.Vars = w.vars() })
+}
+
+// setDriftChecks turns drift detection on (every interval) or off.
+func (w *workload) setDriftChecks(ctx context.Context, mode terracev1.DriftDetectionMode, interval time.Duration) error {
+	return w.update(ctx, func(s *terracev1.Stack) {
+		s.Spec.DriftDetection = &terracev1.DriftDetection{Mode: mode}
+		s.Spec.Interval = nil
+		if interval > 0 {
+			s.Spec.Interval = &metav1.Duration{Duration: interval}
+		}
+	})
+}
+
+func (w *workload) update(ctx context.Context, change func(*terracev1.Stack)) error {
+	return poll(ctx, time.Minute, func() error {
+		s, err := w.get(ctx)
+		if err != nil {
+			return err
+		}
+		change(s)
+		return w.e.c.Update(ctx, s)
+	})
+}
+
+func (w *workload) get(ctx context.Context) (*terracev1.Stack, error) {
+	var s terracev1.Stack
+	err := w.e.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.name}, &s)
+	return &s, err
+}
+
+// readyAt accepts a Stack that is Ready at its current generation.
+func readyAt(s *terracev1.Stack) error {
+	for _, c := range s.Status.Conditions {
+		if c.Type == terracev1.ReadyCondition && c.Status == metav1.ConditionTrue && c.ObservedGeneration == s.Generation && s.Status.ObservedGeneration == s.Generation {
+			return nil
+		}
+	}
+	return fmt.Errorf("not Ready at generation %d: %s", s.Generation, conditionsText(s))
+}
+
+func conditionsText(s *terracev1.Stack) string {
+	var parts []string
+	for _, c := range s.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// waitReady waits until the Stack is Ready at its current generation.
+func (w *workload) waitReady(ctx context.Context, timeout time.Duration) error {
+	return poll(ctx, timeout, func() error {
+		s, err := w.get(ctx)
+		if err != nil {
+			return err
+		}
+		return readyAt(s)
+	})
+}
+
+// store is the state store the namespace uses.
+func (w *workload) store(ctx context.Context) (state.Store, release.Store, func(), error) {
+	if w.postgres {
+		db, err := postgres.Open(ctx, w.e.pgURL, postgres.Options{})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return db, db, db.Close, nil
+	}
+	return secrets.New(w.e.c, secrets.Options{}), release.NewSecretStore(w.e.c), func() {}, nil
+}
+
+func (w *workload) key() state.Key {
+	return state.Key{Namespace: w.ns, Stack: w.name, Workspace: "default"}
+}
+
+// watchState records every state serial and lineage it sees, twice a
+// second, until stopWatching.
+func (w *workload) watchState(ctx context.Context) {
+	defer close(w.done)
+	for ctx.Err() == nil {
+		w.observeState(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (w *workload) observeState(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	store, _, closeStore, err := w.store(ctx)
+	if err != nil {
+		return // PostgreSQL or the API server restarting
+	}
+	defer closeStore()
+	st, err := store.Get(ctx, w.key())
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.serials); n > 0 {
+		last := w.serials[n-1]
+		if st.Serial < last {
+			w.stateErrors = append(w.stateErrors, fmt.Sprintf("serial went back from %d to %d", last, st.Serial))
+		}
+		if st.Lineage != w.lineages[n-1] {
+			w.stateErrors = append(w.stateErrors, fmt.Sprintf("lineage changed from %s to %s", w.lineages[n-1], st.Lineage))
+		}
+		if st.Serial == last && st.Lineage == w.lineages[n-1] {
+			return
+		}
+	}
+	w.serials = append(w.serials, st.Serial)
+	w.lineages = append(w.lineages, st.Lineage)
+}
+
+func (w *workload) stopWatching() {
+	if w.stop != nil {
+		w.stop()
+		<-w.done
+		w.stop = nil
+	}
+}
+
+// runnerPods lists the Stack's runner pods.
+func (w *workload) runnerPods(ctx context.Context) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := w.e.c.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{
+		launcher.LabelStack: launcher.StackLabelValue(w.name), launcher.LabelComponent: launcher.ComponentRunner,
+	})
+	return pods.Items, err
+}
+
+// runner is a runner process and what tofu is doing under it.
+type runner struct {
+	pod string
+	uid string
+	pid int
+	// tofu is tofu's subcommand (plan, apply, init, show, output...), or "".
+	tofu string
+	// sleeping is true while the module's provisioner runs.
+	sleeping bool
+}
+
+// runner finds the process of the Stack's running runner pod. The triggers
+// call it every few milliseconds: the pod's process is remembered, and the
+// pods are listed at most five times a second.
+func (w *workload) runner(ctx context.Context) (*runner, error) {
+	w.mu.Lock()
+	cached := w.lastRunner
+	w.mu.Unlock()
+	if cached == nil || !hasEnv(cached.pid, "POD_NAME="+cached.pod) {
+		w.mu.Lock()
+		recent := time.Since(w.lastListed) < 200*time.Millisecond
+		w.mu.Unlock()
+		if recent {
+			return nil, errors.New("no runner process")
+		}
+		found, err := w.findRunner(ctx)
+		w.mu.Lock()
+		w.lastListed, w.lastRunner = time.Now(), found
+		w.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		cached = found
+	}
+	r := &runner{pod: cached.pod, uid: cached.uid, pid: cached.pid}
+	for _, child := range children(r.pid) {
+		args := cmdline(child)
+		if len(args) == 0 {
+			continue
+		}
+		switch base := filepath.Base(args[0]); {
+		case base == "tofu":
+			for _, a := range args[1:] {
+				if !strings.HasPrefix(a, "-") {
+					r.tofu = a
+					break
+				}
+			}
+		case base == "sleep", base == "sh" && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "sleep ") }):
+			r.sleeping = true
+		}
+	}
+	return r, nil
+}
+
+func (w *workload) findRunner(ctx context.Context) (*runner, error) {
+	pods, err := w.runnerPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, pid := range w.e.nodePids() {
+			if hasEnv(pid, "POD_NAME="+p.Name) {
+				return &runner{pod: p.Name, uid: string(p.UID), pid: pid}, nil
+			}
+		}
+	}
+	return nil, errors.New("no runner process")
+}
+
+// hasEnv reports whether a live process has the environment entry kv.
+func hasEnv(pid int, kv string) bool {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && strings.Contains("\x00"+string(env), "\x00"+kv+"\x00")
+}
+
+// children lists the processes below pid through /proc/<pid>/task/*/children,
+// which is cheap enough to call every few milliseconds.
+func children(pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", next))
+		for _, t := range tasks {
+			b, err := os.ReadFile(t)
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					out = append(out, c)
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	return out
+}
