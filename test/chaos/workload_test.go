@@ -235,7 +235,8 @@ func (w *workload) store(ctx context.Context) (state.Store, release.Store, func(
 		}
 		return db, db, db.Close, nil
 	}
-	return secrets.New(w.e.c, secrets.Options{}), release.NewSecretStore(w.e.c), func() {}, nil
+	store := secrets.New(w.e.c, secrets.Options{})
+	return store, store, func() {}, nil
 }
 
 func (w *workload) key() state.Key {

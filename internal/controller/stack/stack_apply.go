@@ -73,8 +73,8 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 	if applyErr != nil {
 		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
 		rel.Message = "apply failed; see the Stack's Ready condition"
-		if _, recErr := run.stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
-			s.observed.release = &rel
+		if recorded, recErr := run.stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
+			s.observed.release = recorded // numbered as stored
 		}
 		return fmt.Errorf("apply of %s failed: %w", p.id, applyErr)
 	}

@@ -149,6 +149,11 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, stepErr error, elapse
 	if err := s.patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
 		outcome.Err = errors.Join(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
 	}
+	if outcome.Err != nil {
+		// controller-runtime ignores a Result returned with an error; the
+		// retry is the rate limiter's (retryInterval, doubling).
+		outcome.Result = ctrl.Result{}
+	}
 	recordMetrics(stack, s, stepErr, elapsed.Seconds())
 	return outcome.Result, outcome.Err
 }
