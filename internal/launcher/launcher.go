@@ -269,7 +269,14 @@ func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 	if err != nil {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = l.deleteObjects(cleanupCtx, stack.Namespace, "", "", secret.Name)
+		// A create whose answer was lost (the caller gave up, a timeout)
+		// may still have made the pod: the name is this run's own, so
+		// delete it too, unless the name was someone else's.
+		maybeCreated := podName
+		if apierrors.IsAlreadyExists(err) {
+			maybeCreated = ""
+		}
+		_ = l.deleteObjects(cleanupCtx, stack.Namespace, maybeCreated, "", secret.Name)
 		l.setActive(key, false)
 		return nil, fmt.Errorf("failed to create runner pod %s: %w", podName, explainCreateError(err, p))
 	}
