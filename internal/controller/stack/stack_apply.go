@@ -103,7 +103,7 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 	}
 	s.observed.applied = &applyObservation{outputs: names}
 	s.observed.release = recorded
-	r.event(s.stack, "Normal", AppliedReason, "applied %s (%s): release %d (run: %s)", p.id, summaryText(p.summary), recorded.Revision, run.timings.String())
+	r.normalEvent(s.stack, AppliedReason, "applied %s (%s): release %d (run: %s)", p.id, summaryText(p.summary), recorded.Revision, run.timings.String())
 	return nil
 }
 

@@ -44,12 +44,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		if err := runSteps(ctx, s, r.resolveSource, r.resolveConfig, r.gatherInputs, r.executeDestroy, r.removeStoredData); err != nil {
 			return deletionBlocked(err)
 		}
-		r.event(stack, "Normal", "Destroyed", "destroyed the Stack's resources and removed its state, plans, releases and outputs")
+		r.normalEvent(stack, "Destroyed", "destroyed the Stack's resources and removed its state, plans, releases and outputs")
 	case applied:
 		if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
 			return fmt.Errorf("failed to remove runner pods: %w", err)
 		}
-		r.event(stack, "Warning", "ResourcesKept", "Stack deleted without destroyOnDelete: its resources are left in place and their state is kept (state Secrets of %s/%s, workspace %s)", stack.Namespace, stack.Name, stack.Spec.Workspace)
+		r.warningEvent(stack, "ResourcesKept", "Stack deleted without destroyOnDelete: its resources are left in place and their state is kept (state Secrets of %s/%s, workspace %s)", stack.Namespace, stack.Name, stack.Spec.Workspace)
 	default:
 		if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
 			return fmt.Errorf("failed to remove runner pods: %w", err)

@@ -195,9 +195,9 @@ func (r *Reconciler) deleteOutputsSecret(ctx context.Context, s *scope, sec *cor
 	}
 	switch {
 	case keep != "":
-		r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret names %s now", sec.Name, keep)
+		r.normalEvent(s.stack, "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret names %s now", sec.Name, keep)
 	case s.stack.DeletionTimestamp.IsZero():
-		r.event(s.stack, "Normal", "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret is no longer set", sec.Name)
+		r.normalEvent(s.stack, "OutputsSecretRemoved", "removed outputs Secret %s: spec.writeOutputsToSecret is no longer set", sec.Name)
 	}
 	return nil
 }

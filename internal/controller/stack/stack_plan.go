@@ -101,7 +101,7 @@ func (r *Reconciler) checkDrift(s *scope, p *planObservation) {
 	drift := r.isDrift(s, s.run.kind, p.hasChanges)
 	s.observed.drift = driftObservation{checked: s.run.kind == runDrift || drift, found: drift, at: p.at}
 	if drift {
-		r.event(s.stack, "Warning", DriftDetectedReason, "drift detected: %s", summaryText(p.summary))
+		r.warningEvent(s.stack, DriftDetectedReason, "drift detected: %s", summaryText(p.summary))
 		driftDetectedTotal.WithLabelValues(s.stack.Namespace).Inc()
 	}
 }
@@ -134,7 +134,7 @@ func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObser
 		return err
 	}
 	p.keptForApproval = true
-	r.event(s.stack, "Normal", "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it (run: %s)", p.id, summaryText(p.summary), p.id, s.run.timings.String())
+	r.normalEvent(s.stack, "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it (run: %s)", p.id, summaryText(p.summary), p.id, s.run.timings.String())
 	return nil
 }
 

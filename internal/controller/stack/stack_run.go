@@ -61,7 +61,7 @@ func (r *Reconciler) reconcileRun(ctx context.Context, s *scope) error {
 	}
 	if discarded := staleWaitingPlan(s); discarded != "" {
 		s.observed.discardedPlan = discarded
-		r.event(s.stack, "Normal", "PlanDiscarded", "plan %s was made from other inputs and is discarded", discarded)
+		r.normalEvent(s.stack, "PlanDiscarded", "plan %s was made from other inputs and is discarded", discarded)
 	}
 	switch kind {
 	case runNothing:
@@ -227,7 +227,7 @@ func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
 		return fmt.Errorf("failed to release the state lock of a dead run: %w", err)
 	}
 	s.log.Info("released the state lock of a dead run", "lockID", holder.ID, "operation", holder.Operation, "created", holder.Created)
-	r.event(s.stack, "Normal", "StateUnlocked", "released the state lock held since %s by a run that is gone", holder.Created.Format(time.RFC3339))
+	r.normalEvent(s.stack, "StateUnlocked", "released the state lock held since %s by a run that is gone", holder.Created.Format(time.RFC3339))
 	return nil
 }
 

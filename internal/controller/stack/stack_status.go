@@ -100,7 +100,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 		st.Failures++
 		backoff := retryBackoff(stack, st.Failures)
 		s.log.Error(stepErr, "run failed; retrying", "failures", st.Failures, "retryIn", backoff)
-		r.event(stack, "Warning", reconcile.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
+		r.warningEvent(stack, reconcile.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
 	case errors.As(err, &waiting):
 	default:
 		st.Failures = 0
@@ -109,7 +109,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 		st.ObservedGeneration = stack.Generation
 	}
 	if !wasReady && conditionTrue(stack, terracev1.ReadyCondition) && st.ObservedGeneration > 0 && o.kind != runNothing {
-		r.event(stack, "Normal", "Ready", "%s", readyMessage(s))
+		r.normalEvent(stack, "Ready", "%s", readyMessage(s))
 	}
 	return outcome
 }
@@ -276,10 +276,20 @@ func ptrTime(t time.Time) *metav1.Time {
 	return &mt
 }
 
-// event records an event on the Stack; messages never carry secret values.
-func (r *Reconciler) event(stack *terracev1.Stack, eventType, reason, format string, args ...any) {
+// normalEvent records a Normal event on the Stack; messages never carry
+// secret values.
+func (r *Reconciler) normalEvent(stack *terracev1.Stack, reason, format string, args ...any) {
+	r.record(stack, "Normal", reason, fmt.Sprintf(format, args...))
+}
+
+// warningEvent records a Warning event on the Stack.
+func (r *Reconciler) warningEvent(stack *terracev1.Stack, reason, format string, args ...any) {
+	r.record(stack, "Warning", reason, fmt.Sprintf(format, args...))
+}
+
+func (r *Reconciler) record(stack *terracev1.Stack, eventType, reason, note string) {
 	if r.Recorder == nil {
 		return
 	}
-	r.Recorder.Eventf(stack, nil, eventType, reason, reason, format, args...)
+	r.Recorder.Eventf(stack, nil, eventType, reason, reason, "%s", note)
 }

@@ -91,7 +91,7 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 		}
 	}
 	slices.Sort(in.sensitive)
-	in.digest = inputsDigest(s.source.digest, s.stack.Spec.Path, s.stack.Spec.Workspace, vars, secretVersions)
+	in.digest = inputsDigest(moduleAt{source: s.source.digest, path: s.stack.Spec.Path, workspace: s.stack.Spec.Workspace}, vars, secretVersions)
 	s.inputs = in
 	return nil
 }
@@ -145,9 +145,12 @@ func asJSONValue(raw []byte) json.RawMessage {
 	return quoted
 }
 
-func inputsDigest(sourceDigest, path, workspace string, vars map[string]json.RawMessage, secretVersions map[string]string) string {
+// moduleAt is what, besides the variables, decides what a plan does.
+type moduleAt struct{ source, path, workspace string }
+
+func inputsDigest(m moduleAt, vars map[string]json.RawMessage, secretVersions map[string]string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "source=%s\npath=%s\nworkspace=%s\n", sourceDigest, path, workspace)
+	fmt.Fprintf(h, "source=%s\npath=%s\nworkspace=%s\n", m.source, m.path, m.workspace)
 	names := make([]string, 0, len(vars))
 	for k := range vars {
 		names = append(names, k)

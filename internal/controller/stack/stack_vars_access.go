@@ -48,7 +48,7 @@ const valuesBindingRecheck = 2 * time.Second
 // That Secret, read for the check, is returned so it is not read twice.
 func (r *Reconciler) checkVarsAccess(ctx context.Context, s *scope, i int, ref terracev1.VarsReference) (*corev1.Secret, error) {
 	ns, sa := s.stack.Namespace, runnerServiceAccount(s)
-	allowed, err := r.serviceAccountMayGet(ctx, ns, sa, ref.Kind, ref.Name)
+	allowed, err := r.serviceAccountMayGet(ctx, sa, ref.Kind, types.NamespacedName{Namespace: ns, Name: ref.Name})
 	if err != nil || allowed {
 		return nil, err
 	}
@@ -87,7 +87,8 @@ func runnerServiceAccount(s *scope) string {
 
 // serviceAccountMayGet asks the API server's authorizer whether the
 // ServiceAccount may get the object, with the groups its tokens carry.
-func (r *Reconciler) serviceAccountMayGet(ctx context.Context, namespace, serviceAccount, kind, name string) (bool, error) {
+func (r *Reconciler) serviceAccountMayGet(ctx context.Context, serviceAccount, kind string, obj types.NamespacedName) (bool, error) {
+	namespace, name := obj.Namespace, obj.Name
 	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User:   "system:serviceaccount:" + namespace + ":" + serviceAccount,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
