@@ -44,6 +44,9 @@ const (
 	// ReasonStateLocked: tofu could not take the state lock, which another
 	// run holds (Aborted); it passes when that run ends.
 	ReasonStateLocked = "STATE_LOCKED"
+	// ReasonPlanStale: the saved plan was made from a state that has
+	// changed since (FailedPrecondition); only a new plan can go on.
+	ReasonPlanStale = "PLAN_STALE"
 	// ReasonUndeclaredVariable: the variables set a name the module does not
 	// declare, and it matters: a YAML-boolean key, or tofu missed a required
 	// value (InvalidArgument).
@@ -82,6 +85,8 @@ func (s *Server) toStatus(err error) error {
 		return statusError(codes.DeadlineExceeded, ReasonInterrupted, msg)
 	case errors.Is(err, tf.ErrUndeclaredVariable):
 		return statusError(codes.InvalidArgument, ReasonUndeclaredVariable, msg)
+	case errors.As(err, &cmdErr) && cmdErr.PlanStale():
+		return statusError(codes.FailedPrecondition, ReasonPlanStale, msg)
 	case errors.As(err, &cmdErr) && cmdErr.StateLocked():
 		return statusError(codes.Aborted, ReasonStateLocked, msg)
 	case errors.As(err, &cmdErr):

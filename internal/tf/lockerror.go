@@ -9,3 +9,9 @@ import "strings"
 func (e *CommandError) StateLocked() bool {
 	return strings.Contains(e.Message, "Error acquiring the state lock")
 }
+
+// PlanStale reports that a saved plan could not be applied because the
+// state changed after it was made: only a new plan can go on.
+func (e *CommandError) PlanStale() bool {
+	return strings.Contains(e.Message, "Saved plan is stale")
+}

@@ -13,3 +13,13 @@ func TestStateLockedIsReadFromTofusDiagnostics(t *testing.T) {
 		t.Error("an ordinary module error taken for a lock conflict")
 	}
 }
+
+func TestPlanStaleIsReadFromTofusDiagnostics(t *testing.T) {
+	stale := &CommandError{Op: "apply", Message: "Error: Saved plan is stale\n\nThe given plan file can no longer be applied because the state was changed by\nanother operation after the plan was created."}
+	if !stale.PlanStale() || stale.StateLocked() {
+		t.Error("tofu's stale-plan refusal not recognised")
+	}
+	if (&CommandError{Op: "apply", Message: "Error: creating thing: 500"}).PlanStale() {
+		t.Error("an ordinary apply failure taken for a stale plan")
+	}
+}

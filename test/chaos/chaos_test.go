@@ -442,10 +442,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 			}); err != nil {
 				return err
 			}
-			if err := w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = pending }); err != nil {
-				return err
-			}
-			if err := w.waitReady(ctx, recoveryTimeout); err != nil {
+			if err := w.approveUntilReady(ctx, pending); err != nil {
 				return err
 			}
 			return w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = terracev1.ApprovePlanAuto })
@@ -517,4 +514,28 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		}
 		closeStore()
 	}
+}
+
+// approveUntilReady approves plan and waits for Ready. A plan that can no
+// longer be applied (the state changed under it: a run of a killed leader
+// finishing) is discarded and planned again, and a person approves the new
+// one, as the harness does here.
+func (w *workload) approveUntilReady(ctx context.Context, plan string) error {
+	if err := w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = plan }); err != nil {
+		return err
+	}
+	return poll(ctx, recoveryTimeout, func() error {
+		s, err := w.get(ctx)
+		if err != nil {
+			return err
+		}
+		if p := s.Status.Plan; p != nil && p.Pending != "" && p.Pending != s.Spec.ApprovePlan && s.Status.ObservedGeneration == s.Generation {
+			next := p.Pending
+			if err := w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = next }); err != nil {
+				return err
+			}
+			return fmt.Errorf("plan %s replaced by %s, approved again", plan, next)
+		}
+		return readyAt(s)
+	})
 }

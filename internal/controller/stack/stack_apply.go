@@ -11,6 +11,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -44,6 +45,9 @@ func (r *Reconciler) applyApproved(ctx context.Context, s *scope) error {
 		summary = &runnerv1.PlanSummary{Add: p.Add, Change: p.Change, Destroy: p.Destroy}
 	}
 	if err := r.apply(ctx, s, planRecord{id: planID, summary: summary, started: r.now()}); err != nil {
+		if s.observed.lostPlan != "" {
+			_ = stores.Plans.DeletePlan(context.WithoutCancel(ctx), planKey(s.stack, planID))
+		}
 		return err
 	}
 	return stores.Plans.DeletePlan(ctx, planKey(s.stack, planID))
@@ -75,6 +79,14 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 		rel.Message = "apply failed; see the Stack's Ready condition"
 		if recorded, recErr := run.stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
 			s.observed.release = recorded // numbered as stored
+		}
+		if runner.Reason(applyErr) == runner.ReasonPlanStale {
+			// Another write to the state came between plan and apply (a
+			// run whose controller died, finishing): this plan can never
+			// apply; the retry makes a new one, to be approved again.
+			s.observed.lostPlan = p.id
+			r.warningEvent(s.stack, PlanNoLongerValidReason, "plan %s can no longer be applied: the state changed after it was made; planning again", p.id)
+			return fmt.Errorf("plan %s can no longer be applied, the state changed after it was made (a new plan is made): %w", p.id, applyErr)
 		}
 		return fmt.Errorf("apply of %s failed: %w", p.id, applyErr)
 	}
