@@ -44,6 +44,8 @@ const (
 	// ReasonStateLocked: tofu could not take the state lock, which another
 	// run holds (Aborted); it passes when that run ends.
 	ReasonStateLocked = "STATE_LOCKED"
+	// ReasonOutOfSpace: the runner's disk is full (ResourceExhausted).
+	ReasonOutOfSpace = "OUT_OF_SPACE"
 	// ReasonPlanStale: the saved plan was made from a state that has
 	// changed since (FailedPrecondition); only a new plan can go on.
 	ReasonPlanStale = "PLAN_STALE"
@@ -85,6 +87,8 @@ func (s *Server) toStatus(err error) error {
 		return statusError(codes.DeadlineExceeded, ReasonInterrupted, msg)
 	case errors.Is(err, tf.ErrUndeclaredVariable):
 		return statusError(codes.InvalidArgument, ReasonUndeclaredVariable, msg)
+	case errors.As(err, &cmdErr) && cmdErr.OutOfSpace():
+		return statusError(codes.ResourceExhausted, ReasonOutOfSpace, msg)
 	case errors.As(err, &cmdErr) && cmdErr.PlanStale():
 		return statusError(codes.FailedPrecondition, ReasonPlanStale, msg)
 	case errors.As(err, &cmdErr) && cmdErr.StateLocked():

@@ -15,3 +15,9 @@ func (e *CommandError) StateLocked() bool {
 func (e *CommandError) PlanStale() bool {
 	return strings.Contains(e.Message, "Saved plan is stale")
 }
+
+// OutOfSpace reports that tofu failed because the runner's disk is full:
+// the runner's environment, not the module, so it passes when space does.
+func (e *CommandError) OutOfSpace() bool {
+	return strings.Contains(e.Message, "no space left on device")
+}

@@ -23,3 +23,10 @@ func TestPlanStaleIsReadFromTofusDiagnostics(t *testing.T) {
 		t.Error("an ordinary apply failure taken for a stale plan")
 	}
 }
+
+func TestOutOfSpaceIsReadFromTofusDiagnostics(t *testing.T) {
+	full := &CommandError{Op: "plan", Message: "Error: Failed to write plan file\n\nThe plan file could not be written: write /work/plans/p.tfplan: no space left on device."}
+	if !full.OutOfSpace() || (&CommandError{Op: "plan", Message: "Error: Invalid reference"}).OutOfSpace() {
+		t.Error("a full disk is not told from a module error")
+	}
+}
