@@ -112,8 +112,8 @@ test-e2e: deps ## The end-to-end tier alone: dev cluster, runner pods, real tofu
 CHAOS_SCALE ?= 1
 chaos: deps ## Inject every fault as often as issue 16 asks and print the results table (tens of minutes).
 	hack/tools/build.sh >/dev/null
-	TERRACE_CHAOS=1 TERRACE_CHAOS_SCALE=$(CHAOS_SCALE) env $$(hack/tools/build.sh --env) \
-	  nice go test ./test/chaos/ -run '^TestChaosLong$$' -count=1 -timeout 4h -v
+	TERRACE_CHAOS_SCALE=$(CHAOS_SCALE) env $$(hack/tools/build.sh --env) \
+	  nice go test -tags chaos ./test/chaos/ -run '^TestChaosLong$$' -count=1 -timeout 4h -v
 
 # Every fuzz target, as package:Name. Their seed corpora (testdata/fuzz/)
 # run as ordinary tests with `go test`; `make fuzz` also explores for

@@ -1,7 +1,7 @@
 // Package chaos injects faults into a dev cluster while Stacks run and
 // counts what was lost (issue 16). TestChaosSmoke injects one fault of each
 // kind and runs with `go test ./...`; TestChaosLong repeats them at the
-// counts of the issue and runs only when TERRACE_CHAOS=1 (`make chaos`).
+// counts of the issue and is built only with the tag chaos (`make chaos`).
 // Both print a results table, the one docs/reliability.md copies.
 //
 // The cluster is the project's own: the control plane of

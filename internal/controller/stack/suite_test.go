@@ -50,9 +50,6 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	if os.Getenv("TERRACE_STACK_ENVTEST") == "skip" {
-		return m.Run()
-	}
 	e, err := testenv.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
