@@ -4,7 +4,8 @@
 # it first in `make test` and `make demo`, so neither needs a set-up step.
 #
 #   hack/install-deps.sh test   protoc (make generate/verify), PostgreSQL (the
-#                               postgres store's tests), git
+#                               postgres store's tests), git, chromium (the
+#                               console's browser tests, driven by chromedp)
 #   hack/install-deps.sh demo   git (version stamping); the control plane and
 #                               tofu are built from Go modules by `make tools`
 #
@@ -18,6 +19,7 @@ case "$profile" in
   test)
     command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
     compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
+    command -v chromium >/dev/null 2>&1 || need+=(chromium)
     ;;
   demo) ;;
   *) echo "install-deps.sh: unknown profile '$profile' (want test or demo)" >&2; exit 2 ;;

@@ -85,6 +85,11 @@ type Server struct {
 	// (spec.api.clusters) through its caller client; without it, plans'
 	// readable renderings, releases and outputs there are unavailable.
 	StoresFor func(caller client.Client) StoreOpener
+	// PodLogs reads runner pods and their logs as the caller
+	// (CallerPodLogs), for the console's run log; nil: GetRunLog is UNAVAILABLE.
+	PodLogs PodLogReader
+	// Console, when set, serves the web console at / (internal/console).
+	Console http.Handler
 
 	reviews reviewCache
 	remote  remoteSites
@@ -187,7 +192,11 @@ func (s *Server) Handler() (http.Handler, error) {
 	// gRPC-Web and Connect itself (a plain JSON POST needs no extra header).
 	mux.Handle(path, streamable(installations))
 	mux.Handle("/v1/", legacyREST(transcoder))
-	mux.HandleFunc("/", noSuchEndpoint)
+	if s.Console != nil {
+		mux.Handle("/", s.Console)
+	} else {
+		mux.HandleFunc("/", noSuchEndpoint)
+	}
 	return bounded(mux), nil
 }
 

@@ -1657,6 +1657,743 @@ func (x *Output) GetMasked() bool {
 	return false
 }
 
+type ListAllRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// namespace, when set, keeps only that namespace's installations.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// phase, when set, keeps only installations in that phase.
+	Phase string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	// label_selector is a Kubernetes label selector (e.g. "team=web").
+	LabelSelector string `protobuf:"bytes,4,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllRequest) Reset() {
+	*x = ListAllRequest{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllRequest) ProtoMessage() {}
+
+func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllRequest.ProtoReflect.Descriptor instead.
+func (*ListAllRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListAllRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ListAllRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListAllRequest) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ListAllRequest) GetLabelSelector() string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return ""
+}
+
+type ListAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*Installation        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// namespaces are the namespaces listed.
+	Namespaces []string `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// namespaces_note says why only the server's namespace was listed.
+	NamespacesNote string `protobuf:"bytes,3,opt,name=namespaces_note,json=namespacesNote,proto3" json:"namespaces_note,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListAllResponse) Reset() {
+	*x = ListAllResponse{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllResponse) ProtoMessage() {}
+
+func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllResponse.ProtoReflect.Descriptor instead.
+func (*ListAllResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListAllResponse) GetItems() []*Installation {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ListAllResponse) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *ListAllResponse) GetNamespacesNote() string {
+	if x != nil {
+		return x.NamespacesNote
+	}
+	return ""
+}
+
+type ReconcileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileRequest) Reset() {
+	*x = ReconcileRequest{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileRequest) ProtoMessage() {}
+
+func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
+func (*ReconcileRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReconcileRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ReconcileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SuspendRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendRequest) Reset() {
+	*x = SuspendRequest{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendRequest) ProtoMessage() {}
+
+func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
+func (*SuspendRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SuspendRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *SuspendRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ResumeRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ResumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetRunLogRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// tail_lines bounds the lines returned (default and maximum 2000).
+	TailLines     int32 `protobuf:"varint,3,opt,name=tail_lines,json=tailLines,proto3" json:"tail_lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunLogRequest) Reset() {
+	*x = GetRunLogRequest{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunLogRequest) ProtoMessage() {}
+
+func (x *GetRunLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunLogRequest.ProtoReflect.Descriptor instead.
+func (*GetRunLogRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetRunLogRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *GetRunLogRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetRunLogRequest) GetTailLines() int32 {
+	if x != nil {
+		return x.TailLines
+	}
+	return 0
+}
+
+type RunLog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run is the run whose pod the log is of.
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Pod string `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	// active is true while the pod runs.
+	Active bool   `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	Text   string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	// note says why text is empty.
+	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunLog) Reset() {
+	*x = RunLog{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunLog) ProtoMessage() {}
+
+func (x *RunLog) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunLog.ProtoReflect.Descriptor instead.
+func (*RunLog) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RunLog) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *RunLog) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *RunLog) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *RunLog) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *RunLog) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type GetProgramVariablesRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// program is the Program's name in the server's namespace.
+	Program       string `protobuf:"bytes,2,opt,name=program,proto3" json:"program,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProgramVariablesRequest) Reset() {
+	*x = GetProgramVariablesRequest{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProgramVariablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProgramVariablesRequest) ProtoMessage() {}
+
+func (x *GetProgramVariablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProgramVariablesRequest.ProtoReflect.Descriptor instead.
+func (*GetProgramVariablesRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetProgramVariablesRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *GetProgramVariablesRequest) GetProgram() string {
+	if x != nil {
+		return x.Program
+	}
+	return ""
+}
+
+type ProgramVariables struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*Variable            `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgramVariables) Reset() {
+	*x = ProgramVariables{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgramVariables) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgramVariables) ProtoMessage() {}
+
+func (x *ProgramVariables) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgramVariables.ProtoReflect.Descriptor instead.
+func (*ProgramVariables) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ProgramVariables) GetItems() []*Variable {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// Variable is one `variable` block of a module.
+type Variable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// type is the type expression as written (e.g. "string", "list(string)"); empty for any.
+	Type        string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// default is the default value as JSON; absent when the variable is required.
+	Default   *string `protobuf:"bytes,4,opt,name=default,proto3,oneof" json:"default,omitempty"`
+	Sensitive bool    `protobuf:"varint,5,opt,name=sensitive,proto3" json:"sensitive,omitempty"`
+	// file is where the block is declared.
+	File          string `protobuf:"bytes,6,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Variable) Reset() {
+	*x = Variable{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Variable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Variable) ProtoMessage() {}
+
+func (x *Variable) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Variable.ProtoReflect.Descriptor instead.
+func (*Variable) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Variable) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Variable) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Variable) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Variable) GetDefault() string {
+	if x != nil && x.Default != nil {
+		return *x.Default
+	}
+	return ""
+}
+
+func (x *Variable) GetSensitive() bool {
+	if x != nil {
+		return x.Sensitive
+	}
+	return false
+}
+
+func (x *Variable) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+type GetAccessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAccessRequest) Reset() {
+	*x = GetAccessRequest{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAccessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAccessRequest) ProtoMessage() {}
+
+func (x *GetAccessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAccessRequest.ProtoReflect.Descriptor instead.
+func (*GetAccessRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetAccessRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *GetAccessRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type Access struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// update: approve, reconcile, suspend, resume.
+	Update bool `protobuf:"varint,1,opt,name=update,proto3" json:"update,omitempty"`
+	Delete bool `protobuf:"varint,2,opt,name=delete,proto3" json:"delete,omitempty"`
+	// read_secrets: readable plans, releases and unmasked outputs.
+	ReadSecrets bool `protobuf:"varint,3,opt,name=read_secrets,json=readSecrets,proto3" json:"read_secrets,omitempty"`
+	// read_logs: the run's log (get pods/log).
+	ReadLogs      bool `protobuf:"varint,4,opt,name=read_logs,json=readLogs,proto3" json:"read_logs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Access) Reset() {
+	*x = Access{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Access) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Access) ProtoMessage() {}
+
+func (x *Access) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Access.ProtoReflect.Descriptor instead.
+func (*Access) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Access) GetUpdate() bool {
+	if x != nil {
+		return x.Update
+	}
+	return false
+}
+
+func (x *Access) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+func (x *Access) GetReadSecrets() bool {
+	if x != nil {
+		return x.ReadSecrets
+	}
+	return false
+}
+
+func (x *Access) GetReadLogs() bool {
+	if x != nil {
+		return x.ReadLogs
+	}
+	return false
+}
+
 var File_terrace_api_v1_installation_proto protoreflect.FileDescriptor
 
 const file_terrace_api_v1_installation_proto_rawDesc = "" +
@@ -1798,7 +2535,60 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\tsensitive\x18\x02 \x01(\bR\tsensitive\x12\x19\n" +
 	"\x05value\x18\x03 \x01(\tH\x00R\x05value\x88\x01\x01\x12\x16\n" +
 	"\x06masked\x18\x04 \x01(\bR\x06maskedB\b\n" +
-	"\x06_value2\xd7\b\n" +
+	"\x06_value\"\x85\x01\n" +
+	"\x0eListAllRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\x12%\n" +
+	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\"\x8e\x01\n" +
+	"\x0fListAllResponse\x122\n" +
+	"\x05items\x18\x01 \x03(\v2\x1c.terrace.api.v1.InstallationR\x05items\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x02 \x03(\tR\n" +
+	"namespaces\x12'\n" +
+	"\x0fnamespaces_note\x18\x03 \x01(\tR\x0enamespacesNote\"@\n" +
+	"\x10ReconcileRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\">\n" +
+	"\x0eSuspendRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"=\n" +
+	"\rResumeRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"_\n" +
+	"\x10GetRunLogRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"tail_lines\x18\x03 \x01(\x05R\ttailLines\"l\n" +
+	"\x06RunLog\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x10\n" +
+	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x16\n" +
+	"\x06active\x18\x03 \x01(\bR\x06active\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\"P\n" +
+	"\x1aGetProgramVariablesRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\aprogram\x18\x02 \x01(\tR\aprogram\"B\n" +
+	"\x10ProgramVariables\x12.\n" +
+	"\x05items\x18\x01 \x03(\v2\x18.terrace.api.v1.VariableR\x05items\"\xb1\x01\n" +
+	"\bVariable\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1d\n" +
+	"\adefault\x18\x04 \x01(\tH\x00R\adefault\x88\x01\x01\x12\x1c\n" +
+	"\tsensitive\x18\x05 \x01(\bR\tsensitive\x12\x12\n" +
+	"\x04file\x18\x06 \x01(\tR\x04fileB\n" +
+	"\n" +
+	"\b_default\"@\n" +
+	"\x10GetAccessRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"x\n" +
+	"\x06Access\x12\x16\n" +
+	"\x06update\x18\x01 \x01(\bR\x06update\x12\x16\n" +
+	"\x06delete\x18\x02 \x01(\bR\x06delete\x12!\n" +
+	"\fread_secrets\x18\x03 \x01(\bR\vreadSecrets\x12\x1b\n" +
+	"\tread_logs\x18\x04 \x01(\bR\breadLogs2\xf3\f\n" +
 	"\x13InstallationService\x12c\n" +
 	"\x06Create\x12\x1d.terrace.api.v1.CreateRequest\x1a\x1c.terrace.api.v1.Installation\"\x1c\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/v1/installations\x12a\n" +
 	"\x03Get\x12\x1a.terrace.api.v1.GetRequest\x1a\x1c.terrace.api.v1.Installation\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/installations/{name}\x12\\\n" +
@@ -1810,7 +2600,14 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\n" +
 	"GetOutputs\x12!.terrace.api.v1.GetOutputsRequest\x1a\".terrace.api.v1.GetOutputsResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/installations/{name}/outputs\x12g\n" +
 	"\x06Delete\x12\x1d.terrace.api.v1.DeleteRequest\x1a\x1c.terrace.api.v1.Installation\" \x82\xd3\xe4\x93\x02\x1a*\x18/v1/installations/{name}\x12F\n" +
-	"\x05Watch\x12\x1c.terrace.api.v1.WatchRequest\x1a\x1d.terrace.api.v1.WatchResponse0\x01B;Z9github.com/terrace-dev/terrace/proto/terrace/api/v1;apiv1b\x06proto3"
+	"\x05Watch\x12\x1c.terrace.api.v1.WatchRequest\x1a\x1d.terrace.api.v1.WatchResponse0\x01\x12J\n" +
+	"\aListAll\x12\x1e.terrace.api.v1.ListAllRequest\x1a\x1f.terrace.api.v1.ListAllResponse\x12K\n" +
+	"\tReconcile\x12 .terrace.api.v1.ReconcileRequest\x1a\x1c.terrace.api.v1.Installation\x12G\n" +
+	"\aSuspend\x12\x1e.terrace.api.v1.SuspendRequest\x1a\x1c.terrace.api.v1.Installation\x12E\n" +
+	"\x06Resume\x12\x1d.terrace.api.v1.ResumeRequest\x1a\x1c.terrace.api.v1.Installation\x12E\n" +
+	"\tGetRunLog\x12 .terrace.api.v1.GetRunLogRequest\x1a\x16.terrace.api.v1.RunLog\x12c\n" +
+	"\x13GetProgramVariables\x12*.terrace.api.v1.GetProgramVariablesRequest\x1a .terrace.api.v1.ProgramVariables\x12E\n" +
+	"\tGetAccess\x12 .terrace.api.v1.GetAccessRequest\x1a\x16.terrace.api.v1.AccessB;Z9github.com/terrace-dev/terrace/proto/terrace/api/v1;apiv1b\x06proto3"
 
 var (
 	file_terrace_api_v1_installation_proto_rawDescOnce sync.Once
@@ -1824,77 +2621,105 @@ func file_terrace_api_v1_installation_proto_rawDescGZIP() []byte {
 	return file_terrace_api_v1_installation_proto_rawDescData
 }
 
-var file_terrace_api_v1_installation_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_terrace_api_v1_installation_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_terrace_api_v1_installation_proto_goTypes = []any{
-	(*Source)(nil),                // 0: terrace.api.v1.Source
-	(*CreateRequest)(nil),         // 1: terrace.api.v1.CreateRequest
-	(*GetRequest)(nil),            // 2: terrace.api.v1.GetRequest
-	(*ListRequest)(nil),           // 3: terrace.api.v1.ListRequest
-	(*ListResponse)(nil),          // 4: terrace.api.v1.ListResponse
-	(*UpdateValuesRequest)(nil),   // 5: terrace.api.v1.UpdateValuesRequest
-	(*GetPlanRequest)(nil),        // 6: terrace.api.v1.GetPlanRequest
-	(*ApprovePlanRequest)(nil),    // 7: terrace.api.v1.ApprovePlanRequest
-	(*ListReleasesRequest)(nil),   // 8: terrace.api.v1.ListReleasesRequest
-	(*GetOutputsRequest)(nil),     // 9: terrace.api.v1.GetOutputsRequest
-	(*DeleteRequest)(nil),         // 10: terrace.api.v1.DeleteRequest
-	(*WatchRequest)(nil),          // 11: terrace.api.v1.WatchRequest
-	(*WatchResponse)(nil),         // 12: terrace.api.v1.WatchResponse
-	(*Installation)(nil),          // 13: terrace.api.v1.Installation
-	(*Condition)(nil),             // 14: terrace.api.v1.Condition
-	(*Plan)(nil),                  // 15: terrace.api.v1.Plan
-	(*ListReleasesResponse)(nil),  // 16: terrace.api.v1.ListReleasesResponse
-	(*Release)(nil),               // 17: terrace.api.v1.Release
-	(*PlanSummary)(nil),           // 18: terrace.api.v1.PlanSummary
-	(*ReleaseOutput)(nil),         // 19: terrace.api.v1.ReleaseOutput
-	(*GetOutputsResponse)(nil),    // 20: terrace.api.v1.GetOutputsResponse
-	(*Output)(nil),                // 21: terrace.api.v1.Output
-	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 24: google.protobuf.Value
+	(*Source)(nil),                     // 0: terrace.api.v1.Source
+	(*CreateRequest)(nil),              // 1: terrace.api.v1.CreateRequest
+	(*GetRequest)(nil),                 // 2: terrace.api.v1.GetRequest
+	(*ListRequest)(nil),                // 3: terrace.api.v1.ListRequest
+	(*ListResponse)(nil),               // 4: terrace.api.v1.ListResponse
+	(*UpdateValuesRequest)(nil),        // 5: terrace.api.v1.UpdateValuesRequest
+	(*GetPlanRequest)(nil),             // 6: terrace.api.v1.GetPlanRequest
+	(*ApprovePlanRequest)(nil),         // 7: terrace.api.v1.ApprovePlanRequest
+	(*ListReleasesRequest)(nil),        // 8: terrace.api.v1.ListReleasesRequest
+	(*GetOutputsRequest)(nil),          // 9: terrace.api.v1.GetOutputsRequest
+	(*DeleteRequest)(nil),              // 10: terrace.api.v1.DeleteRequest
+	(*WatchRequest)(nil),               // 11: terrace.api.v1.WatchRequest
+	(*WatchResponse)(nil),              // 12: terrace.api.v1.WatchResponse
+	(*Installation)(nil),               // 13: terrace.api.v1.Installation
+	(*Condition)(nil),                  // 14: terrace.api.v1.Condition
+	(*Plan)(nil),                       // 15: terrace.api.v1.Plan
+	(*ListReleasesResponse)(nil),       // 16: terrace.api.v1.ListReleasesResponse
+	(*Release)(nil),                    // 17: terrace.api.v1.Release
+	(*PlanSummary)(nil),                // 18: terrace.api.v1.PlanSummary
+	(*ReleaseOutput)(nil),              // 19: terrace.api.v1.ReleaseOutput
+	(*GetOutputsResponse)(nil),         // 20: terrace.api.v1.GetOutputsResponse
+	(*Output)(nil),                     // 21: terrace.api.v1.Output
+	(*ListAllRequest)(nil),             // 22: terrace.api.v1.ListAllRequest
+	(*ListAllResponse)(nil),            // 23: terrace.api.v1.ListAllResponse
+	(*ReconcileRequest)(nil),           // 24: terrace.api.v1.ReconcileRequest
+	(*SuspendRequest)(nil),             // 25: terrace.api.v1.SuspendRequest
+	(*ResumeRequest)(nil),              // 26: terrace.api.v1.ResumeRequest
+	(*GetRunLogRequest)(nil),           // 27: terrace.api.v1.GetRunLogRequest
+	(*RunLog)(nil),                     // 28: terrace.api.v1.RunLog
+	(*GetProgramVariablesRequest)(nil), // 29: terrace.api.v1.GetProgramVariablesRequest
+	(*ProgramVariables)(nil),           // 30: terrace.api.v1.ProgramVariables
+	(*Variable)(nil),                   // 31: terrace.api.v1.Variable
+	(*GetAccessRequest)(nil),           // 32: terrace.api.v1.GetAccessRequest
+	(*Access)(nil),                     // 33: terrace.api.v1.Access
+	(*structpb.Struct)(nil),            // 34: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),      // 35: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 36: google.protobuf.Value
 }
 var file_terrace_api_v1_installation_proto_depIdxs = []int32{
 	0,  // 0: terrace.api.v1.CreateRequest.source:type_name -> terrace.api.v1.Source
-	22, // 1: terrace.api.v1.CreateRequest.values:type_name -> google.protobuf.Struct
+	34, // 1: terrace.api.v1.CreateRequest.values:type_name -> google.protobuf.Struct
 	13, // 2: terrace.api.v1.ListResponse.items:type_name -> terrace.api.v1.Installation
-	22, // 3: terrace.api.v1.UpdateValuesRequest.values:type_name -> google.protobuf.Struct
+	34, // 3: terrace.api.v1.UpdateValuesRequest.values:type_name -> google.protobuf.Struct
 	13, // 4: terrace.api.v1.WatchResponse.installation:type_name -> terrace.api.v1.Installation
 	0,  // 5: terrace.api.v1.Installation.source:type_name -> terrace.api.v1.Source
 	14, // 6: terrace.api.v1.Installation.conditions:type_name -> terrace.api.v1.Condition
-	23, // 7: terrace.api.v1.Installation.created_at:type_name -> google.protobuf.Timestamp
-	23, // 8: terrace.api.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	23, // 9: terrace.api.v1.Plan.created_at:type_name -> google.protobuf.Timestamp
+	35, // 7: terrace.api.v1.Installation.created_at:type_name -> google.protobuf.Timestamp
+	35, // 8: terrace.api.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	35, // 9: terrace.api.v1.Plan.created_at:type_name -> google.protobuf.Timestamp
 	17, // 10: terrace.api.v1.ListReleasesResponse.items:type_name -> terrace.api.v1.Release
 	18, // 11: terrace.api.v1.Release.plan:type_name -> terrace.api.v1.PlanSummary
 	19, // 12: terrace.api.v1.Release.outputs:type_name -> terrace.api.v1.ReleaseOutput
-	23, // 13: terrace.api.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	23, // 14: terrace.api.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	24, // 15: terrace.api.v1.ReleaseOutput.value:type_name -> google.protobuf.Value
+	35, // 13: terrace.api.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	35, // 14: terrace.api.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	36, // 15: terrace.api.v1.ReleaseOutput.value:type_name -> google.protobuf.Value
 	21, // 16: terrace.api.v1.GetOutputsResponse.items:type_name -> terrace.api.v1.Output
-	1,  // 17: terrace.api.v1.InstallationService.Create:input_type -> terrace.api.v1.CreateRequest
-	2,  // 18: terrace.api.v1.InstallationService.Get:input_type -> terrace.api.v1.GetRequest
-	3,  // 19: terrace.api.v1.InstallationService.List:input_type -> terrace.api.v1.ListRequest
-	5,  // 20: terrace.api.v1.InstallationService.UpdateValues:input_type -> terrace.api.v1.UpdateValuesRequest
-	6,  // 21: terrace.api.v1.InstallationService.GetPlan:input_type -> terrace.api.v1.GetPlanRequest
-	7,  // 22: terrace.api.v1.InstallationService.ApprovePlan:input_type -> terrace.api.v1.ApprovePlanRequest
-	8,  // 23: terrace.api.v1.InstallationService.ListReleases:input_type -> terrace.api.v1.ListReleasesRequest
-	9,  // 24: terrace.api.v1.InstallationService.GetOutputs:input_type -> terrace.api.v1.GetOutputsRequest
-	10, // 25: terrace.api.v1.InstallationService.Delete:input_type -> terrace.api.v1.DeleteRequest
-	11, // 26: terrace.api.v1.InstallationService.Watch:input_type -> terrace.api.v1.WatchRequest
-	13, // 27: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
-	13, // 28: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
-	4,  // 29: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
-	13, // 30: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
-	15, // 31: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
-	13, // 32: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
-	16, // 33: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
-	20, // 34: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
-	13, // 35: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
-	12, // 36: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	13, // 17: terrace.api.v1.ListAllResponse.items:type_name -> terrace.api.v1.Installation
+	31, // 18: terrace.api.v1.ProgramVariables.items:type_name -> terrace.api.v1.Variable
+	1,  // 19: terrace.api.v1.InstallationService.Create:input_type -> terrace.api.v1.CreateRequest
+	2,  // 20: terrace.api.v1.InstallationService.Get:input_type -> terrace.api.v1.GetRequest
+	3,  // 21: terrace.api.v1.InstallationService.List:input_type -> terrace.api.v1.ListRequest
+	5,  // 22: terrace.api.v1.InstallationService.UpdateValues:input_type -> terrace.api.v1.UpdateValuesRequest
+	6,  // 23: terrace.api.v1.InstallationService.GetPlan:input_type -> terrace.api.v1.GetPlanRequest
+	7,  // 24: terrace.api.v1.InstallationService.ApprovePlan:input_type -> terrace.api.v1.ApprovePlanRequest
+	8,  // 25: terrace.api.v1.InstallationService.ListReleases:input_type -> terrace.api.v1.ListReleasesRequest
+	9,  // 26: terrace.api.v1.InstallationService.GetOutputs:input_type -> terrace.api.v1.GetOutputsRequest
+	10, // 27: terrace.api.v1.InstallationService.Delete:input_type -> terrace.api.v1.DeleteRequest
+	11, // 28: terrace.api.v1.InstallationService.Watch:input_type -> terrace.api.v1.WatchRequest
+	22, // 29: terrace.api.v1.InstallationService.ListAll:input_type -> terrace.api.v1.ListAllRequest
+	24, // 30: terrace.api.v1.InstallationService.Reconcile:input_type -> terrace.api.v1.ReconcileRequest
+	25, // 31: terrace.api.v1.InstallationService.Suspend:input_type -> terrace.api.v1.SuspendRequest
+	26, // 32: terrace.api.v1.InstallationService.Resume:input_type -> terrace.api.v1.ResumeRequest
+	27, // 33: terrace.api.v1.InstallationService.GetRunLog:input_type -> terrace.api.v1.GetRunLogRequest
+	29, // 34: terrace.api.v1.InstallationService.GetProgramVariables:input_type -> terrace.api.v1.GetProgramVariablesRequest
+	32, // 35: terrace.api.v1.InstallationService.GetAccess:input_type -> terrace.api.v1.GetAccessRequest
+	13, // 36: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
+	13, // 37: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
+	4,  // 38: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
+	13, // 39: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
+	15, // 40: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
+	13, // 41: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
+	16, // 42: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
+	20, // 43: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
+	13, // 44: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
+	12, // 45: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
+	23, // 46: terrace.api.v1.InstallationService.ListAll:output_type -> terrace.api.v1.ListAllResponse
+	13, // 47: terrace.api.v1.InstallationService.Reconcile:output_type -> terrace.api.v1.Installation
+	13, // 48: terrace.api.v1.InstallationService.Suspend:output_type -> terrace.api.v1.Installation
+	13, // 49: terrace.api.v1.InstallationService.Resume:output_type -> terrace.api.v1.Installation
+	28, // 50: terrace.api.v1.InstallationService.GetRunLog:output_type -> terrace.api.v1.RunLog
+	30, // 51: terrace.api.v1.InstallationService.GetProgramVariables:output_type -> terrace.api.v1.ProgramVariables
+	33, // 52: terrace.api.v1.InstallationService.GetAccess:output_type -> terrace.api.v1.Access
+	36, // [36:53] is the sub-list for method output_type
+	19, // [19:36] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_terrace_api_v1_installation_proto_init() }
@@ -1903,13 +2728,14 @@ func file_terrace_api_v1_installation_proto_init() {
 		return
 	}
 	file_terrace_api_v1_installation_proto_msgTypes[21].OneofWrappers = []any{}
+	file_terrace_api_v1_installation_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_api_v1_installation_proto_rawDesc), len(file_terrace_api_v1_installation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -80,6 +80,27 @@ const (
 	// InstallationServiceWatchProcedure is the fully-qualified name of the InstallationService's Watch
 	// RPC.
 	InstallationServiceWatchProcedure = "/terrace.api.v1.InstallationService/Watch"
+	// InstallationServiceListAllProcedure is the fully-qualified name of the InstallationService's
+	// ListAll RPC.
+	InstallationServiceListAllProcedure = "/terrace.api.v1.InstallationService/ListAll"
+	// InstallationServiceReconcileProcedure is the fully-qualified name of the InstallationService's
+	// Reconcile RPC.
+	InstallationServiceReconcileProcedure = "/terrace.api.v1.InstallationService/Reconcile"
+	// InstallationServiceSuspendProcedure is the fully-qualified name of the InstallationService's
+	// Suspend RPC.
+	InstallationServiceSuspendProcedure = "/terrace.api.v1.InstallationService/Suspend"
+	// InstallationServiceResumeProcedure is the fully-qualified name of the InstallationService's
+	// Resume RPC.
+	InstallationServiceResumeProcedure = "/terrace.api.v1.InstallationService/Resume"
+	// InstallationServiceGetRunLogProcedure is the fully-qualified name of the InstallationService's
+	// GetRunLog RPC.
+	InstallationServiceGetRunLogProcedure = "/terrace.api.v1.InstallationService/GetRunLog"
+	// InstallationServiceGetProgramVariablesProcedure is the fully-qualified name of the
+	// InstallationService's GetProgramVariables RPC.
+	InstallationServiceGetProgramVariablesProcedure = "/terrace.api.v1.InstallationService/GetProgramVariables"
+	// InstallationServiceGetAccessProcedure is the fully-qualified name of the InstallationService's
+	// GetAccess RPC.
+	InstallationServiceGetAccessProcedure = "/terrace.api.v1.InstallationService/GetAccess"
 )
 
 // InstallationServiceClient is a client for the terrace.api.v1.InstallationService service.
@@ -113,6 +134,25 @@ type InstallationServiceClient interface {
 	// changes, until the caller goes away or it is deleted (then a last event
 	// with deleted = true).
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// ListAll returns the installations of every namespace the caller may
+	// list Stacks in cluster-wide, else those of the server's namespace
+	// (namespaces_note then says so), filtered by namespace, phase and labels.
+	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
+	// Reconcile asks for a run now (the terrace.dev/requestedAt annotation).
+	Reconcile(context.Context, *connect.Request[v1.ReconcileRequest]) (*connect.Response[v1.Installation], error)
+	// Suspend sets spec.suspend; no run starts until Resume.
+	Suspend(context.Context, *connect.Request[v1.SuspendRequest]) (*connect.Response[v1.Installation], error)
+	// Resume clears spec.suspend.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.Installation], error)
+	// GetRunLog returns the end of the log of the installation's current (or
+	// latest kept) runner pod; the caller needs get on pods/log.
+	GetRunLog(context.Context, *connect.Request[v1.GetRunLogRequest]) (*connect.Response[v1.RunLog], error)
+	// GetProgramVariables lists the variables a Program of the namespace
+	// declares, for an install form.
+	GetProgramVariables(context.Context, *connect.Request[v1.GetProgramVariablesRequest]) (*connect.Response[v1.ProgramVariables], error)
+	// GetAccess says what the caller may do with an installation, so a UI can
+	// disable what the Kubernetes API would refuse (it refuses it anyway).
+	GetAccess(context.Context, *connect.Request[v1.GetAccessRequest]) (*connect.Response[v1.Access], error)
 }
 
 // NewInstallationServiceClient constructs a client for the terrace.api.v1.InstallationService
@@ -186,21 +226,70 @@ func NewInstallationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(installationServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		listAll: connect.NewClient[v1.ListAllRequest, v1.ListAllResponse](
+			httpClient,
+			baseURL+InstallationServiceListAllProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("ListAll")),
+			connect.WithClientOptions(opts...),
+		),
+		reconcile: connect.NewClient[v1.ReconcileRequest, v1.Installation](
+			httpClient,
+			baseURL+InstallationServiceReconcileProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("Reconcile")),
+			connect.WithClientOptions(opts...),
+		),
+		suspend: connect.NewClient[v1.SuspendRequest, v1.Installation](
+			httpClient,
+			baseURL+InstallationServiceSuspendProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("Suspend")),
+			connect.WithClientOptions(opts...),
+		),
+		resume: connect.NewClient[v1.ResumeRequest, v1.Installation](
+			httpClient,
+			baseURL+InstallationServiceResumeProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("Resume")),
+			connect.WithClientOptions(opts...),
+		),
+		getRunLog: connect.NewClient[v1.GetRunLogRequest, v1.RunLog](
+			httpClient,
+			baseURL+InstallationServiceGetRunLogProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("GetRunLog")),
+			connect.WithClientOptions(opts...),
+		),
+		getProgramVariables: connect.NewClient[v1.GetProgramVariablesRequest, v1.ProgramVariables](
+			httpClient,
+			baseURL+InstallationServiceGetProgramVariablesProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("GetProgramVariables")),
+			connect.WithClientOptions(opts...),
+		),
+		getAccess: connect.NewClient[v1.GetAccessRequest, v1.Access](
+			httpClient,
+			baseURL+InstallationServiceGetAccessProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("GetAccess")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // installationServiceClient implements InstallationServiceClient.
 type installationServiceClient struct {
-	create       *connect.Client[v1.CreateRequest, v1.Installation]
-	get          *connect.Client[v1.GetRequest, v1.Installation]
-	list         *connect.Client[v1.ListRequest, v1.ListResponse]
-	updateValues *connect.Client[v1.UpdateValuesRequest, v1.Installation]
-	getPlan      *connect.Client[v1.GetPlanRequest, v1.Plan]
-	approvePlan  *connect.Client[v1.ApprovePlanRequest, v1.Installation]
-	listReleases *connect.Client[v1.ListReleasesRequest, v1.ListReleasesResponse]
-	getOutputs   *connect.Client[v1.GetOutputsRequest, v1.GetOutputsResponse]
-	delete       *connect.Client[v1.DeleteRequest, v1.Installation]
-	watch        *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	create              *connect.Client[v1.CreateRequest, v1.Installation]
+	get                 *connect.Client[v1.GetRequest, v1.Installation]
+	list                *connect.Client[v1.ListRequest, v1.ListResponse]
+	updateValues        *connect.Client[v1.UpdateValuesRequest, v1.Installation]
+	getPlan             *connect.Client[v1.GetPlanRequest, v1.Plan]
+	approvePlan         *connect.Client[v1.ApprovePlanRequest, v1.Installation]
+	listReleases        *connect.Client[v1.ListReleasesRequest, v1.ListReleasesResponse]
+	getOutputs          *connect.Client[v1.GetOutputsRequest, v1.GetOutputsResponse]
+	delete              *connect.Client[v1.DeleteRequest, v1.Installation]
+	watch               *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	listAll             *connect.Client[v1.ListAllRequest, v1.ListAllResponse]
+	reconcile           *connect.Client[v1.ReconcileRequest, v1.Installation]
+	suspend             *connect.Client[v1.SuspendRequest, v1.Installation]
+	resume              *connect.Client[v1.ResumeRequest, v1.Installation]
+	getRunLog           *connect.Client[v1.GetRunLogRequest, v1.RunLog]
+	getProgramVariables *connect.Client[v1.GetProgramVariablesRequest, v1.ProgramVariables]
+	getAccess           *connect.Client[v1.GetAccessRequest, v1.Access]
 }
 
 // Create calls terrace.api.v1.InstallationService.Create.
@@ -253,6 +342,41 @@ func (c *installationServiceClient) Watch(ctx context.Context, req *connect.Requ
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// ListAll calls terrace.api.v1.InstallationService.ListAll.
+func (c *installationServiceClient) ListAll(ctx context.Context, req *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error) {
+	return c.listAll.CallUnary(ctx, req)
+}
+
+// Reconcile calls terrace.api.v1.InstallationService.Reconcile.
+func (c *installationServiceClient) Reconcile(ctx context.Context, req *connect.Request[v1.ReconcileRequest]) (*connect.Response[v1.Installation], error) {
+	return c.reconcile.CallUnary(ctx, req)
+}
+
+// Suspend calls terrace.api.v1.InstallationService.Suspend.
+func (c *installationServiceClient) Suspend(ctx context.Context, req *connect.Request[v1.SuspendRequest]) (*connect.Response[v1.Installation], error) {
+	return c.suspend.CallUnary(ctx, req)
+}
+
+// Resume calls terrace.api.v1.InstallationService.Resume.
+func (c *installationServiceClient) Resume(ctx context.Context, req *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.Installation], error) {
+	return c.resume.CallUnary(ctx, req)
+}
+
+// GetRunLog calls terrace.api.v1.InstallationService.GetRunLog.
+func (c *installationServiceClient) GetRunLog(ctx context.Context, req *connect.Request[v1.GetRunLogRequest]) (*connect.Response[v1.RunLog], error) {
+	return c.getRunLog.CallUnary(ctx, req)
+}
+
+// GetProgramVariables calls terrace.api.v1.InstallationService.GetProgramVariables.
+func (c *installationServiceClient) GetProgramVariables(ctx context.Context, req *connect.Request[v1.GetProgramVariablesRequest]) (*connect.Response[v1.ProgramVariables], error) {
+	return c.getProgramVariables.CallUnary(ctx, req)
+}
+
+// GetAccess calls terrace.api.v1.InstallationService.GetAccess.
+func (c *installationServiceClient) GetAccess(ctx context.Context, req *connect.Request[v1.GetAccessRequest]) (*connect.Response[v1.Access], error) {
+	return c.getAccess.CallUnary(ctx, req)
+}
+
 // InstallationServiceHandler is an implementation of the terrace.api.v1.InstallationService
 // service.
 type InstallationServiceHandler interface {
@@ -285,6 +409,25 @@ type InstallationServiceHandler interface {
 	// changes, until the caller goes away or it is deleted (then a last event
 	// with deleted = true).
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+	// ListAll returns the installations of every namespace the caller may
+	// list Stacks in cluster-wide, else those of the server's namespace
+	// (namespaces_note then says so), filtered by namespace, phase and labels.
+	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
+	// Reconcile asks for a run now (the terrace.dev/requestedAt annotation).
+	Reconcile(context.Context, *connect.Request[v1.ReconcileRequest]) (*connect.Response[v1.Installation], error)
+	// Suspend sets spec.suspend; no run starts until Resume.
+	Suspend(context.Context, *connect.Request[v1.SuspendRequest]) (*connect.Response[v1.Installation], error)
+	// Resume clears spec.suspend.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.Installation], error)
+	// GetRunLog returns the end of the log of the installation's current (or
+	// latest kept) runner pod; the caller needs get on pods/log.
+	GetRunLog(context.Context, *connect.Request[v1.GetRunLogRequest]) (*connect.Response[v1.RunLog], error)
+	// GetProgramVariables lists the variables a Program of the namespace
+	// declares, for an install form.
+	GetProgramVariables(context.Context, *connect.Request[v1.GetProgramVariablesRequest]) (*connect.Response[v1.ProgramVariables], error)
+	// GetAccess says what the caller may do with an installation, so a UI can
+	// disable what the Kubernetes API would refuse (it refuses it anyway).
+	GetAccess(context.Context, *connect.Request[v1.GetAccessRequest]) (*connect.Response[v1.Access], error)
 }
 
 // NewInstallationServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -354,6 +497,48 @@ func NewInstallationServiceHandler(svc InstallationServiceHandler, opts ...conne
 		connect.WithSchema(installationServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	installationServiceListAllHandler := connect.NewUnaryHandler(
+		InstallationServiceListAllProcedure,
+		svc.ListAll,
+		connect.WithSchema(installationServiceMethods.ByName("ListAll")),
+		connect.WithHandlerOptions(opts...),
+	)
+	installationServiceReconcileHandler := connect.NewUnaryHandler(
+		InstallationServiceReconcileProcedure,
+		svc.Reconcile,
+		connect.WithSchema(installationServiceMethods.ByName("Reconcile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	installationServiceSuspendHandler := connect.NewUnaryHandler(
+		InstallationServiceSuspendProcedure,
+		svc.Suspend,
+		connect.WithSchema(installationServiceMethods.ByName("Suspend")),
+		connect.WithHandlerOptions(opts...),
+	)
+	installationServiceResumeHandler := connect.NewUnaryHandler(
+		InstallationServiceResumeProcedure,
+		svc.Resume,
+		connect.WithSchema(installationServiceMethods.ByName("Resume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	installationServiceGetRunLogHandler := connect.NewUnaryHandler(
+		InstallationServiceGetRunLogProcedure,
+		svc.GetRunLog,
+		connect.WithSchema(installationServiceMethods.ByName("GetRunLog")),
+		connect.WithHandlerOptions(opts...),
+	)
+	installationServiceGetProgramVariablesHandler := connect.NewUnaryHandler(
+		InstallationServiceGetProgramVariablesProcedure,
+		svc.GetProgramVariables,
+		connect.WithSchema(installationServiceMethods.ByName("GetProgramVariables")),
+		connect.WithHandlerOptions(opts...),
+	)
+	installationServiceGetAccessHandler := connect.NewUnaryHandler(
+		InstallationServiceGetAccessProcedure,
+		svc.GetAccess,
+		connect.WithSchema(installationServiceMethods.ByName("GetAccess")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/terrace.api.v1.InstallationService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case InstallationServiceCreateProcedure:
@@ -376,6 +561,20 @@ func NewInstallationServiceHandler(svc InstallationServiceHandler, opts ...conne
 			installationServiceDeleteHandler.ServeHTTP(w, r)
 		case InstallationServiceWatchProcedure:
 			installationServiceWatchHandler.ServeHTTP(w, r)
+		case InstallationServiceListAllProcedure:
+			installationServiceListAllHandler.ServeHTTP(w, r)
+		case InstallationServiceReconcileProcedure:
+			installationServiceReconcileHandler.ServeHTTP(w, r)
+		case InstallationServiceSuspendProcedure:
+			installationServiceSuspendHandler.ServeHTTP(w, r)
+		case InstallationServiceResumeProcedure:
+			installationServiceResumeHandler.ServeHTTP(w, r)
+		case InstallationServiceGetRunLogProcedure:
+			installationServiceGetRunLogHandler.ServeHTTP(w, r)
+		case InstallationServiceGetProgramVariablesProcedure:
+			installationServiceGetProgramVariablesHandler.ServeHTTP(w, r)
+		case InstallationServiceGetAccessProcedure:
+			installationServiceGetAccessHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -423,4 +622,32 @@ func (UnimplementedInstallationServiceHandler) Delete(context.Context, *connect.
 
 func (UnimplementedInstallationServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.Watch is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.ListAll is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) Reconcile(context.Context, *connect.Request[v1.ReconcileRequest]) (*connect.Response[v1.Installation], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.Reconcile is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) Suspend(context.Context, *connect.Request[v1.SuspendRequest]) (*connect.Response[v1.Installation], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.Suspend is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.Installation], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.Resume is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) GetRunLog(context.Context, *connect.Request[v1.GetRunLogRequest]) (*connect.Response[v1.RunLog], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.GetRunLog is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) GetProgramVariables(context.Context, *connect.Request[v1.GetProgramVariablesRequest]) (*connect.Response[v1.ProgramVariables], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.GetProgramVariables is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) GetAccess(context.Context, *connect.Request[v1.GetAccessRequest]) (*connect.Response[v1.Access], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.GetAccess is not implemented"))
 }

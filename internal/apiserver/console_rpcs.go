@@ -1,0 +1,138 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
+)
+
+// The calls the web console (internal/console) makes beyond the
+// installation lifecycle. Each acts as the caller, like every other call:
+// the console can do nothing its user could not do with kubectl.
+
+func (s *service) ListAll(ctx context.Context, req *connect.Request[apiv1.ListAllRequest]) (*connect.Response[apiv1.ListAllResponse], error) {
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.site.listAll(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range out.Items {
+		in.Cluster = c.site.Cluster
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *service) Reconcile(ctx context.Context, req *connect.Request[apiv1.ReconcileRequest]) (*connect.Response[apiv1.Installation], error) {
+	return s.changeStack(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), func(stack *terracev1.Stack) {
+		if stack.Annotations == nil {
+			stack.Annotations = map[string]string{}
+		}
+		stack.Annotations[terracev1.ReconcileRequestAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+	})
+}
+
+func (s *service) Suspend(ctx context.Context, req *connect.Request[apiv1.SuspendRequest]) (*connect.Response[apiv1.Installation], error) {
+	return s.changeStack(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), func(stack *terracev1.Stack) { stack.Spec.Suspend = true })
+}
+
+func (s *service) Resume(ctx context.Context, req *connect.Request[apiv1.ResumeRequest]) (*connect.Response[apiv1.Installation], error) {
+	return s.changeStack(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), func(stack *terracev1.Stack) { stack.Spec.Suspend = false })
+}
+
+// changeStack patches an installation's Stack as the caller (a merge patch
+// of just what change touched, so a concurrent status write is not lost).
+func (s *service) changeStack(ctx context.Context, header http.Header, cluster, name string, change func(*terracev1.Stack)) (*connect.Response[apiv1.Installation], error) {
+	ctx, c, err := s.begin(ctx, header, cluster, name, true)
+	if err != nil {
+		return nil, err
+	}
+	stack, err := c.site.installation(ctx, c.name)
+	if err != nil {
+		return nil, err
+	}
+	before := stack.DeepCopy()
+	change(stack)
+	if err := c.site.Caller.Patch(ctx, stack, client.MergeFrom(before)); err != nil {
+		return nil, kubeError(err, "Stack "+c.name)
+	}
+	in := installationOf(stack)
+	in.Cluster = c.site.Cluster
+	return connect.NewResponse(in), nil
+}
+
+func (s *service) GetAccess(ctx context.Context, req *connect.Request[apiv1.GetAccessRequest]) (*connect.Response[apiv1.Access], error) {
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	if err != nil {
+		return nil, err
+	}
+	out := &apiv1.Access{}
+	ns, group := c.site.Namespace, terracev1.GroupVersion.Group
+	checks := map[*bool]authorizationv1.ResourceAttributes{
+		&out.Update:      {Namespace: ns, Group: group, Resource: "stacks", Verb: "patch", Name: c.name},
+		&out.Delete:      {Namespace: ns, Group: group, Resource: "stacks", Verb: "delete", Name: c.name},
+		&out.ReadSecrets: {Namespace: ns, Resource: "secrets", Verb: "get"},
+		&out.ReadLogs:    {Namespace: ns, Resource: "pods", Subresource: "log", Verb: "get"},
+	}
+	for into, attrs := range checks {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
+		if err := c.site.Caller.Create(ctx, review); err != nil {
+			return nil, kubeError(err, "an access review")
+		}
+		*into = review.Status.Allowed
+	}
+	return connect.NewResponse(out), nil
+}
+
+// listAll lists installations cluster-wide when the caller may, else in
+// the site's namespace, and filters them.
+func (s *site) listAll(ctx context.Context, req *apiv1.ListAllRequest) (*apiv1.ListAllResponse, error) {
+	selector := labels.SelectorFromSet(labels.Set{InstallationLabel: "true"})
+	if text := req.GetLabelSelector(); text != "" {
+		extra, err := labels.Parse(text)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("labelSelector %q is not a label selector: %v", text, err))
+		}
+		reqs, _ := extra.Requirements()
+		selector = selector.Add(reqs...)
+	}
+	out := &apiv1.ListAllResponse{}
+	stacks := &terracev1.StackList{}
+	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: selector}}
+	if ns := req.GetNamespace(); ns != "" {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	err := s.Caller.List(ctx, stacks, opts...)
+	if apierrors.IsForbidden(err) && req.GetNamespace() == "" {
+		out.NamespacesNote = fmt.Sprintf("you may not list Stacks in every namespace: showing namespace %s only", s.Namespace)
+		err = s.Caller.List(ctx, stacks, append(opts, client.InNamespace(s.Namespace))...)
+	}
+	if err != nil {
+		return nil, kubeError(err, "Stacks")
+	}
+	for i := range stacks.Items {
+		in := installationOf(&stacks.Items[i])
+		if req.GetPhase() != "" && in.Phase != req.GetPhase() {
+			continue
+		}
+		out.Items = append(out.Items, in)
+		if !slices.Contains(out.Namespaces, in.Namespace) {
+			out.Namespaces = append(out.Namespaces, in.Namespace)
+		}
+	}
+	slices.Sort(out.Namespaces)
+	return out, nil
+}
