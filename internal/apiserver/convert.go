@@ -40,6 +40,7 @@ func installationOf(stack *terracev1.Stack) *apiv1.Installation {
 		Outputs:     stack.Status.Outputs,
 		CreatedAt:   timestamppb.New(stack.CreationTimestamp.UTC()),
 		Deleting:    stack.DeletionTimestamp != nil,
+		Suspended:   stack.Spec.Suspend,
 	}
 	if src.ProgramRef != nil {
 		in.Source.ProgramRef = src.ProgramRef.Name

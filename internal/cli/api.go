@@ -12,6 +12,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/apiserver"
 	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/console"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -35,6 +36,12 @@ func newAPICommand() *cobra.Command {
 	cmd.Flags().StringVar(&keyFile, "tls-key-file", "", "PEM private key of the serving certificate")
 	cmd.Flags().StringSliceVar(&audiences, "token-audiences", nil, "audiences one of which a caller's token must also be issued for (its aud claim; the Kubernetes API server must accept the token too); default: any token it accepts")
 	cmd.Flags().BoolVar(&development, "log-dev", false, "human-readable logs instead of JSON")
+	var oidc console.OIDC
+	cmd.Flags().StringVar(&oidc.IssuerURL, "oidc-issuer-url", "", "offer sign-in to the web console with this OpenID Connect provider (authorization code flow); the Kubernetes API server must accept its ID tokens")
+	cmd.Flags().StringVar(&oidc.ClientID, "oidc-client-id", "", "the console's OIDC client ID")
+	cmd.Flags().StringVar(&oidc.ClientSecret, "oidc-client-secret", "", "the console's OIDC client secret (empty for a public client); prefer --oidc-client-secret-file")
+	cmd.Flags().StringVar(&oidc.RedirectURL, "oidc-redirect-url", "", "the console's callback URL as the provider knows it: https://<host>/oidc/callback")
+	cmd.Flags().StringSliceVar(&oidc.Scopes, "oidc-scopes", nil, "scopes to ask for beyond openid (e.g. email,groups)")
 	return userCommand(cmd, func(ctx context.Context, k *kube, _ streams, _ []string) error {
 		if certFile == "" || keyFile == "" {
 			return fmt.Errorf("--tls-cert-file and --tls-key-file are required: the API carries bearer tokens and is served over TLS only")
@@ -53,7 +60,20 @@ func newAPICommand() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("failed to listen on %s: %w", listen, err)
 		}
-		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
+		podLogs, err := apiserver.CallerPodLogs(k.config)
+		if err != nil {
+			return err
+		}
+		consoleOptions := console.Options{Namespace: k.namespace}
+		if oidc.IssuerURL != "" {
+			consoleOptions.OIDC = &oidc
+		}
+		web, err := console.Handler(consoleOptions)
+		if err != nil {
+			return fmt.Errorf("failed to set up the web console: %w", err)
+		}
+		srv := &apiserver.Server{PodLogs: podLogs, Console: web,
+Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
 			// In a registered cluster the TerraceConfigs are read as the caller too.
 			StoresFor: func(c client.Client) apiserver.StoreOpener {
 				resolver := &settings.Resolver{Reader: c, OperatorNamespace: k.flags.operatorNamespace, Builtin: settings.BuiltinDefaults("")}

@@ -845,7 +845,9 @@ type Installation struct {
 	ValuesSecret string `protobuf:"bytes,17,opt,name=values_secret,json=valuesSecret,proto3" json:"values_secret,omitempty"`
 	// phase is a one-word summary for UIs: Pending, Planning, AwaitingApproval,
 	// Applying, Ready, Failed, Deleting.
-	Phase         string `protobuf:"bytes,18,opt,name=phase,proto3" json:"phase,omitempty"`
+	Phase string `protobuf:"bytes,18,opt,name=phase,proto3" json:"phase,omitempty"`
+	// suspended is spec.suspend: no run starts until it is resumed.
+	Suspended     bool `protobuf:"varint,19,opt,name=suspended,proto3" json:"suspended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1004,6 +1006,13 @@ func (x *Installation) GetPhase() string {
 		return x.Phase
 	}
 	return ""
+}
+
+func (x *Installation) GetSuspended() bool {
+	if x != nil {
+		return x.Suspended
+	}
+	return false
 }
 
 // Condition is a Kubernetes condition of the Stack.
@@ -2451,7 +2460,7 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"k\n" +
 	"\rWatchResponse\x12@\n" +
 	"\finstallation\x18\x01 \x01(\v2\x1c.terrace.api.v1.InstallationR\finstallation\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xc9\x04\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xe7\x04\n" +
 	"\fInstallation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12.\n" +
@@ -2474,7 +2483,8 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\bdeleting\x18\x0f \x01(\bR\bdeleting\x12\x18\n" +
 	"\acluster\x18\x10 \x01(\tR\acluster\x12#\n" +
 	"\rvalues_secret\x18\x11 \x01(\tR\fvaluesSecret\x12\x14\n" +
-	"\x05phase\x18\x12 \x01(\tR\x05phase\"\xb7\x01\n" +
+	"\x05phase\x18\x12 \x01(\tR\x05phase\x12\x1c\n" +
+	"\tsuspended\x18\x13 \x01(\bR\tsuspended\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
