@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+)
+
+// consoleModule greets, and keeps a password the plan and outputs must mask.
+const consoleModule = `
+variable "greeting" {
+  type        = string
+  description = "What the Stack says"
+}
+variable "password" {
+  type      = string
+  sensitive = true
+  default   = "unused"
+}
+resource "terraform_data" "hello" { input = var.greeting }
+resource "terraform_data" "secret" { input = var.password }
+output "greeting" { value = terraform_data.hello.output }
+output "password" {
+  value     = var.password
+  sensitive = true
+}
+`
+
+// TestConsoleInABrowser drives the web console that `terrace api` serves
+// with headless chromium: sign-in with a ServiceAccount token, a Ready and
+// a waiting Stack in the list, the waiting one's plan read and approved
+// until it shows release 2 with no reload; a user without update rights
+// sees Approve disabled and is refused when asking directly; a wrong token
+// is told so; a planted secret is never in the page, the responses or the
+// browser's storage. It writes the screenshots of docs/console.md.
+func TestConsoleInABrowser(t *testing.T) {
+	e := newStackEnv(t)
+	podIP := e.enableAPI(t)
+	planted := fmt.Sprintf("planted-secret-%d", time.Now().UnixNano())
+	e.program(t, "hello", map[string]string{"main.tf": consoleModule})
+	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": planted}})
+	e.allowRunnerToRead(t, "db")
+	for _, name := range []string{"ready", "web"} {
+		e.create(t, consoleStack(name))
+	}
+	e.waitStack(t, "ready", stackTimeout, "applied", readyAt)
+	e.waitStack(t, "web", stackTimeout, "applied", readyAt)
+	// web now waits for approval of a change.
+	e.updateStack(t, "web", func(s *terracev1.Stack) {
+		s.Spec.ApprovePlan = ""
+		s.Spec.Vars["greeting"] = apiextensionsv1.JSON{Raw: []byte(`"hello again"`)}
+	})
+	waiting := e.waitStack(t, "web", stackTimeout, "a plan waiting for approval", func(s *terracev1.Stack) error {
+		if s.Status.Plan == nil || s.Status.Plan.Pending == "" {
+			return fmt.Errorf("no pending plan")
+		}
+		return nil
+	})
+	planID := waiting.Status.Plan.Pending
+
+	admin := e.toolToken(t, "operator")
+	e.grant(t, "operator", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "pods/log"}, Verbs: []string{"get", "list"}},
+		rbacv1.PolicyRule{APIGroups: []string{terracev1.GroupVersion.Group}, Resources: []string{"programs"}, Verbs: []string{"get"}})
+	viewer := e.toolTokenWithoutRights(t, "viewer")
+	e.grant(t, "viewer", rbacv1.PolicyRule{APIGroups: []string{terracev1.GroupVersion.Group}, Resources: []string{"stacks"}, Verbs: []string{"get", "list", "watch"}})
+
+	var tlsSecret corev1.Secret
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: config.APITLSSecretName}, &tlsSecret); err != nil {
+		t.Fatal(err)
+	}
+	host := config.APIName + "." + e.ns + ".svc"
+	base := fmt.Sprintf("https://%s:%d/", host, config.APIPort)
+	b := newBrowser(t, host, podIP, spkiOf(t, tlsSecret.Data["tls.crt"]))
+
+	t.Run("wrong token", func(t *testing.T) {
+		tb := b.tab()
+		tb.do(chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#token")))
+		tb.screenshots("sign-in")
+		tb.do(chromedp.SetValue(chromedp.CSS("#token"), "not-a-token"), chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
+			chromedp.WaitVisible(chromedp.CSS("#sign-in-error .error")))
+		if msg := tb.text("#sign-in-error"); !strings.Contains(msg, "Sign-in failed") || !strings.Contains(msg, "not accepted") {
+			t.Errorf("error shown for a wrong token: %q", msg)
+		}
+		if stored := tb.eval(`JSON.stringify(Object.keys(sessionStorage))`); stored != "[]" {
+			t.Errorf("a refused token was kept: %s", stored)
+		}
+	})
+
+	t.Run("no update rights", func(t *testing.T) {
+		tb := b.tab()
+		signIn(tb, base, viewer)
+		tb.do(chromedp.Navigate(base+"#/stack/web"), chromedp.WaitVisible(chromedp.CSS("#approve")))
+		if disabled := tb.eval(`String(document.querySelector('#approve').disabled)`); disabled != "true" {
+			t.Errorf("Approve is enabled for a user who may not update Stacks")
+		}
+		// Asked directly, with the same token, the API refuses.
+		answer := tb.eval(`fetch('/terrace.api.v1.InstallationService/ApprovePlan', {method: 'POST',
+			headers: {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + sessionStorage.getItem('terrace.token')},
+			body: JSON.stringify({name: 'web', planId: ` + jsString(planID) + `})}).then(async r => r.status + ' ' + (await r.json()).code)`)
+		if answer != "403 permission_denied" {
+			t.Errorf("a direct approval by a user without rights answered %q, want 403 permission_denied", answer)
+		}
+		if s := e.getStack(t, "web"); s.Spec.ApprovePlan != "" {
+			t.Errorf("the refused approval changed the Stack: approvePlan %q", s.Spec.ApprovePlan)
+		}
+		expectNoSecret(t, tb, planted)
+	})
+
+	t.Run("approve", func(t *testing.T) {
+		tb := b.tab()
+		signIn(tb, base, admin)
+		tb.do(waitFor(`document.querySelector('tr[data-name="ready"] [data-phase="Ready"]') && document.querySelector('tr[data-name="web"] [data-phase="AwaitingApproval"]')`, time.Minute))
+		tb.screenshots("stacks")
+		tb.do(chromedp.Click(chromedp.CSS(`tr[data-name="web"] a`)), chromedp.WaitVisible(chromedp.CSS("#plan-text")),
+			waitFor(`document.querySelector('#releases tr[data-revision="1"]')`, time.Minute))
+		plan := tb.text("#plan-text")
+		if !strings.Contains(plan, "terraform_data.hello") || !strings.Contains(plan, "hello again") {
+			t.Errorf("the plan shown does not describe the change:\n%s", plan)
+		}
+		if got := tb.eval(`document.querySelector('#approve').dataset.plan`); got != planID {
+			t.Errorf("Approve is for plan %q, want the pending %q", got, planID)
+		}
+		tb.screenshots("stack")
+		// A marker that a reload would lose.
+		tb.eval(`String(window.notReloaded = true)`)
+		tb.do(chromedp.Click(chromedp.CSS("#approve")),
+			waitFor(`document.querySelector('#release')?.textContent === '2' && document.querySelector('#phase [data-phase]')?.dataset.phase === 'Ready' && document.querySelector('#releases tr[data-revision="2"]')`, stackTimeout))
+		if tb.eval(`String(window.notReloaded === true)`) != "true" {
+			t.Error("the page was reloaded")
+		}
+		if s := e.getStack(t, "web"); s.Status.Release == nil || s.Status.Release.Revision != 2 {
+			t.Errorf("Stack web: release %+v, want revision 2", s.Status.Release)
+		}
+		if masked := tb.text("#outputs"); !strings.Contains(masked, "(sensitive, hidden)") || !strings.Contains(masked, "hello again") {
+			t.Errorf("outputs shown: %q", masked)
+		}
+		tb.do(chromedp.Navigate(base+"#/install"), chromedp.WaitVisible(chromedp.CSS("#i-program")),
+			chromedp.SetValue(chromedp.CSS("#i-program"), "hello"), chromedp.Click(chromedp.CSS("#i-load")), chromedp.WaitVisible(chromedp.CSS("#v-greeting")))
+		if hint := tb.text("#i-vars"); !strings.Contains(hint, "What the Stack says") || strings.Contains(hint, "unused") {
+			t.Errorf("install form: %q (want the description, and no sensitive default)", hint)
+		}
+		tb.screenshots("install")
+		tb.do(viewport(390, 844, true), chromedp.Navigate(base+"#/"), waitFor(`document.querySelector('tr[data-name="web"]')`, time.Minute))
+		tb.screenshots("stacks-phone")
+		expectNoSecret(t, tb, planted)
+		// Sign-out clears the tab's storage.
+		tb.do(chromedp.Click(chromedp.CSS("#sign-out")), chromedp.WaitVisible(chromedp.CSS("#token")))
+		if stored := tb.eval(`String(sessionStorage.length + localStorage.length)`); stored != "0" {
+			t.Errorf("after sign-out the browser still stores %s items", stored)
+		}
+	})
+}
+
+func consoleStack(name string) *terracev1.Stack {
+	return &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"terrace.dev/installation": "true", "team": "platform"}},
+		Spec: terracev1.StackSpec{
+			Source:            terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "hello"}},
+			Vars:              map[string]apiextensionsv1.JSON{"greeting": {Raw: []byte(`"hi"`)}},
+			VarsFrom:          []terracev1.VarsReference{{Kind: "Secret", Name: "db"}},
+			ApprovePlan:       terracev1.ApprovePlanAuto,
+			StoreReadablePlan: terracev1.ReadablePlanHuman,
+		},
+	}
+}
+
+// signIn pastes token into the sign-in form and waits for the Stacks page.
+func signIn(tb *tab, base, token string) {
+	tb.t.Helper()
+	tb.do(chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS("#stacks")))
+}
+
+// expectNoSecret fails if the secret is in the page, a response the tab
+// received, or the browser's storage.
+func expectNoSecret(t *testing.T, tb *tab, secret string) {
+	t.Helper()
+	if html := tb.eval(`document.documentElement.outerHTML`); strings.Contains(html, secret) {
+		t.Error("the planted secret is in the page's HTML")
+	}
+	if stored := tb.eval(`JSON.stringify({...sessionStorage}) + JSON.stringify({...localStorage}) + document.cookie`); strings.Contains(stored, secret) {
+		t.Error("the planted secret is in the browser's storage")
+	}
+	bodies := tb.bodies()
+	if len(bodies) < 3 {
+		t.Errorf("only %d response bodies were recorded: the search would prove nothing", len(bodies))
+	}
+	for url, body := range bodies {
+		if strings.Contains(body, secret) {
+			t.Errorf("the planted secret is in the response of %s", url)
+		}
+	}
+}
+
+// grant adds rules to the ServiceAccount name of the test's namespace.
+func (e *stackEnv) grant(t *testing.T, name string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name + "-extra", Namespace: e.ns}, Rules: rules}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-extra", Namespace: e.ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: e.ns}},
+	}
+	for _, obj := range []client.Object{role, rb} {
+		if err := e.c.Create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
