@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -36,6 +37,7 @@ type OIDC struct {
 	HTTPClient *http.Client
 
 	key    []byte
+	mu     sync.Mutex
 	config *oauth2.Config
 }
 
@@ -68,6 +70,8 @@ func (o *OIDC) client() *http.Client {
 
 // endpoints reads the provider's discovery document (once it has worked).
 func (o *OIDC) endpoints(ctx context.Context) (*oauth2.Config, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.config != nil {
 		return o.config, nil
 	}

@@ -27,8 +27,8 @@ import (
 // (hack/install-deps.sh installs it for `make test`). The network here is
 // closed: without the flags that stop its background connections it hangs.
 type browser struct {
-	t     *testing.T
-	alloc context.Context
+	t    *testing.T
+	root context.Context
 }
 
 // newBrowser starts chromium resolving host to ip and trusting exactly the
@@ -51,7 +51,14 @@ func newBrowser(t *testing.T, host, ip, spki string) *browser {
 	}
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
-	return &browser{t: t, alloc: alloc}
+	// One browser; each tab is a new target in it. Its first run starts
+	// it and lives as long as its context: no timeout there.
+	root, stop := chromedp.NewContext(alloc)
+	t.Cleanup(stop)
+	if err := chromedp.Do(root, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("failed to start chromium: %v", err)
+	}
+	return &browser{t: t, root: root}
 }
 
 // tab is one browser tab (its own sessionStorage) that records every
@@ -68,7 +75,7 @@ type tab struct {
 func (b *browser) tab() *tab {
 	b.t.Helper()
 	tb := &tab{t: b.t, urls: map[network.RequestID]string{}}
-	ctx, cancel := chromedp.NewContext(b.alloc, chromedp.WithListener(func(ev any) {
+	ctx, cancel := chromedp.NewContext(b.root, chromedp.WithListener(func(ev any) {
 		tb.mu.Lock()
 		defer tb.mu.Unlock()
 		switch e := ev.(type) {
@@ -80,7 +87,10 @@ func (b *browser) tab() *tab {
 	}))
 	b.t.Cleanup(cancel)
 	tb.ctx = ctx
-	tb.do(chromedp.Navigate("about:blank"))
+	// The first run starts the tab and lives as long as its context: no timeout here.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		b.t.Fatalf("failed to open a tab: %v", err)
+	}
 	return tb
 }
 
