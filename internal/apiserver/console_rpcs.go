@@ -117,7 +117,7 @@ func (s *site) listAll(ctx context.Context, req *apiv1.ListAllRequest) (*apiv1.L
 	}
 	err := s.Caller.List(ctx, stacks, opts...)
 	if apierrors.IsForbidden(err) && req.GetNamespace() == "" {
-		out.NamespacesNote = fmt.Sprintf("you may not list Stacks in every namespace: showing namespace %s only", s.Namespace)
+		out.NamespacesNote = fmt.Sprintf("You may not list Stacks in every namespace: showing namespace %s only.", s.Namespace)
 		err = s.Caller.List(ctx, stacks, append(opts, client.InNamespace(s.Namespace))...)
 	}
 	if err != nil {
