@@ -100,32 +100,14 @@ func (s *service) GetAccess(ctx context.Context, req *connect.Request[apiv1.GetA
 // listAll lists installations cluster-wide when the caller may, else in
 // the site's namespace, and filters them.
 func (s *site) listAll(ctx context.Context, req *apiv1.ListAllRequest) (*apiv1.ListAllResponse, error) {
-	selector := labels.SelectorFromSet(labels.Set{InstallationLabel: "true"})
-	if text := req.GetLabelSelector(); text != "" {
-		extra, err := labels.Parse(text)
-		if err != nil {
-			return nil, invalid(fmt.Sprintf("labelSelector %q is not a label selector: %v", text, err))
-		}
-		reqs, _ := extra.Requirements()
-		selector = selector.Add(reqs...)
-	}
-	out := &apiv1.ListAllResponse{}
-	stacks := &terracev1.StackList{}
-	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: selector}}
-	if ns := req.GetNamespace(); ns != "" {
-		opts = append(opts, client.InNamespace(ns))
-	}
-	err := s.Caller.List(ctx, stacks, opts...)
-	if apierrors.IsForbidden(err) && req.GetNamespace() == "" {
-		out.NamespacesNote = fmt.Sprintf("You may not list Stacks in every namespace: showing namespace %s only.", s.Namespace)
-		err = s.Caller.List(ctx, stacks, append(opts, client.InNamespace(s.Namespace))...)
-	}
+	scope, err := s.listScope(ctx, req)
 	if err != nil {
-		return nil, kubeError(err, "Stacks")
+		return nil, err
 	}
-	for i := range stacks.Items {
-		in := installationOf(&stacks.Items[i])
-		if req.GetPhase() != "" && in.Phase != req.GetPhase() {
+	out := &apiv1.ListAllResponse{NamespacesNote: scope.note}
+	for i := range scope.stacks.Items {
+		in := installationOf(&scope.stacks.Items[i])
+		if !scope.matches(in) {
 			continue
 		}
 		out.Items = append(out.Items, in)
@@ -135,4 +117,41 @@ func (s *site) listAll(ctx context.Context, req *apiv1.ListAllRequest) (*apiv1.L
 	}
 	slices.Sort(out.Namespaces)
 	return out, nil
+}
+
+// listScope is what a ListAll or WatchAll covers, and the Stacks there now.
+type listScope struct {
+	// options select the Stacks, for a list or a watch.
+	options []client.ListOption
+	phase   string
+	note    string
+	stacks  *terracev1.StackList
+}
+
+func (l *listScope) matches(in *apiv1.Installation) bool { return l.phase == "" || in.Phase == l.phase }
+
+func (s *site) listScope(ctx context.Context, req *apiv1.ListAllRequest) (*listScope, error) {
+	selector := labels.SelectorFromSet(labels.Set{InstallationLabel: "true"})
+	if text := req.GetLabelSelector(); text != "" {
+		extra, err := labels.Parse(text)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("labelSelector %q is not a label selector: %v", text, err))
+		}
+		reqs, _ := extra.Requirements()
+		selector = selector.Add(reqs...)
+	}
+	scope := &listScope{phase: req.GetPhase(), stacks: &terracev1.StackList{}, options: []client.ListOption{client.MatchingLabelsSelector{Selector: selector}}}
+	if ns := req.GetNamespace(); ns != "" {
+		scope.options = append(scope.options, client.InNamespace(ns))
+	}
+	err := s.Caller.List(ctx, scope.stacks, scope.options...)
+	if apierrors.IsForbidden(err) && req.GetNamespace() == "" {
+		scope.note = fmt.Sprintf("You may not list Stacks in every namespace: showing namespace %s only.", s.Namespace)
+		scope.options = append(scope.options, client.InNamespace(s.Namespace))
+		err = s.Caller.List(ctx, scope.stacks, scope.options...)
+	}
+	if err != nil {
+		return nil, kubeError(err, "Stacks")
+	}
+	return scope, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -209,4 +210,64 @@ func TestRunLogSaysWhyThereIsNone(t *testing.T) {
 	}
 	_, err = plain.grpcClient().GetRunLog(ctx, withToken(&apiv1.GetRunLogRequest{Name: "web"}, plain.admin))
 	expectCode(t, err, connect.CodeUnavailable, reasonStoreMisconfigured, "terrace logs")
+}
+
+// TestWatchAllFollowsTheList: the stream starts with the listed
+// installations, then sends new ones, changes, and a removal when one no
+// longer matches the label selector; a caller without rights is refused.
+func TestWatchAllFollowsTheList(t *testing.T) {
+	at := newAPITest(t)
+	api := at.grpcClient()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	create := func(name string) {
+		t.Helper()
+		if _, err := api.Create(ctx, withToken(&apiv1.CreateRequest{Name: name, Source: &apiv1.Source{ProgramRef: "m"}}, at.admin)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTeam := func(name, team string) {
+		t.Helper()
+		stack := at.stack(name)
+		stack.Labels["team"] = team
+		if err := env.Client.Update(ctx, stack); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("a")
+	setTeam("a", "web")
+	stream, err := api.WatchAll(ctx, withToken(&apiv1.ListAllRequest{LabelSelector: "team=web"}, at.admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stream.Close() }()
+	next := func(what string) *apiv1.WatchResponse {
+		t.Helper()
+		if !stream.Receive() {
+			t.Fatalf("%s: the stream ended: %v", what, stream.Err())
+		}
+		return stream.Msg()
+	}
+	if m := next("the listed one"); m.GetInstallation().GetName() != "a" || m.GetDeleted() {
+		t.Fatalf("first message: %v", m)
+	}
+	create("b") // no team label: not sent
+	create("c")
+	setTeam("c", "web")
+	if m := next("the new one"); m.GetInstallation().GetName() != "c" || m.GetDeleted() {
+		t.Fatalf("after c joined: %v", m)
+	}
+	setTeam("a", "db")
+	if m := next("the one that left"); m.GetInstallation().GetName() != "a" || !m.GetDeleted() {
+		t.Fatalf("after a left: %v", m)
+	}
+
+	refused, err := api.WatchAll(ctx, withToken(&apiv1.ListAllRequest{}, at.nobody))
+	if err == nil {
+		if refused.Receive() {
+			t.Fatalf("a caller without rights got %v", refused.Msg())
+		}
+		err = refused.Err()
+	}
+	expectCode(t, err, connect.CodePermissionDenied, reasonForbidden)
 }

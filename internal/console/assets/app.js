@@ -164,54 +164,73 @@ function renderSignIn(message) {
   area.focus();
 }
 
-// Stacks: every installation the caller may list, filtered, refreshed
-// every few seconds.
+// Stacks: every installation the caller may list, filtered, kept up to
+// date by WatchAll (listed again whenever a stream ends).
 function renderList() {
-  const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const ns = el("select", { id: "filter-namespace" }, el("option", { value: "" }, "All namespaces"));
   const phase = el("select", { id: "filter-status" }, el("option", { value: "" }, "Any status"), phases.map((p) => el("option", { value: p }, p)));
-  const label = el("input", { id: "filter-label", type: "search", placeholder: "team=web", value: params.get("label") || "" });
-  phase.value = params.get("status") || "";
+  const label = el("input", { id: "filter-label", type: "search", placeholder: "team=web" });
   const body = el("tbody");
   const note = el("div");
   const table = el("div", { class: "table-wrap" }, el("table", { id: "stacks" },
-    el("caption", { class: "hint" }, "Installations, refreshed every 3 seconds"),
+    el("caption", { class: "hint" }, "Installations, updated live"),
     el("thead", {}, el("tr", {}, ["Name", "Namespace", "Status", "Message", "Revision", "Pending plan", "Last change"].map((h, i) =>
       el("th", { scope: "col", class: i === 4 || i === 6 ? "wide" : "" }, h)))), body));
-  const filters = el("form", { class: "filters", role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
+  const filters = el("form", { class: "filters", role: "search", onsubmit: (e) => { e.preventDefault(); restart(); } },
     el("div", {}, el("label", { for: "filter-namespace" }, "Namespace"), ns),
     el("div", {}, el("label", { for: "filter-status" }, "Status"), phase),
     el("div", {}, el("label", { for: "filter-label" }, "Label selector"), label),
     el("button", { type: "submit" }, "Filter"));
-  ns.addEventListener("change", refresh);
-  phase.addEventListener("change", refresh);
+  ns.addEventListener("change", restart);
+  phase.addEventListener("change", restart);
   show(el("h1", {}, "Stacks"), filters, note, table);
-  let wantedNS = params.get("namespace") || "";
-  async function refresh() {
-    wantedNS = ns.value || wantedNS;
-    try {
-      const out = await call("ListAll", { namespace: ns.value || wantedNS, phase: phase.value, labelSelector: label.value.trim() });
-      for (const n of out.namespaces || []) {
-        if (![...ns.options].some((o) => o.value === n)) ns.append(el("option", { value: n }, n));
+  const items = new Map();
+  let abort = null;
+  cleanup.push(() => abort && abort.abort());
+
+  function draw() {
+    const known = new Set([...ns.options].map((o) => o.value));
+    const rows = [...items.values()].sort((a, b) => (a.namespace + "/" + a.name).localeCompare(b.namespace + "/" + b.name)).map((i) => {
+      if (!known.has(i.namespace)) { ns.append(el("option", { value: i.namespace }, i.namespace)); known.add(i.namespace); }
+      const here = i.namespace === serverNamespace;
+      return el("tr", { "data-name": i.name, "data-namespace": i.namespace },
+        el("td", {}, here ? el("a", { href: "#/stack/" + encodeURIComponent(i.name) }, i.name) : i.name),
+        el("td", {}, i.namespace), el("td", {}, badge(i.phase)), el("td", { class: "message" }, i.message || ""),
+        el("td", { class: "wide" }, el("code", {}, (i.revision || "").slice(0, 19))),
+        el("td", {}, i.pendingPlan ? el("code", {}, i.pendingPlan) : "—"), el("td", { class: "wide" }, when(lastRun(i))));
+    });
+    body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 7 }, "No installations match."))]));
+  }
+
+  function restart() {
+    if (abort) abort.abort();
+    abort = new AbortController();
+    follow(abort.signal);
+  }
+
+  async function follow(signal) {
+    const req = { namespace: ns.value, phase: phase.value, labelSelector: label.value.trim() };
+    while (!signal.aborted) {
+      try {
+        const out = await call("ListAll", req, signal);
+        note.replaceChildren(out.namespacesNote ? el("p", { class: "info" }, out.namespacesNote) : "");
+        items.clear();
+        for (const i of out.items || []) items.set(i.namespace + "/" + i.name, i);
+        draw();
+        await watch("WatchAll", req, (m) => {
+          const key = m.installation.namespace + "/" + m.installation.name;
+          if (m.deleted) items.delete(key); else items.set(key, m.installation);
+          draw();
+        }, signal);
+      } catch (err) {
+        if (signal.aborted) return;
+        note.replaceChildren(el("p", { class: "error" }, explain(err)));
+        if (err.code === "invalid_argument" || err.code === "permission_denied" || err.code === "unauthenticated") return;
       }
-      ns.value = wantedNS;
-      note.replaceChildren(out.namespacesNote ? el("p", { class: "info" }, out.namespacesNote) : "");
-      const rows = (out.items || []).map((i) => {
-        const here = i.namespace === serverNamespace;
-        return el("tr", { "data-name": i.name, "data-namespace": i.namespace },
-          el("td", {}, here ? el("a", { href: "#/stack/" + encodeURIComponent(i.name) }, i.name) : i.name),
-          el("td", {}, i.namespace), el("td", {}, badge(i.phase)), el("td", { class: "message" }, i.message || ""),
-          el("td", { class: "wide" }, el("code", {}, (i.revision || "").slice(0, 19))),
-          el("td", {}, i.pendingPlan ? el("code", {}, i.pendingPlan) : "—"), el("td", { class: "wide" }, when(lastRun(i))));
-      });
-      body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 7 }, "No installations match."))]));
-    } catch (err) {
-      if (err.name !== "AbortError") note.replaceChildren(el("p", { class: "error" }, explain(err)));
+      await new Promise((r) => setTimeout(r, 2000));
     }
   }
-  refresh();
-  const timer = setInterval(refresh, 3000);
-  cleanup.push(() => clearInterval(timer));
+  restart();
 }
 
 // A Stack: follows the installation with Watch and reloads its plan,
@@ -306,7 +325,7 @@ function renderStack(name) {
         el("thead", {}, el("tr", {}, ["Revision", "Status", "Added", "Changed", "Destroyed", "Finished", "Source"].map((h) => el("th", { scope: "col" }, h)))),
         el("tbody", {}, items.length ? items.map((r) => el("tr", { "data-revision": r.revision },
           el("td", {}, String(r.revision)), el("td", {}, r.status), el("td", {}, String(r.plan?.add || 0)), el("td", {}, String(r.plan?.change || 0)),
-          el("td", {}, String(r.plan?.destroy || 0)), el("td", {}, when(r.finishedAt)), el("td", {}, el("code", {}, r.sourceRevision || ""))))
+          el("td", {}, String(r.plan?.destroy || 0)), el("td", {}, when(r.finishedAt)), el("td", {}, el("code", { title: r.sourceRevision || "" }, (r.sourceRevision || "").slice(0, 19)))))
           : el("tr", {}, el("td", { colspan: 7 }, "No release yet."))))));
     } catch (err) {
       releases.replaceChildren(el("h2", { id: "h-releases" }, "Releases"), el("p", { class: "info" }, explain(err)));

@@ -2598,7 +2598,7 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x06update\x18\x01 \x01(\bR\x06update\x12\x16\n" +
 	"\x06delete\x18\x02 \x01(\bR\x06delete\x12!\n" +
 	"\fread_secrets\x18\x03 \x01(\bR\vreadSecrets\x12\x1b\n" +
-	"\tread_logs\x18\x04 \x01(\bR\breadLogs2\xf3\f\n" +
+	"\tread_logs\x18\x04 \x01(\bR\breadLogs2\xc0\r\n" +
 	"\x13InstallationService\x12c\n" +
 	"\x06Create\x12\x1d.terrace.api.v1.CreateRequest\x1a\x1c.terrace.api.v1.Installation\"\x1c\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/v1/installations\x12a\n" +
 	"\x03Get\x12\x1a.terrace.api.v1.GetRequest\x1a\x1c.terrace.api.v1.Installation\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/installations/{name}\x12\\\n" +
@@ -2612,6 +2612,7 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x06Delete\x12\x1d.terrace.api.v1.DeleteRequest\x1a\x1c.terrace.api.v1.Installation\" \x82\xd3\xe4\x93\x02\x1a*\x18/v1/installations/{name}\x12F\n" +
 	"\x05Watch\x12\x1c.terrace.api.v1.WatchRequest\x1a\x1d.terrace.api.v1.WatchResponse0\x01\x12J\n" +
 	"\aListAll\x12\x1e.terrace.api.v1.ListAllRequest\x1a\x1f.terrace.api.v1.ListAllResponse\x12K\n" +
+	"\bWatchAll\x12\x1e.terrace.api.v1.ListAllRequest\x1a\x1d.terrace.api.v1.WatchResponse0\x01\x12K\n" +
 	"\tReconcile\x12 .terrace.api.v1.ReconcileRequest\x1a\x1c.terrace.api.v1.Installation\x12G\n" +
 	"\aSuspend\x12\x1e.terrace.api.v1.SuspendRequest\x1a\x1c.terrace.api.v1.Installation\x12E\n" +
 	"\x06Resume\x12\x1d.terrace.api.v1.ResumeRequest\x1a\x1c.terrace.api.v1.Installation\x12E\n" +
@@ -2702,31 +2703,33 @@ var file_terrace_api_v1_installation_proto_depIdxs = []int32{
 	10, // 27: terrace.api.v1.InstallationService.Delete:input_type -> terrace.api.v1.DeleteRequest
 	11, // 28: terrace.api.v1.InstallationService.Watch:input_type -> terrace.api.v1.WatchRequest
 	22, // 29: terrace.api.v1.InstallationService.ListAll:input_type -> terrace.api.v1.ListAllRequest
-	24, // 30: terrace.api.v1.InstallationService.Reconcile:input_type -> terrace.api.v1.ReconcileRequest
-	25, // 31: terrace.api.v1.InstallationService.Suspend:input_type -> terrace.api.v1.SuspendRequest
-	26, // 32: terrace.api.v1.InstallationService.Resume:input_type -> terrace.api.v1.ResumeRequest
-	27, // 33: terrace.api.v1.InstallationService.GetRunLog:input_type -> terrace.api.v1.GetRunLogRequest
-	29, // 34: terrace.api.v1.InstallationService.GetProgramVariables:input_type -> terrace.api.v1.GetProgramVariablesRequest
-	32, // 35: terrace.api.v1.InstallationService.GetAccess:input_type -> terrace.api.v1.GetAccessRequest
-	13, // 36: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
-	13, // 37: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
-	4,  // 38: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
-	13, // 39: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
-	15, // 40: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
-	13, // 41: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
-	16, // 42: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
-	20, // 43: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
-	13, // 44: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
-	12, // 45: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
-	23, // 46: terrace.api.v1.InstallationService.ListAll:output_type -> terrace.api.v1.ListAllResponse
-	13, // 47: terrace.api.v1.InstallationService.Reconcile:output_type -> terrace.api.v1.Installation
-	13, // 48: terrace.api.v1.InstallationService.Suspend:output_type -> terrace.api.v1.Installation
-	13, // 49: terrace.api.v1.InstallationService.Resume:output_type -> terrace.api.v1.Installation
-	28, // 50: terrace.api.v1.InstallationService.GetRunLog:output_type -> terrace.api.v1.RunLog
-	30, // 51: terrace.api.v1.InstallationService.GetProgramVariables:output_type -> terrace.api.v1.ProgramVariables
-	33, // 52: terrace.api.v1.InstallationService.GetAccess:output_type -> terrace.api.v1.Access
-	36, // [36:53] is the sub-list for method output_type
-	19, // [19:36] is the sub-list for method input_type
+	22, // 30: terrace.api.v1.InstallationService.WatchAll:input_type -> terrace.api.v1.ListAllRequest
+	24, // 31: terrace.api.v1.InstallationService.Reconcile:input_type -> terrace.api.v1.ReconcileRequest
+	25, // 32: terrace.api.v1.InstallationService.Suspend:input_type -> terrace.api.v1.SuspendRequest
+	26, // 33: terrace.api.v1.InstallationService.Resume:input_type -> terrace.api.v1.ResumeRequest
+	27, // 34: terrace.api.v1.InstallationService.GetRunLog:input_type -> terrace.api.v1.GetRunLogRequest
+	29, // 35: terrace.api.v1.InstallationService.GetProgramVariables:input_type -> terrace.api.v1.GetProgramVariablesRequest
+	32, // 36: terrace.api.v1.InstallationService.GetAccess:input_type -> terrace.api.v1.GetAccessRequest
+	13, // 37: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
+	13, // 38: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
+	4,  // 39: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
+	13, // 40: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
+	15, // 41: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
+	13, // 42: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
+	16, // 43: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
+	20, // 44: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
+	13, // 45: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
+	12, // 46: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
+	23, // 47: terrace.api.v1.InstallationService.ListAll:output_type -> terrace.api.v1.ListAllResponse
+	12, // 48: terrace.api.v1.InstallationService.WatchAll:output_type -> terrace.api.v1.WatchResponse
+	13, // 49: terrace.api.v1.InstallationService.Reconcile:output_type -> terrace.api.v1.Installation
+	13, // 50: terrace.api.v1.InstallationService.Suspend:output_type -> terrace.api.v1.Installation
+	13, // 51: terrace.api.v1.InstallationService.Resume:output_type -> terrace.api.v1.Installation
+	28, // 52: terrace.api.v1.InstallationService.GetRunLog:output_type -> terrace.api.v1.RunLog
+	30, // 53: terrace.api.v1.InstallationService.GetProgramVariables:output_type -> terrace.api.v1.ProgramVariables
+	33, // 54: terrace.api.v1.InstallationService.GetAccess:output_type -> terrace.api.v1.Access
+	37, // [37:55] is the sub-list for method output_type
+	19, // [19:37] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name

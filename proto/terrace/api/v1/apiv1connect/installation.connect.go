@@ -83,6 +83,9 @@ const (
 	// InstallationServiceListAllProcedure is the fully-qualified name of the InstallationService's
 	// ListAll RPC.
 	InstallationServiceListAllProcedure = "/terrace.api.v1.InstallationService/ListAll"
+	// InstallationServiceWatchAllProcedure is the fully-qualified name of the InstallationService's
+	// WatchAll RPC.
+	InstallationServiceWatchAllProcedure = "/terrace.api.v1.InstallationService/WatchAll"
 	// InstallationServiceReconcileProcedure is the fully-qualified name of the InstallationService's
 	// Reconcile RPC.
 	InstallationServiceReconcileProcedure = "/terrace.api.v1.InstallationService/Reconcile"
@@ -138,6 +141,10 @@ type InstallationServiceClient interface {
 	// list Stacks in cluster-wide, else those of the server's namespace
 	// (namespaces_note then says so), filtered by namespace, phase and labels.
 	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
+	// WatchAll sends what ListAll would, one installation per message, then
+	// each change (deleted = true when one is gone or no longer matches),
+	// until the caller goes away. When it ends, list again.
+	WatchAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 	// Reconcile asks for a run now (the terrace.dev/requestedAt annotation).
 	Reconcile(context.Context, *connect.Request[v1.ReconcileRequest]) (*connect.Response[v1.Installation], error)
 	// Suspend sets spec.suspend; no run starts until Resume.
@@ -232,6 +239,12 @@ func NewInstallationServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(installationServiceMethods.ByName("ListAll")),
 			connect.WithClientOptions(opts...),
 		),
+		watchAll: connect.NewClient[v1.ListAllRequest, v1.WatchResponse](
+			httpClient,
+			baseURL+InstallationServiceWatchAllProcedure,
+			connect.WithSchema(installationServiceMethods.ByName("WatchAll")),
+			connect.WithClientOptions(opts...),
+		),
 		reconcile: connect.NewClient[v1.ReconcileRequest, v1.Installation](
 			httpClient,
 			baseURL+InstallationServiceReconcileProcedure,
@@ -284,6 +297,7 @@ type installationServiceClient struct {
 	delete              *connect.Client[v1.DeleteRequest, v1.Installation]
 	watch               *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	listAll             *connect.Client[v1.ListAllRequest, v1.ListAllResponse]
+	watchAll            *connect.Client[v1.ListAllRequest, v1.WatchResponse]
 	reconcile           *connect.Client[v1.ReconcileRequest, v1.Installation]
 	suspend             *connect.Client[v1.SuspendRequest, v1.Installation]
 	resume              *connect.Client[v1.ResumeRequest, v1.Installation]
@@ -345,6 +359,11 @@ func (c *installationServiceClient) Watch(ctx context.Context, req *connect.Requ
 // ListAll calls terrace.api.v1.InstallationService.ListAll.
 func (c *installationServiceClient) ListAll(ctx context.Context, req *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error) {
 	return c.listAll.CallUnary(ctx, req)
+}
+
+// WatchAll calls terrace.api.v1.InstallationService.WatchAll.
+func (c *installationServiceClient) WatchAll(ctx context.Context, req *connect.Request[v1.ListAllRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
+	return c.watchAll.CallServerStream(ctx, req)
 }
 
 // Reconcile calls terrace.api.v1.InstallationService.Reconcile.
@@ -413,6 +432,10 @@ type InstallationServiceHandler interface {
 	// list Stacks in cluster-wide, else those of the server's namespace
 	// (namespaces_note then says so), filtered by namespace, phase and labels.
 	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
+	// WatchAll sends what ListAll would, one installation per message, then
+	// each change (deleted = true when one is gone or no longer matches),
+	// until the caller goes away. When it ends, list again.
+	WatchAll(context.Context, *connect.Request[v1.ListAllRequest], *connect.ServerStream[v1.WatchResponse]) error
 	// Reconcile asks for a run now (the terrace.dev/requestedAt annotation).
 	Reconcile(context.Context, *connect.Request[v1.ReconcileRequest]) (*connect.Response[v1.Installation], error)
 	// Suspend sets spec.suspend; no run starts until Resume.
@@ -503,6 +526,12 @@ func NewInstallationServiceHandler(svc InstallationServiceHandler, opts ...conne
 		connect.WithSchema(installationServiceMethods.ByName("ListAll")),
 		connect.WithHandlerOptions(opts...),
 	)
+	installationServiceWatchAllHandler := connect.NewServerStreamHandler(
+		InstallationServiceWatchAllProcedure,
+		svc.WatchAll,
+		connect.WithSchema(installationServiceMethods.ByName("WatchAll")),
+		connect.WithHandlerOptions(opts...),
+	)
 	installationServiceReconcileHandler := connect.NewUnaryHandler(
 		InstallationServiceReconcileProcedure,
 		svc.Reconcile,
@@ -563,6 +592,8 @@ func NewInstallationServiceHandler(svc InstallationServiceHandler, opts ...conne
 			installationServiceWatchHandler.ServeHTTP(w, r)
 		case InstallationServiceListAllProcedure:
 			installationServiceListAllHandler.ServeHTTP(w, r)
+		case InstallationServiceWatchAllProcedure:
+			installationServiceWatchAllHandler.ServeHTTP(w, r)
 		case InstallationServiceReconcileProcedure:
 			installationServiceReconcileHandler.ServeHTTP(w, r)
 		case InstallationServiceSuspendProcedure:
@@ -626,6 +657,10 @@ func (UnimplementedInstallationServiceHandler) Watch(context.Context, *connect.R
 
 func (UnimplementedInstallationServiceHandler) ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.ListAll is not implemented"))
+}
+
+func (UnimplementedInstallationServiceHandler) WatchAll(context.Context, *connect.Request[v1.ListAllRequest], *connect.ServerStream[v1.WatchResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("terrace.api.v1.InstallationService.WatchAll is not implemented"))
 }
 
 func (UnimplementedInstallationServiceHandler) Reconcile(context.Context, *connect.Request[v1.ReconcileRequest]) (*connect.Response[v1.Installation], error) {

@@ -1,0 +1,91 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
+)
+
+// WatchAll sends the installations ListAll shows, then their changes, by
+// watching Stacks as the caller over the same scope. When the Kubernetes
+// API ends the watch or its version expires, the stream ends and the
+// caller lists again: a fresh stream starts from the whole list.
+func (s *service) WatchAll(ctx context.Context, req *connect.Request[apiv1.ListAllRequest], stream *connect.ServerStream[apiv1.WatchResponse]) error {
+	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	if err != nil {
+		return err
+	}
+	scope, err := c.site.listScope(ctx, req.Msg)
+	if err != nil {
+		return err
+	}
+	sent := map[string]*apiv1.Installation{}
+	for i := range scope.stacks.Items {
+		if err := s.sendListed(c.site, stream, scope, sent, &scope.stacks.Items[i]); err != nil {
+			return err
+		}
+	}
+	opts := append(scope.options, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: scope.stacks.ResourceVersion}})
+	w, err := c.site.Caller.Watch(ctx, &terracev1.StackList{}, opts...)
+	if err != nil {
+		return kubeError(err, "Stacks")
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil
+			}
+			switch ev.Type {
+			case watch.Error:
+				if status, isStatus := ev.Object.(*metav1.Status); isStatus && status.Code == 410 {
+					return nil
+				}
+				return kubeError(apierrors.FromObject(ev.Object), "the watch of Stacks")
+			case watch.Added, watch.Modified, watch.Deleted:
+				stack, ok := ev.Object.(*terracev1.Stack)
+				if !ok {
+					return fmt.Errorf("the watch of Stacks sent a %T", ev.Object)
+				}
+				if ev.Type == watch.Deleted {
+					stack.Labels = nil // sent as gone
+				}
+				if err := s.sendListed(c.site, stream, scope, sent, stack); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// sendListed sends a Stack's installation when it changed, or its removal
+// when it no longer matches (or is gone) after having been sent.
+func (s *service) sendListed(st *site, stream *connect.ServerStream[apiv1.WatchResponse], scope *listScope, sent map[string]*apiv1.Installation, stack *terracev1.Stack) error {
+	key := stack.Namespace + "/" + stack.Name
+	in := s.shown(st, stack)
+	if stack.Labels[InstallationLabel] != "true" || !scope.matches(in) {
+		last, was := sent[key]
+		if !was {
+			return nil
+		}
+		delete(sent, key)
+		return stream.Send(&apiv1.WatchResponse{Installation: last, Deleted: true})
+	}
+	if proto.Equal(in, sent[key]) {
+		return nil
+	}
+	sent[key] = in
+	return stream.Send(&apiv1.WatchResponse{Installation: in})
+}
