@@ -73,7 +73,7 @@ func newAPICommand() *cobra.Command {
 			return fmt.Errorf("failed to set up the web console: %w", err)
 		}
 		srv := &apiserver.Server{PodLogs: podLogs, Console: web,
-Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
+			Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
 			// In a registered cluster the TerraceConfigs are read as the caller too.
 			StoresFor: func(c client.Client) apiserver.StoreOpener {
 				resolver := &settings.Resolver{Reader: c, OperatorNamespace: k.flags.operatorNamespace, Builtin: settings.BuiltinDefaults("")}
