@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,7 +41,9 @@ func newAPICommand() *cobra.Command {
 	var oidc console.OIDC
 	cmd.Flags().StringVar(&oidc.IssuerURL, "oidc-issuer-url", "", "offer sign-in to the web console with this OpenID Connect provider (authorization code flow); the Kubernetes API server must accept its ID tokens")
 	cmd.Flags().StringVar(&oidc.ClientID, "oidc-client-id", "", "the console's OIDC client ID")
-	cmd.Flags().StringVar(&oidc.ClientSecret, "oidc-client-secret", "", "the console's OIDC client secret (empty for a public client); prefer --oidc-client-secret-file")
+	cmd.Flags().StringVar(&oidc.ClientSecret, "oidc-client-secret", "", "the console's OIDC client secret (empty for a public client, PKCE alone); --oidc-client-secret-file keeps it off the command line")
+	var oidcSecretFile string
+	cmd.Flags().StringVar(&oidcSecretFile, "oidc-client-secret-file", "", "a file holding the console's OIDC client secret")
 	cmd.Flags().StringVar(&oidc.RedirectURL, "oidc-redirect-url", "", "the console's callback URL as the provider knows it: https://<host>/oidc/callback")
 	cmd.Flags().StringSliceVar(&oidc.Scopes, "oidc-scopes", nil, "scopes to ask for beyond openid (e.g. email,groups)")
 	return userCommand(cmd, func(ctx context.Context, k *kube, _ streams, _ []string) error {
@@ -65,6 +69,13 @@ func newAPICommand() *cobra.Command {
 			return err
 		}
 		consoleOptions := console.Options{Namespace: k.namespace}
+		if oidcSecretFile != "" {
+			secret, err := os.ReadFile(oidcSecretFile)
+			if err != nil {
+				return fmt.Errorf("failed to read --oidc-client-secret-file: %w", err)
+			}
+			oidc.ClientSecret = strings.TrimSpace(string(secret))
+		}
 		if oidc.IssuerURL != "" {
 			consoleOptions.OIDC = &oidc
 		}
@@ -72,14 +83,14 @@ func newAPICommand() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("failed to set up the web console: %w", err)
 		}
-		srv := &apiserver.Server{PodLogs: podLogs, Console: web,
-			Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
+		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
 			// In a registered cluster the TerraceConfigs are read as the caller too.
 			StoresFor: func(c client.Client) apiserver.StoreOpener {
 				resolver := &settings.Resolver{Reader: c, OperatorNamespace: k.flags.operatorNamespace, Builtin: settings.BuiltinDefaults("")}
 				return backend.New(c, resolver.ResolveNamespace)
 			},
 		}
+		srv.PodLogs, srv.Console = podLogs, web
 		return srv.Serve(ctx, ln, apiserver.TLSFiles{CertFile: certFile, KeyFile: keyFile})
 	})
 }
