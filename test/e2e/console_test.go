@@ -88,7 +88,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		tb := b.tab()
 		tb.do(chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#token")))
 		tb.screenshots("sign-in")
-		tb.do(chromedp.SetValue(chromedp.CSS("#token"), "not-a-token"), chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
+		expectLabelled(t, tb)
+		// With the keyboard alone: the field has the focus, Tab reaches Sign in, Enter presses it.
+		tb.do(chromedp.KeyEvent("not-a-token"), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\r"),
 			chromedp.WaitVisible(chromedp.CSS("#sign-in-error .error")))
 		if msg := tb.text("#sign-in-error"); !strings.Contains(msg, "Sign-in failed") || !strings.Contains(msg, "not accepted") {
 			t.Errorf("error shown for a wrong token: %q", msg)
@@ -123,6 +125,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		signIn(tb, base, admin)
 		tb.do(waitFor(`document.querySelector('tr[data-name="ready"] [data-phase="Ready"]') && document.querySelector('tr[data-name="web"] [data-phase="AwaitingApproval"]')`, time.Minute))
 		tb.screenshots("stacks")
+		expectLabelled(t, tb)
 		tb.do(chromedp.Click(chromedp.CSS(`tr[data-name="web"] a`)), chromedp.WaitVisible(chromedp.CSS("#plan-text")),
 			waitFor(`document.querySelector('#releases tr[data-revision="1"]')`, time.Minute))
 		plan := tb.text("#plan-text")
@@ -133,6 +136,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Errorf("Approve is for plan %q, want the pending %q", got, planID)
 		}
 		tb.screenshots("stack")
+		expectLabelled(t, tb)
 		// A marker that a reload would lose.
 		tb.eval(`String(window.notReloaded = true)`)
 		tb.do(chromedp.Click(chromedp.CSS("#approve")),
@@ -152,6 +156,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Errorf("install form: %q (want the description, and no sensitive default)", hint)
 		}
 		tb.screenshots("install")
+		expectLabelled(t, tb)
 		tb.do(viewport(390, 844, true), chromedp.Navigate(base+"#/"), waitFor(`document.querySelector('tr[data-name="web"]')`, time.Minute))
 		tb.screenshots("stacks-phone")
 		expectNoSecret(t, tb, planted)
@@ -202,6 +207,19 @@ func expectNoSecret(t *testing.T, tb *tab, secret string) {
 		if strings.Contains(body, secret) {
 			t.Errorf("the planted secret is in the response of %s", url)
 		}
+	}
+}
+
+// expectLabelled fails for a visible form control without a label, or a
+// button or link without words: what a screen reader could not name.
+func expectLabelled(t *testing.T, tb *tab) {
+	t.Helper()
+	unnamed := tb.eval(`JSON.stringify([...document.querySelectorAll('input, select, textarea, button, a')]
+		.filter(e => e.offsetParent !== null)
+		.filter(e => (e.matches('input, select, textarea') ? (e.labels.length === 0 && !e.getAttribute('aria-label')) : e.textContent.trim() === ''))
+		.map(e => e.outerHTML.slice(0, 80)))`)
+	if unnamed != "[]" {
+		t.Errorf("controls without a name: %s", unnamed)
 	}
 }
 

@@ -409,10 +409,10 @@ function renderInstall() {
     try {
       const out = await call("GetProgramVariables", { program: program.value.trim(), cluster: cluster.value.trim() });
       declared = out.items || [];
-      vars.replaceChildren(el("legend", {}, "Values"), declared.length ? declared.map((v) => field("v-" + v.name, v.name + (v.default === undefined ? " (required)" : ""),
+      vars.replaceChildren(el("legend", {}, "Values"), ...(declared.length ? declared.map((v) => field("v-" + v.name, v.name + (v.default === undefined ? " (required)" : ""),
         el("input", { id: "v-" + v.name, "data-var": v.name, "data-type": v.type || "", type: v.sensitive ? "password" : "text", autocomplete: "off",
           placeholder: v.default !== undefined && !v.sensitive ? v.default : "" }),
-        [v.description, v.type ? "type " + v.type : "", v.type && v.type !== "string" ? "(JSON)" : ""].filter(Boolean).join(" · "))) : el("p", {}, "The Program declares no variables."));
+        [v.description, v.type ? "type " + v.type : "", v.type && v.type !== "string" ? "(JSON)" : ""].filter(Boolean).join(" · "))) : [el("p", {}, "The Program declares no variables.")]));
     } catch (err) {
       result.replaceChildren(el("p", { class: "error" }, explain(err)));
     }
