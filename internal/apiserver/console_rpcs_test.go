@@ -150,7 +150,10 @@ variable "password" {
 	if v := got["tags"]; v.GetType() != "list(string)" || v.Default != nil {
 		t.Errorf("tags: %v", v)
 	}
-	if p := got["password"]; !p.GetSensitive() || p.Default != nil {
+	if v := got["tags"]; !v.GetRequired() || got["replicas"].GetRequired() {
+		t.Errorf("required: tags %v, replicas %v", v.GetRequired(), got["replicas"].GetRequired())
+	}
+	if p := got["password"]; !p.GetSensitive() || p.Default != nil || p.GetRequired() {
 		t.Errorf("password: %v (its default must not be shown)", p)
 	}
 	if r := got["region"]; r.GetType() != "string" || r.GetDefault() != `"eu"` {

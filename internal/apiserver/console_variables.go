@@ -95,6 +95,8 @@ func variableOf(block *hcl.Block, src []byte, file string) *apiv1.Variable {
 			v.Sensitive = val.True()
 		}
 	}
+	_, hasDefault := attrs["default"]
+	v.Required = !hasDefault
 	// A sensitive variable's default is never shown.
 	if a, ok := attrs["default"]; ok && !v.Sensitive {
 		if val, diags := a.Expr.Value(nil); !diags.HasErrors() && val.IsWhollyKnown() {

@@ -175,7 +175,7 @@ function renderList() {
   const table = el("div", { class: "table-wrap" }, el("table", { id: "stacks" },
     el("caption", { class: "hint" }, "Installations, updated live"),
     el("thead", {}, el("tr", {}, ["Name", "Namespace", "Status", "Message", "Revision", "Pending plan", "Last change"].map((h, i) =>
-      el("th", { scope: "col", class: i === 4 || i === 6 ? "wide" : "" }, h)))), body));
+      el("th", { scope: "col", class: i === 1 || i === 4 || i === 6 ? "wide" : "" }, h)))), body));
   const filters = el("form", { class: "filters", role: "search", onsubmit: (e) => { e.preventDefault(); restart(); } },
     el("div", {}, el("label", { for: "filter-namespace" }, "Namespace"), ns),
     el("div", {}, el("label", { for: "filter-status" }, "Status"), phase),
@@ -195,7 +195,7 @@ function renderList() {
       const here = i.namespace === serverNamespace;
       return el("tr", { "data-name": i.name, "data-namespace": i.namespace },
         el("td", {}, here ? el("a", { href: "#/stack/" + encodeURIComponent(i.name) }, i.name) : i.name),
-        el("td", {}, i.namespace), el("td", {}, badge(i.phase)), el("td", { class: "message" }, i.message || ""),
+        el("td", { class: "wide" }, i.namespace), el("td", {}, badge(i.phase)), el("td", { class: "message" }, i.message || ""),
         el("td", { class: "wide" }, el("code", {}, (i.revision || "").slice(0, 19))),
         el("td", {}, i.pendingPlan ? el("code", {}, i.pendingPlan) : "—"), el("td", { class: "wide" }, when(lastRun(i))));
     });
@@ -409,7 +409,7 @@ function renderInstall() {
     try {
       const out = await call("GetProgramVariables", { program: program.value.trim(), cluster: cluster.value.trim() });
       declared = out.items || [];
-      vars.replaceChildren(el("legend", {}, "Values"), ...(declared.length ? declared.map((v) => field("v-" + v.name, v.name + (v.default === undefined ? " (required)" : ""),
+      vars.replaceChildren(el("legend", {}, "Values"), ...(declared.length ? declared.map((v) => field("v-" + v.name, v.name + (v.required ? " (required)" : ""),
         el("input", { id: "v-" + v.name, "data-var": v.name, "data-type": v.type || "", type: v.sensitive ? "password" : "text", autocomplete: "off",
           placeholder: v.default !== undefined && !v.sensitive ? v.default : "" }),
         [v.description, v.type ? "type " + v.type : "", v.type && v.type !== "string" ? "(JSON)" : ""].filter(Boolean).join(" · "))) : [el("p", {}, "The Program declares no variables.")]));

@@ -2203,7 +2203,9 @@ type Variable struct {
 	Default   *string `protobuf:"bytes,4,opt,name=default,proto3,oneof" json:"default,omitempty"`
 	Sensitive bool    `protobuf:"varint,5,opt,name=sensitive,proto3" json:"sensitive,omitempty"`
 	// file is where the block is declared.
-	File          string `protobuf:"bytes,6,opt,name=file,proto3" json:"file,omitempty"`
+	File string `protobuf:"bytes,6,opt,name=file,proto3" json:"file,omitempty"`
+	// required is true when the variable has no default.
+	Required      bool `protobuf:"varint,7,opt,name=required,proto3" json:"required,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2278,6 +2280,13 @@ func (x *Variable) GetFile() string {
 		return x.File
 	}
 	return ""
+}
+
+func (x *Variable) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
 }
 
 type GetAccessRequest struct {
@@ -2581,14 +2590,15 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\aprogram\x18\x02 \x01(\tR\aprogram\"B\n" +
 	"\x10ProgramVariables\x12.\n" +
-	"\x05items\x18\x01 \x03(\v2\x18.terrace.api.v1.VariableR\x05items\"\xb1\x01\n" +
+	"\x05items\x18\x01 \x03(\v2\x18.terrace.api.v1.VariableR\x05items\"\xcd\x01\n" +
 	"\bVariable\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1d\n" +
 	"\adefault\x18\x04 \x01(\tH\x00R\adefault\x88\x01\x01\x12\x1c\n" +
 	"\tsensitive\x18\x05 \x01(\bR\tsensitive\x12\x12\n" +
-	"\x04file\x18\x06 \x01(\tR\x04fileB\n" +
+	"\x04file\x18\x06 \x01(\tR\x04file\x12\x1a\n" +
+	"\brequired\x18\a \x01(\bR\brequiredB\n" +
 	"\n" +
 	"\b_default\"@\n" +
 	"\x10GetAccessRequest\x12\x18\n" +
