@@ -148,6 +148,15 @@ func Convert(obj *unstructured.Unstructured, opts Options) (Result, error) {
 			c.skip(field, "invalid value: %v", err)
 		}
 	}
+	if c.stack.Spec.Source.SourceRef == nil {
+		reason := "missing"
+		for _, u := range c.unmapped {
+			if u.Field == "spec.sourceRef" {
+				reason = u.Reason
+			}
+		}
+		return Result{}, fmt.Errorf("Terraform %s: spec.sourceRef: %s: a Stack needs a source", where, reason)
+	}
 	res := Result{Source: where, Stack: c.stack, RunOptions: c.runOptions, Unmapped: c.unmapped}
 	res.Suspended = c.stack.Spec.Suspend
 	if !opts.KeepSuspend {
