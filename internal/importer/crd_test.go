@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"encoding/json"
 	"os"
 	"slices"
 	"sort"
@@ -80,5 +81,51 @@ func TestEveryRunnerPodSpecFieldIsHandled(t *testing.T) {
 	sort.Strings(meta)
 	if !slices.Equal(meta, []string{"annotations", "labels"}) {
 		t.Errorf("runnerPodTemplate.metadata has %v", meta)
+	}
+}
+
+// An object as the API server stores it, with the real CRD's defaults
+// filled in, lists nothing: defaults are no one's choice.
+func TestCRDDefaultsAreNotListed(t *testing.T) {
+	fields := map[string]any{}
+	for name, p := range specProperties(t, loadTofuControllerCRD(t), TerraformVersion) {
+		if p.Default != nil {
+			var v any
+			if err := json.Unmarshal(p.Default.Raw, &v); err != nil {
+				t.Fatal(err)
+			}
+			fields[name] = v
+		}
+		for sub, sp := range p.Properties {
+			if sp.Default == nil {
+				continue
+			}
+			var v any
+			if err := json.Unmarshal(sp.Default.Raw, &v); err != nil {
+				t.Fatal(err)
+			}
+			obj, _ := fields[name].(map[string]any)
+			if obj == nil {
+				obj = map[string]any{}
+			}
+			obj[sub] = v
+			fields[name] = obj
+		}
+	}
+	if len(fields) < 10 {
+		t.Fatalf("found only these defaults in the CRD: %v", fields)
+	}
+	r, err := Convert(terraform(fields), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Unmapped) != 0 {
+		t.Errorf("defaults listed as not mapped: %s", listReasons(r))
+	}
+	if r.RunOptions != nil {
+		t.Errorf("defaults written as run options: %v", r.RunOptions)
+	}
+	if r.Stack.Spec.ServiceAccountName != "tf-runner" || r.Stack.Spec.MaxRetryInterval == nil {
+		t.Errorf("defaults that do map: %+v", r.Stack.Spec)
 	}
 }

@@ -44,8 +44,8 @@ var specFields = map[string]fieldMapper{
 	"destroyResourcesOnDeletion":          mapBool(func(s *terracev1.StackSpec, b bool) { s.DestroyOnDelete = b }),
 	"serviceAccountName":                  mapServiceAccount,
 	"alwaysCleanupRunnerPod":              unmappedIfFalse("runner pods are kept per namespace, not per Stack: set spec.runner.retain in the TerraceConfig"),
-	"runnerTerminationGracePeriodSeconds": unmappedIfSet("the runner pod's grace period is Terrace's: a run is interrupted with SIGINT so tofu releases its lock"),
-	"upgradeOnInit":                       unmappedIfTrue("init never upgrades providers: commit the dependency lock file the upgrade should use"),
+	"runnerTerminationGracePeriodSeconds": unmappedUnless(int64(30), "the runner pod's grace period is Terrace's: a run is interrupted with SIGINT so tofu releases its lock"),
+	"upgradeOnInit":                       ignoredBool, // true is tofu-controller's default: the difference is in docs/migrating-from-tofu-controller.md
 	"refreshBeforeApply":                  unmappedIfTrue("Terrace applies exactly the saved plan; a refresh happens at plan time"),
 	"runnerPodTemplate":                   mapRunnerPodTemplate,
 	"enableInventory":                     mapEnableInventory,
@@ -92,6 +92,26 @@ func unmappedIfSet(reason string) fieldMapper {
 	}
 }
 
+// unmappedUnless lists a field whose value is not tofu-controller's
+// default: the API server writes defaults into every object, and a value
+// nobody chose is not worth a line per object.
+func unmappedUnless(def any, reason string) fieldMapper {
+	return func(c *converter, field string, v any) error {
+		if v != nil && fmt.Sprint(v) != fmt.Sprint(def) {
+			c.skip(field, "%s", reason)
+		}
+		return nil
+	}
+}
+
+// ignoredBool checks the type of a field that maps to nothing.
+func ignoredBool(_ *converter, _ string, v any) error {
+	if _, ok := v.(bool); !ok {
+		return fmt.Errorf("want a boolean, got %T", v)
+	}
+	return nil
+}
+
 func unmappedIfTrue(reason string) fieldMapper {
 	return func(c *converter, field string, v any) error {
 		b, ok := v.(bool)
@@ -128,6 +148,12 @@ func isEmpty(v any) bool {
 		return t == ""
 	case bool:
 		return !t
+	case float64:
+		return t == 0
+	case int64:
+		return t == 0
+	case int:
+		return t == 0
 	}
 	return false
 }

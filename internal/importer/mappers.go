@@ -279,12 +279,8 @@ func mapServiceAccount(c *converter, _ string, v any) error {
 	return nil
 }
 
-func mapEnableInventory(_ *converter, _ string, v any) error {
-	if _, ok := v.(bool); !ok {
-		return fmt.Errorf("want a boolean, got %T", v)
-	}
-	return nil // every Stack reports status.inventory
-}
+// mapEnableInventory: every Stack reports status.inventory.
+func mapEnableInventory(c *converter, field string, v any) error { return ignoredBool(c, field, v) }
 
 func mapTFState(c *converter, field string, v any) error {
 	var ts struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -45,6 +46,23 @@ func pgState(t *testing.T, url, schema, workspace string) (string, error) {
 	var data string
 	err = conn.QueryRow(ctx, fmt.Sprintf(`SELECT data FROM %s.states WHERE name = $1`, pgx.Identifier{schema}.Sanitize()), workspace).Scan(&data)
 	return data, err
+}
+
+// holdPgLock takes the advisory lock tofu's pg backend takes on a
+// workspace's row, until the returned func releases it.
+func holdPgLock(t *testing.T, url, schema, workspace string) func() {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locked bool
+	query := fmt.Sprintf(`SELECT pg_try_advisory_lock(id) FROM %s.states WHERE name = $1`, pgx.Identifier{schema}.Sanitize())
+	if err := conn.QueryRow(ctx, query, workspace).Scan(&locked); err != nil || !locked {
+		t.Fatalf("failed to lock workspace %s: %v (locked %v)", workspace, err, locked)
+	}
+	return func() { _ = conn.Close(ctx) }
 }
 
 // A Stack with spec.backend keeps its state in tofu's pg backend on the
@@ -90,6 +108,23 @@ func TestStackKeepsStateInItsOwnPgBackend(t *testing.T) {
 	if st.Status.Plan == nil || st.Status.Plan.Change != 1 {
 		t.Errorf("drift plan: %+v", st.Status.Plan)
 	}
+	// A lock held in the backend: the next run fails with tofu's lock
+	// message in the Ready condition, and runs go on once it is released.
+	release := holdPgLock(t, url, schema, "default")
+	e.waitStack(t, "own", stackTimeout, "a run that meets the backend's lock", func(s *terracev1.Stack) error {
+		if c := apimeta.FindStatusCondition(s.Status.Conditions, terracev1.ReadyCondition); c == nil || !strings.Contains(c.Message, "the state is locked") {
+			return fmt.Errorf("conditions: %s", conditionsText(s))
+		}
+		return nil
+	})
+	release()
+	lockedAt := e.getStack(t, "own").Status.LastDriftCheckAt
+	e.waitStack(t, "own", stackTimeout, "a drift check after the lock is released", func(s *terracev1.Stack) error {
+		if s.Status.LastDriftCheckAt == nil || (lockedAt != nil && !s.Status.LastDriftCheckAt.After(lockedAt.Time)) {
+			return fmt.Errorf("no new drift check: %s", conditionsText(s))
+		}
+		return conditionIs(terracev1.DriftedCondition, metav1.ConditionTrue, "DriftDetected")(s)
+	})
 	if strings.Contains(controllerLog.String(), url) {
 		t.Error("the controller log holds the backend's connection string")
 	}
