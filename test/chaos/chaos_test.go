@@ -469,7 +469,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		if err != nil {
 			return err
 		}
-		if err := e.c.Delete(ctx, s); err != nil {
+		if err := e.c.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 		return poll(ctx, recoveryTimeout, func() error {

@@ -106,8 +106,10 @@ func startEnv(t *testing.T) *env {
 		t.Fatalf("failed to start the control plane: %v", err)
 	}
 	t.Cleanup(func() { _ = e.cluster.Stop() })
-	e.cs = kubernetes.NewForConfigOrDie(e.cluster.Config)
-	if e.c, err = client.New(e.cluster.Config, client.Options{Scheme: scheme.New()}); err != nil {
+	// The harness's own requests outlast the restarts it injects.
+	cfg := harnessConfig(e.cluster.Config)
+	e.cs = kubernetes.NewForConfigOrDie(cfg)
+	if e.c, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -244,6 +246,15 @@ func (e *env) namespace(ctx context.Context, prefix string) (string, error) {
 		return err
 	})
 	return ns.Name, err
+}
+
+// createKeep creates obj; AlreadyExists is success, as it is after a retry
+// whose first answer was lost (retryingTransport).
+func (e *env) createKeep(ctx context.Context, obj client.Object) error {
+	if err := e.c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }
 
 // restartPostgres stops the server at once (as a crash does) and starts it

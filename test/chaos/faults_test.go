@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -109,7 +110,11 @@ func deleteRunnerPod(ctx context.Context, e *env, w *workload) error {
 	if err != nil {
 		return err
 	}
-	return e.cs.CoreV1().Pods(w.ns).Delete(ctx, r.pod, metav1.DeleteOptions{})
+	// NotFound: the delete was done, its answer lost to a restart.
+	if err := e.cs.CoreV1().Pods(w.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 // fillWorkDir writes zeros into the runner pod's work volume until the

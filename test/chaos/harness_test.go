@@ -1,9 +1,15 @@
 package chaos
 
 import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,5 +100,53 @@ func TestSlugIsAStackName(t *testing.T) {
 		if s == "" || len(s) > 40 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || strings.HasPrefix(s, "-") || strings.HasSuffix(s, "-") {
 			t.Errorf("slug(%q) = %q, not a short DNS label", f, s)
 		}
+	}
+}
+
+// flakyTransport fails its first calls as a restarting kube-apiserver does
+// and records the bodies it was sent.
+type flakyTransport struct {
+	failures []error
+	statuses []int
+	bodies   []string
+}
+
+func (f *flakyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	b, _ := io.ReadAll(req.Body)
+	f.bodies = append(f.bodies, string(b))
+	if len(f.failures) > 0 {
+		err := f.failures[0]
+		f.failures = f.failures[1:]
+		return nil, err
+	}
+	code := http.StatusOK
+	if len(f.statuses) > 0 {
+		code, f.statuses = f.statuses[0], f.statuses[1:]
+	}
+	return &http.Response{StatusCode: code, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+}
+
+func TestHarnessRequestsOutlastControlPlaneRestarts(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	flaky := &flakyTransport{failures: []error{refused, io.EOF}, statuses: []int{http.StatusServiceUnavailable}}
+	rt := &retryingTransport{next: flaky, outage: time.Minute}
+	req, _ := http.NewRequest(http.MethodPut, "https://127.0.0.1:1/api/v1/namespaces/a/pods/b", strings.NewReader(`{"x":1}`))
+	resp, err := rt.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("RoundTrip = %v, %v; want 200 after the restart", resp, err)
+	}
+	if len(flaky.bodies) != 4 || slices.ContainsFunc(flaky.bodies, func(b string) bool { return b != `{"x":1}` }) {
+		t.Errorf("attempts sent bodies %q, want the same body 4 times", flaky.bodies)
+	}
+
+	// A refusal is final once the outage bound has passed, and an answer
+	// of the server's (a conflict) is never retried.
+	gone := &retryingTransport{next: &flakyTransport{failures: []error{refused, refused}}, outage: 0}
+	if _, err := gone.RoundTrip(req); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("after the outage bound: %v, want connection refused", err)
+	}
+	conflict := &flakyTransport{statuses: []int{http.StatusConflict}}
+	if resp, _ := (&retryingTransport{next: conflict, outage: time.Minute}).RoundTrip(req); resp.StatusCode != http.StatusConflict || len(conflict.bodies) != 1 {
+		t.Errorf("a conflict was retried: %d attempts", len(conflict.bodies))
 	}
 }

@@ -106,7 +106,7 @@ func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg b
 	}
 	w := &workload{e: e, ns: ns, name: name, dir: filepath.Join(e.dir, "files", ns), files: files, pad: pad, postgres: pg, generation: 1}
 	if pg {
-		if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: ns}, StringData: map[string]string{"url": e.pgURL}}); err != nil {
+		if err := e.createKeep(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: ns}, StringData: map[string]string{"url": e.pgURL}}); err != nil {
 			return nil, err
 		}
 		cfg := &terracev1.TerraceConfig{
@@ -116,7 +116,7 @@ func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg b
 				Postgres: &terracev1.PostgresConfig{ConnectionSecretRef: terracev1.SecretKeyReference{Name: "pg"}},
 			}},
 		}
-		if err := e.c.Create(ctx, cfg); err != nil {
+		if err := e.createKeep(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -124,7 +124,7 @@ func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg b
 		ObjectMeta: metav1.ObjectMeta{Name: "chaos", Namespace: ns},
 		Spec:       terracev1.ProgramSpec{Files: map[string]terracev1.ProgramFile{"main.tf": chaosModule}},
 	}
-	if err := e.c.Create(ctx, program); err != nil {
+	if err := e.createKeep(ctx, program); err != nil {
 		return nil, err
 	}
 	stack := &terracev1.Stack{
@@ -138,7 +138,7 @@ func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg b
 			DestroyOnDelete: true,
 		},
 	}
-	if err := e.c.Create(ctx, stack); err != nil {
+	if err := e.createKeep(ctx, stack); err != nil {
 		return nil, err
 	}
 	watchCtx, stop := context.WithCancel(context.Background())
