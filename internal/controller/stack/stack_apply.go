@@ -77,7 +77,7 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 	if applyErr != nil {
 		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
 		rel.Message = "apply failed; see the Stack's Ready condition"
-		if recorded, recErr := run.stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
+		if recorded, recErr := r.recordRelease(context.WithoutCancel(ctx), s, rel); recErr == nil {
 			s.observed.release = recorded // numbered as stored
 		}
 		if runner.Reason(applyErr) == runner.ReasonPlanStale {
@@ -100,16 +100,13 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 	}
 	outputsDone()
 	defer run.timings.Start(runphase.Records)()
-	for name, o := range outputs {
-		rel.Outputs = append(rel.Outputs, release.Output{Name: name, Sensitive: o.Sensitive, Value: o.Value})
-	}
-	slices.SortFunc(rel.Outputs, func(a, b release.Output) int { return strings.Compare(a.Name, b.Name) })
+	rel.Outputs = releaseOutputs(outputs)
 	names := make([]string, len(rel.Outputs))
 	for i, o := range rel.Outputs {
 		names[i] = o.Name
 	}
 	rel.Status, rel.FinishedAt = release.StatusDeployed, r.now()
-	recorded, err := run.stores.History.Record(ctx, rel)
+	recorded, err := r.recordRelease(ctx, s, rel)
 	if err != nil {
 		return fmt.Errorf("failed to record the release: %w", err)
 	}
@@ -128,6 +125,16 @@ func (r *Reconciler) newRelease(s *scope, p planRecord) release.Release {
 		Plan:         release.PlanSummary{Add: int(p.summary.GetAdd()), Change: int(p.summary.GetChange()), Destroy: int(p.summary.GetDestroy())},
 		SecretInputs: s.inputs.secretValues(),
 	}
+}
+
+// releaseOutputs are a run's outputs as a release keeps them, by name.
+func releaseOutputs(outputs map[string]runner.Output) []release.Output {
+	out := make([]release.Output, 0, len(outputs))
+	for name, o := range outputs {
+		out = append(out, release.Output{Name: name, Sensitive: o.Sensitive, Value: o.Value})
+	}
+	slices.SortFunc(out, func(a, b release.Output) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 func mergeMaps(base, extra, forced map[string]string) map[string]string {
