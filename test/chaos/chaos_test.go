@@ -60,18 +60,6 @@ var knownBugs = []struct {
 	// The apply ran and changed the files, the 413 left its state in the
 	// runner's errored.tfstate, which goes with the pod.
 	{faultOversize, lostAfterRefusedUpload},
-	// status.release is set only by the reconcile that applied: when its
-	// status patch is lost (API server restarting, a conflict), the next
-	// reconciles that find nothing to apply leave it stale.
-	{"", "the Stack's status names release"},
-	// An apply that its runner finished after the controller that started
-	// it died saved its state, and the next leader, finding nothing to
-	// apply, recorded no release for it.
-	{"", "after deployed release"},
-	// Seen once, lifecycle Stack of the long run: 3 records of applies that
-	// changed resources, state serial 2. Not diagnosed; a record written
-	// twice for one apply after a lost status patch would explain it.
-	{"", "applies changed resources, the state's serial is only"},
 }
 
 func knownBug(fault, problem string) bool {

@@ -22,10 +22,12 @@ import (
 
 func TestReleasesAgree(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	rec := func(rev int, status release.Status, add int, finished time.Time) release.Release {
-		return release.Release{Revision: rev, Status: status, Plan: release.PlanSummary{Add: add}, FinishedAt: finished}
+	rec := func(rev int, status release.Status, serial int64, finished time.Time) release.Release {
+		return release.Release{Revision: rev, Status: status, Plan: release.PlanSummary{Add: 1}, StateSerial: serial, FinishedAt: finished}
 	}
-	good := []release.Release{rec(1, release.StatusSuperseded, 2, at), rec(2, release.StatusFailed, 0, at.Add(time.Minute)), rec(3, release.StatusDeployed, 1, at.Add(2*time.Minute))}
+	good := []release.Release{rec(1, release.StatusSuperseded, 1, at), rec(2, release.StatusFailed, 2, at.Add(time.Minute)), rec(3, release.StatusDeployed, 4, at.Add(2*time.Minute))}
+	// A drift repaired: a changing apply that wrote no new state.
+	repaired := []release.Release{rec(1, release.StatusSuperseded, 1, at), rec(2, release.StatusSuperseded, 2, at), rec(3, release.StatusDeployed, 2, at)}
 	tests := []struct {
 		name     string
 		records  []release.Release
@@ -35,12 +37,14 @@ func TestReleasesAgree(t *testing.T) {
 		problems string
 	}{
 		{"consistent", good, &terracev1.ReleaseStatus{Revision: 3}, 4, at.Add(2 * time.Minute), ""},
+		{"a drift repaired", repaired, &terracev1.ReleaseStatus{Revision: 3}, 2, at, ""},
 		{"no records", nil, nil, 1, at, "no release record"},
-		{"two deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusDeployed, 1, at)}, &terracev1.ReleaseStatus{Revision: 2}, 2, at, "2 deployed"},
+		{"two deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusDeployed, 2, at)}, &terracev1.ReleaseStatus{Revision: 2}, 2, at, "2 deployed"},
 		{"status names another", good, &terracev1.ReleaseStatus{Revision: 2}, 4, at.Add(2 * time.Minute), "status names release"},
-		{"more applies than serials", good, &terracev1.ReleaseStatus{Revision: 3}, 1, at.Add(2 * time.Minute), "serial is only 1"},
+		{"a state no release left", good, &terracev1.ReleaseStatus{Revision: 3}, 5, at.Add(2 * time.Minute), "the state's serial is 5"},
+		{"serials going back", []release.Release{rec(1, release.StatusSuperseded, 3, at), rec(2, release.StatusDeployed, 2, at)}, &terracev1.ReleaseStatus{Revision: 2}, 2, at, "an earlier one 3"},
 		{"state written after the release", good, &terracev1.ReleaseStatus{Revision: 3}, 4, at.Add(time.Hour), "after deployed release 3"},
-		{"an older one deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusSuperseded, 1, at)}, &terracev1.ReleaseStatus{Revision: 1}, 2, at, "2 is newer"},
+		{"an older one deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusSuperseded, 2, at)}, &terracev1.ReleaseStatus{Revision: 1}, 1, at, "2 is newer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

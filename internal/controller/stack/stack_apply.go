@@ -80,6 +80,9 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 		if recorded, recErr := r.recordRelease(context.WithoutCancel(ctx), s, rel); recErr == nil {
 			s.observed.release = recorded // numbered as stored
 		}
+		if runner.Reason(applyErr) == runner.ReasonStateTooLarge {
+			return classify(run.session, applyErr, ApplyFailedReason, "apply of "+p.id)
+		}
 		if runner.Reason(applyErr) == runner.ReasonPlanStale {
 			// Another write to the state came between plan and apply (a
 			// run whose controller died, finishing): this plan can never

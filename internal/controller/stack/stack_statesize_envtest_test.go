@@ -1,0 +1,70 @@
+package stack
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/release"
+)
+
+// paddedModule puts pad bytes into the state (the input, and again as the
+// output known after apply).
+const paddedModule = `
+variable "pad" { type = number }
+resource "terraform_data" "padded" {
+  input = var.pad > 0 ? format("%0${var.pad}d", 0) : ""
+}
+`
+
+// Found 3 of docs/reliability.md: a state over the state server's limit
+// was refused only when the apply saved it, after the resources changed,
+// and the state recording them was lost. Now the plan is refused before
+// it is applied (in one pass by the runner, kept for approval by the
+// controller): Stalled with StateTooLarge, the stored state as it was,
+// and Ready again once the input is put back.
+func TestEnvtestOversizeStateIsRefusedAtPlanTime(t *testing.T) {
+	for _, approve := range []string{terracev1.ApprovePlanAuto, ""} {
+		t.Run("approvePlan="+approve, func(t *testing.T) {
+			e := newSuiteEnv(t)
+			pad := func(n int) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(strconv.Itoa(n))} }
+			e.stack("big", paddedModule, nil, func(st *terracev1.Stack) {
+				st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
+				st.Spec.Vars = map[string]apiextensionsv1.JSON{"pad": pad(10)}
+			})
+			e.waitFor("big", "Ready", readyAt)
+			before := e.currentState("big")
+
+			e.update("big", func(st *terracev1.Stack) {
+				st.Spec.ApprovePlan = approve
+				st.Spec.Vars["pad"] = pad(suiteMaxStateBytes + 1024)
+			})
+			st := e.waitFor("big", "Stalled StateTooLarge", is(terracev1.StalledCondition, "True", StateTooLargeReason))
+			msg := reconcile.Get(st, terracev1.ReadyCondition).Message
+			if !strings.Contains(msg, "was not applied") || !strings.Contains(msg, "--state-server-max-state-bytes") || st.Status.Failures != 0 {
+				t.Fatalf("Ready message %q, failures %d: want the limit named, no retries", msg, st.Status.Failures)
+			}
+			if after := e.currentState("big"); after.Serial != before.Serial || after.Digest != before.Digest {
+				t.Fatalf("the refused plan changed the state: serial %d → %d", before.Serial, after.Serial)
+			}
+			if st.Status.Plan != nil && st.Status.Plan.Pending != "" {
+				t.Errorf("plan %s kept for approval: it could never be applied", st.Status.Plan.Pending)
+			}
+
+			e.update("big", func(st *terracev1.Stack) {
+				st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
+				st.Spec.Vars["pad"] = pad(20)
+			})
+			e.waitFor("big", "Ready with the input put back", readyAt)
+			for _, rel := range e.releases("big") {
+				if rel.Status == release.StatusDeployed && rel.StateSerial != e.currentState("big").Serial {
+					t.Errorf("deployed release %d names serial %d", rel.Revision, rel.StateSerial)
+				}
+			}
+		})
+	}
+}
