@@ -57,9 +57,6 @@ var knownBugs = []struct {
 	// problem is a part of the end check's words for it.
 	problem string
 }{
-	// The apply ran and changed the files, the 413 left its state in the
-	// runner's errored.tfstate, which goes with the pod.
-	{faultOversize, lostAfterRefusedUpload},
 }
 
 func knownBug(fault, problem string) bool {
