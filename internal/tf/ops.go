@@ -393,7 +393,12 @@ func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error
 	err = tf.Apply(ctx, tfexec.DirOrPlan(path))
 	flush()
 	if err != nil {
-		return e.commandError("apply", ctx, err)
+		applyErr := e.commandError("apply", ctx, err)
+		var cmdErr *CommandError
+		if errors.As(applyErr, &cmdErr) && cmdErr.StateTooLarge() {
+			e.keepErroredState(planID)
+		}
+		return applyErr
 	}
 	return nil
 }

@@ -81,7 +81,7 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 			s.observed.release = recorded // numbered as stored
 		}
 		if runner.Reason(applyErr) == runner.ReasonStateTooLarge {
-			return classify(run.session, applyErr, ApplyFailedReason, "apply of "+p.id)
+			return r.keepErroredState(context.WithoutCancel(ctx), s, p.id, applyErr)
 		}
 		if runner.Reason(applyErr) == runner.ReasonPlanStale {
 			// Another write to the state came between plan and apply (a

@@ -1,7 +1,11 @@
 package stack
 
 import (
+	"bytes"
+	"context"
+
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -22,4 +26,26 @@ func (r *Reconciler) checkStateSize(p *runnerv1.PlanResult) error {
 		return nil
 	}
 	return reconcile.Terminalf(StateTooLargeReason, "%s", tf.StateTooLargeMessage(p.GetPlanId(), p.GetPlannedStateBytes(), limit))
+}
+
+// keepErroredState handles an apply whose state the state server refused
+// (or that the runner refused to apply): terminal StateTooLarge. When the
+// apply ran, tofu left the state it could not save in the runner, which
+// goes with the pod: it is kept in the Stack's plan store (no size limit
+// there) under tf.ErroredStateID, for `tofu state push` once the limit
+// allows, and the message says where.
+func (r *Reconciler) keepErroredState(ctx context.Context, s *scope, planID string, applyErr error) error {
+	refused := classify(s.run.session, applyErr, ApplyFailedReason, "apply of "+planID)
+	id := tf.ErroredStateID(planID)
+	var buf bytes.Buffer
+	if _, err := s.run.client.DownloadPlan(ctx, id, &buf); err != nil {
+		return refused // refused before applying: there is nothing to keep
+	}
+	kept := state.Plan{PlanMeta: state.PlanMeta{Key: planKey(s.stack, id)}, Binary: buf.Bytes()}
+	if _, err := s.run.stores.Plans.PutPlan(ctx, kept); err != nil {
+		s.log.Error(err, "failed to keep the state the state server refused", "id", id, "bytes", buf.Len())
+		return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save could not be kept either (%s): see the controller's log", runnerMessage(applyErr), err.Error())
+	}
+	r.warningEvent(s.stack, StateTooLargeReason, "the state the state server refused after applying %s is kept as plan %s", planID, id)
+	return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save is kept in the Stack's plan store as %s", runnerMessage(applyErr), id)
 }

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state"
 )
 
 // paddedModule puts pad bytes into the state (the input, and again as the
@@ -66,5 +69,45 @@ func TestEnvtestOversizeStateIsRefusedAtPlanTime(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A state larger than its planned values (a value known only after the
+// apply doubles it) passes the plan-time check and is refused when tofu
+// saves it, after the resources changed: terminal StateTooLarge, and the
+// state tofu could not save is kept in the plan store, never lost.
+func TestEnvtestStateRefusedAfterApplyIsKept(t *testing.T) {
+	e := newSuiteEnv(t)
+	pad := func(n int) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(strconv.Itoa(n))} }
+	e.stack("big", paddedModule, nil, func(st *terracev1.Stack) {
+		st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
+		st.Spec.Vars = map[string]apiextensionsv1.JSON{"pad": pad(10)}
+	})
+	e.waitFor("big", "Ready", readyAt)
+	before := e.currentState("big")
+
+	// Input and output: twice the pad in the state, once in the plan.
+	e.update("big", func(st *terracev1.Stack) { st.Spec.Vars["pad"] = pad(suiteMaxStateBytes * 2 / 3) })
+	st := e.waitFor("big", "Stalled StateTooLarge", is(terracev1.StalledCondition, "True", StateTooLargeReason))
+	msg := reconcile.Get(st, terracev1.ReadyCondition).Message
+	if !strings.Contains(msg, "kept in the Stack's plan store as errored-state-") {
+		t.Fatalf("Ready message %q does not say where the state was kept", msg)
+	}
+	id := msg[strings.LastIndex(msg, "errored-state-"):]
+	store, _ := suiteStores()
+	kept, err := store.GetPlan(context.Background(), state.PlanKey{Namespace: e.ns, Stack: "big", ID: id})
+	if err != nil {
+		t.Fatalf("the refused state is not in the plan store as %s: %v", id, err)
+	}
+	var doc struct {
+		Serial  int64  `json:"serial"`
+		Lineage string `json:"lineage"`
+	}
+	if err := json.Unmarshal(kept.Binary, &doc); err != nil || doc.Serial <= before.Serial || doc.Lineage != before.Lineage || len(kept.Binary) <= suiteMaxStateBytes {
+		t.Fatalf("kept %d bytes, serial %d lineage %q (%v); want the state the apply made, serial above %d, lineage %q",
+			len(kept.Binary), doc.Serial, doc.Lineage, err, before.Serial, before.Lineage)
+	}
+	if after := e.currentState("big"); after.Serial != before.Serial {
+		t.Errorf("the stored state moved from serial %d to %d", before.Serial, after.Serial)
 	}
 }
