@@ -24,6 +24,20 @@ resource "terraform_data" "padded" {
 }
 `
 
+func pad(n int) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(strconv.Itoa(n))} }
+
+// paddedStack makes a Stack of paddedModule with a small pad, applied
+// automatically, and returns its state once Ready.
+func (e *suiteEnv) paddedStack(name string) *state.State {
+	e.t.Helper()
+	e.stack(name, paddedModule, nil, func(st *terracev1.Stack) {
+		st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
+		st.Spec.Vars = map[string]apiextensionsv1.JSON{"pad": pad(10)}
+	})
+	e.waitFor(name, "Ready", readyAt)
+	return e.currentState(name)
+}
+
 // Found 3 of docs/reliability.md: a state over the state server's limit
 // was refused only when the apply saved it, after the resources changed,
 // and the state recording them was lost. Now the plan is refused before
@@ -34,13 +48,7 @@ func TestEnvtestOversizeStateIsRefusedAtPlanTime(t *testing.T) {
 	for _, approve := range []string{terracev1.ApprovePlanAuto, ""} {
 		t.Run("approvePlan="+approve, func(t *testing.T) {
 			e := newSuiteEnv(t)
-			pad := func(n int) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(strconv.Itoa(n))} }
-			e.stack("big", paddedModule, nil, func(st *terracev1.Stack) {
-				st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
-				st.Spec.Vars = map[string]apiextensionsv1.JSON{"pad": pad(10)}
-			})
-			e.waitFor("big", "Ready", readyAt)
-			before := e.currentState("big")
+			before := e.paddedStack("big")
 
 			e.update("big", func(st *terracev1.Stack) {
 				st.Spec.ApprovePlan = approve
@@ -78,13 +86,7 @@ func TestEnvtestOversizeStateIsRefusedAtPlanTime(t *testing.T) {
 // state tofu could not save is kept in the plan store, never lost.
 func TestEnvtestStateRefusedAfterApplyIsKept(t *testing.T) {
 	e := newSuiteEnv(t)
-	pad := func(n int) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(strconv.Itoa(n))} }
-	e.stack("big", paddedModule, nil, func(st *terracev1.Stack) {
-		st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
-		st.Spec.Vars = map[string]apiextensionsv1.JSON{"pad": pad(10)}
-	})
-	e.waitFor("big", "Ready", readyAt)
-	before := e.currentState("big")
+	before := e.paddedStack("big")
 
 	// Input and output: twice the pad in the state, once in the plan.
 	e.update("big", func(st *terracev1.Stack) { st.Spec.Vars["pad"] = pad(suiteMaxStateBytes * 2 / 3) })
