@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,28 +98,20 @@ func startEnv(t *testing.T) *env {
 		t.Logf("no tmpfs for the node (%v): the disk-full fault is skipped", err)
 	}
 
-	e.cluster, err = devcluster.Start(ctx, devcluster.Options{
-		BinDir:  tools.KubebuilderAssets,
-		Dir:     filepath.Join(dir, "cluster"),
-		CRDDirs: []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-	})
-	if err != nil {
-		t.Fatalf("failed to start the control plane: %v", err)
+	// The control plane, the registry with the dev image and PostgreSQL
+	// start side by side: each takes seconds, more on a loaded machine.
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, start := range []func(context.Context) error{e.startControlPlane, func(ctx context.Context) error { return e.startRegistry(ctx, tofu) }, e.startPostgres} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = start(ctx)
+		}()
 	}
-	t.Cleanup(func() { _ = e.cluster.Stop() })
-	// The harness's own requests outlast the restarts it injects.
-	cfg := harnessConfig(e.cluster.Config)
-	e.cs = kubernetes.NewForConfigOrDie(cfg)
-	if e.c, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
-	}
-
-	if e.reg, err = devcluster.StartRegistry(filepath.Join(dir, "registry")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.reg.Stop() })
-	if _, err := e.reg.PushDevImage(ctx, terraceBinary, tofu); err != nil {
-		t.Fatalf("failed to push the dev image: %v", err)
 	}
 	certPEM, keyPEM, err := e.cluster.IssueServingCertificate("127.0.0.1", "localhost")
 	if err != nil {
@@ -138,22 +131,60 @@ func startEnv(t *testing.T) *env {
 	}
 	t.Cleanup(e.stopNodeNow)
 
-	e.pgDir, err = os.MkdirTemp("/tmp", "terrace-pg.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, stopPG, err := pgtest.StartIn(e.pgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.pgURL = url
-	t.Cleanup(stopPG)
-
 	e.installOperatorConfig(ctx)
 	e.stateProxy = startProxy(t)
 	e.artifactProxy = startProxy(t)
 	e.ctrls = startControllers(t, e, 2)
 	return e
+}
+
+// startControlPlane starts etcd, kube-apiserver and kube-controller-manager
+// with the CRDs, and the harness's clients.
+func (e *env) startControlPlane(ctx context.Context) error {
+	var err error
+	e.cluster, err = devcluster.Start(ctx, devcluster.Options{
+		BinDir:  e.tools.KubebuilderAssets,
+		Dir:     filepath.Join(e.dir, "cluster"),
+		CRDDirs: []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
+	})
+	if err != nil {
+		return fmt.Errorf("failed to start the control plane: %w", err)
+	}
+	e.t.Cleanup(func() { _ = e.cluster.Stop() })
+	// The harness's own requests outlast the restarts it injects.
+	cfg := harnessConfig(e.cluster.Config)
+	e.cs = kubernetes.NewForConfigOrDie(cfg)
+	e.c, err = client.New(cfg, client.Options{Scheme: scheme.New()})
+	return err
+}
+
+// startRegistry starts the loopback registry and pushes the dev image of
+// this checkout's terrace and tofu.
+func (e *env) startRegistry(ctx context.Context, tofu string) error {
+	var err error
+	if e.reg, err = devcluster.StartRegistry(filepath.Join(e.dir, "registry")); err != nil {
+		return err
+	}
+	e.t.Cleanup(func() { _ = e.reg.Stop() })
+	if _, err := e.reg.PushDevImage(ctx, terraceBinary, tofu); err != nil {
+		return fmt.Errorf("failed to push the dev image: %w", err)
+	}
+	return nil
+}
+
+// startPostgres starts PostgreSQL for the namespace that keeps its state there.
+func (e *env) startPostgres(context.Context) error {
+	var err error
+	if e.pgDir, err = os.MkdirTemp("/tmp", "terrace-pg."); err != nil {
+		return err
+	}
+	url, stopPG, err := pgtest.StartIn(e.pgDir)
+	if err != nil {
+		return err
+	}
+	e.pgURL = url
+	e.t.Cleanup(stopPG)
+	return nil
 }
 
 // startNode runs a devnode with e.nodeOpts until stopNodeNow.

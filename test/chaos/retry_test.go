@@ -26,7 +26,9 @@ const controlPlaneOutage = 2 * time.Minute
 // restarts.
 func harnessConfig(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)
-	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &retryingTransport{next: rt, outage: controlPlaneOutage} }
+	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return &retryingTransport{next: rt, outage: controlPlaneOutage}
+	}
 	return c
 }
 
