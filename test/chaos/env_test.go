@@ -98,6 +98,10 @@ func startEnv(t *testing.T) *env {
 		t.Logf("no tmpfs for the node (%v): the disk-full fault is skipped", err)
 	}
 
+	// PostgreSQL is restarted by a crash (-m immediate): it must keep what
+	// it acknowledged, as a production server does (fsync, synchronous
+	// commit), not run as the fast throwaway server of the unit tests.
+	t.Setenv("TERRACE_POSTGRES_DURABLE", "1")
 	// The control plane, the registry with the dev image and PostgreSQL
 	// start side by side: each takes seconds, more on a loaded machine.
 	var wg sync.WaitGroup

@@ -35,7 +35,8 @@ func (r *Reconciler) checkStateSize(p *runnerv1.PlanResult) error {
 // there) under tf.ErroredStateID, for `tofu state push` once the limit
 // allows, and the message says where.
 func (r *Reconciler) keepErroredState(ctx context.Context, s *scope, planID string, applyErr error) error {
-	refused := classify(s.run.session, applyErr, ApplyFailedReason, "apply of "+planID)
+	// The runner's message names the plan and the limit.
+	refused := classify(s.run.session, applyErr, ApplyFailedReason, "state too large")
 	id := tf.ErroredStateID(planID)
 	var buf bytes.Buffer
 	if _, err := s.run.client.DownloadPlan(ctx, id, &buf); err != nil {
