@@ -98,7 +98,7 @@ func runChaos(t *testing.T, p plan) {
 		if f == faultKillUpload || f == faultPostgres {
 			pad = 1 << 20
 		}
-		w, err := e.newWorkload(ctx, slug(f), 2, pad, f == faultPostgres)
+		w, err := e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres})
 		if err != nil {
 			t.Fatalf("failed to create the workload for %s: %v", f, err)
 		}
@@ -360,7 +360,8 @@ type lifecycleRuns struct {
 }
 
 func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds int, res *results) {
-	w, err := e.newWorkload(ctx, "lifecycle", 2, 0, false)
+	// Created waiting for approval: its first plan is approved by id.
+	w, err := e.newWorkload(ctx, workloadSpec{name: "lifecycle", files: 2, awaitApproval: true})
 	if err != nil {
 		t.Errorf("lifecycle: %v", err)
 		return
@@ -378,40 +379,23 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		l.ready++
 		return true
 	}
-	if !step("create", func() error { return w.waitReady(ctx, recoveryTimeout) }) {
+	if !step("create, approved by plan id", func() error { return w.approvePending(ctx) }) {
 		return
 	}
-	for range rounds {
-		ok := step("a change approved by plan id", func() error {
+	for round := range rounds {
+		// The first round's change approved by plan id is the creation's.
+		if round > 0 && !step("a change approved by plan id", func() error {
 			w.mu.Lock()
 			w.generation++
 			w.mu.Unlock()
 			if err := w.update(ctx, func(s *terracev1.Stack) { s.Spec.Vars, s.Spec.ApprovePlan = w.vars(), "" }); err != nil {
 				return err
 			}
-			var pending string
-			if err := poll(ctx, recoveryTimeout, func() error {
-				s, err := w.get(ctx)
-				if err != nil {
-					return err
-				}
-				if s.Status.Plan == nil || s.Status.Plan.Pending == "" || s.Status.ObservedGeneration != s.Generation {
-					return fmt.Errorf("no plan pending: %s", conditionsText(s))
-				}
-				pending = s.Status.Plan.Pending
-				return nil
-			}); err != nil {
-				return err
-			}
-			if err := w.approveUntilReady(ctx, pending); err != nil {
-				return err
-			}
-			return w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = terracev1.ApprovePlanAuto })
-		})
-		if !ok {
+			return w.approvePending(ctx)
+		}) {
 			return
 		}
-		ok = step("a drift repaired", func() error {
+		ok := step("a drift repaired", func() error {
 			if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 				return err
 			}
@@ -475,6 +459,29 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		}
 		closeStore()
 	}
+}
+
+// approvePending waits for the plan of the Stack's generation, approves it
+// by id until the Stack is Ready, and goes back to approvePlan auto.
+func (w *workload) approvePending(ctx context.Context) error {
+	var pending string
+	if err := poll(ctx, recoveryTimeout, func() error {
+		s, err := w.get(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Status.Plan == nil || s.Status.Plan.Pending == "" || s.Status.ObservedGeneration != s.Generation {
+			return fmt.Errorf("no plan pending: %s", conditionsText(s))
+		}
+		pending = s.Status.Plan.Pending
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := w.approveUntilReady(ctx, pending); err != nil {
+		return err
+	}
+	return w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = terracev1.ApprovePlanAuto })
 }
 
 // approveUntilReady approves plan and waits for Ready. A plan that can no
