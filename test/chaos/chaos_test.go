@@ -88,23 +88,7 @@ func runChaos(t *testing.T, p plan) {
 	kinds := faults(e)
 
 	// Every workload starts now and gets Ready at generation 1.
-	workloads := map[string]*workload{}
-	var all []*workload
-	for _, f := range append(append([]string{}, phaseOne...), phaseTwo...) {
-		if p.counts[f] == 0 || (f == faultDiskFull && !e.nodeOnTmpfs) {
-			continue
-		}
-		pad := 0
-		if f == faultKillUpload || f == faultPostgres {
-			pad = 1 << 20
-		}
-		w, err := e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres})
-		if err != nil {
-			t.Fatalf("failed to create the workload for %s: %v", f, err)
-		}
-		workloads[f] = w
-		all = append(all, w)
-	}
+	workloads, all := e.createWorkloads(ctx, t, p)
 	for f, w := range workloads {
 		if p.overlap {
 			// Hit during the run that creates the Stack: one run fewer.
@@ -267,6 +251,40 @@ func runChaos(t *testing.T, p plan) {
 			}
 		}
 	}
+}
+
+// createWorkloads creates one workload per fault the plan injects, side by
+// side: each waits seconds for its namespace's ServiceAccount.
+func (e *env) createWorkloads(ctx context.Context, t *testing.T, p plan) (map[string]*workload, []*workload) {
+	var kinds []string
+	for _, f := range append(append([]string{}, phaseOne...), phaseTwo...) {
+		if p.counts[f] > 0 && (f != faultDiskFull || e.nodeOnTmpfs) {
+			kinds = append(kinds, f)
+		}
+	}
+	made := make([]*workload, len(kinds))
+	errs := make([]error, len(kinds))
+	var wg sync.WaitGroup
+	for i, f := range kinds {
+		pad := 0
+		if f == faultKillUpload || f == faultPostgres {
+			pad = 1 << 20
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			made[i], errs[i] = e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres})
+		}()
+	}
+	wg.Wait()
+	workloads := map[string]*workload{}
+	for i, f := range kinds {
+		if errs[i] != nil {
+			t.Fatalf("failed to create the workload for %s: %v", f, errs[i])
+		}
+		workloads[f] = made[i]
+	}
+	return workloads, made
 }
 
 // phaseTwo injects the faults of kinds one at a time. Without overlap,
