@@ -106,11 +106,21 @@ func startEnv(t *testing.T) *env {
 	// start side by side: each takes seconds, more on a loaded machine.
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
-	for i, start := range []func(context.Context) error{e.startControlPlane, func(ctx context.Context) error { return e.startRegistry(ctx, tofu) }, e.startPostgres} {
+	parts := []struct {
+		name  string
+		start func(context.Context) error
+	}{
+		{"control plane", e.startControlPlane},
+		{"registry and dev image", func(ctx context.Context) error { return e.startRegistry(ctx, tofu) }},
+		{"PostgreSQL", e.startPostgres},
+	}
+	for i, part := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = start(ctx)
+			begin := time.Now()
+			errs[i] = part.start(ctx)
+			t.Logf("%s up in %s", part.name, time.Since(begin).Round(100*time.Millisecond))
 		}()
 	}
 	wg.Wait()
