@@ -268,7 +268,7 @@ func (e *env) createWorkloads(ctx context.Context, t *testing.T, p plan) (map[st
 	for i, f := range kinds {
 		pad := 0
 		if f == faultKillUpload || f == faultPostgres {
-			pad = 1 << 20
+			pad = uploadPad
 		}
 		wg.Add(1)
 		go func() {

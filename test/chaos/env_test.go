@@ -36,7 +36,10 @@ const (
 	runnerImage = "ghcr.io/terrace-dev/terrace:dev"
 	// maxStateBytes is the controllers' --state-server-max-state-bytes: low
 	// enough that the oversize fault stays cheap for tofu.
-	maxStateBytes = 4 << 20
+	maxStateBytes = 2 << 20
+	// uploadPad is the pad of the upload-fault Stacks: a state of twice
+	// that, well over uploadThreshold and under maxStateBytes.
+	uploadPad = 640 << 10
 	// nodeDiskBytes is the size of the tmpfs that holds devnode's pod
 	// directories, so a runner's work directory can be filled.
 	nodeDiskBytes = 768 << 20
