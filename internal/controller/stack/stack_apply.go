@@ -73,16 +73,11 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 // the outputs and a deployed release.
 func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, applyErr error) error {
 	run := s.run
-	rel := r.newRelease(s, p)
+	if runner.Reason(applyErr) == runner.ReasonStateTooLarge {
+		return r.keepErroredState(context.WithoutCancel(ctx), s, p, applyErr)
+	}
 	if applyErr != nil {
-		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
-		rel.Message = "apply failed; see the Stack's Ready condition"
-		if recorded, recErr := r.recordRelease(context.WithoutCancel(ctx), s, rel); recErr == nil {
-			s.observed.release = recorded // numbered as stored
-		}
-		if runner.Reason(applyErr) == runner.ReasonStateTooLarge {
-			return r.keepErroredState(context.WithoutCancel(ctx), s, p.id, applyErr)
-		}
+		r.recordFailedRelease(context.WithoutCancel(ctx), s, p, "apply failed; see the Stack's Ready condition")
 		if runner.Reason(applyErr) == runner.ReasonPlanStale {
 			// Another write to the state came between plan and apply (a
 			// run whose controller died, finishing): this plan can never
@@ -103,6 +98,7 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 	}
 	outputsDone()
 	defer run.timings.Start(runphase.Records)()
+	rel := r.newRelease(s, p)
 	rel.Outputs = releaseOutputs(outputs)
 	names := make([]string, len(rel.Outputs))
 	for i, o := range rel.Outputs {
@@ -127,6 +123,17 @@ func (r *Reconciler) newRelease(s *scope, p planRecord) release.Release {
 		ToolVersion: s.observed.tool.version, RunnerImage: s.observed.tool.image,
 		Plan:         release.PlanSummary{Add: int(p.summary.GetAdd()), Change: int(p.summary.GetChange()), Destroy: int(p.summary.GetDestroy())},
 		SecretInputs: s.inputs.secretValues(),
+	}
+}
+
+// recordFailedRelease records a failed apply of p; the failure itself is
+// reported by the Ready condition, so a record that cannot be written is
+// not an error of its own.
+func (r *Reconciler) recordFailedRelease(ctx context.Context, s *scope, p planRecord, message string) {
+	rel := r.newRelease(s, p)
+	rel.Status, rel.FinishedAt, rel.Message = release.StatusFailed, r.now(), message
+	if recorded, err := r.recordRelease(ctx, s, rel); err == nil {
+		s.observed.release = recorded // numbered as stored
 	}
 }
 

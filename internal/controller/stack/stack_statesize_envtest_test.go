@@ -65,6 +65,9 @@ func TestEnvtestOversizeStateIsRefusedAtPlanTime(t *testing.T) {
 			if st.Status.Plan != nil && st.Status.Plan.Pending != "" {
 				t.Errorf("plan %s kept for approval: it could never be applied", st.Status.Plan.Pending)
 			}
+			if all := e.releases("big"); len(all) != 1 {
+				t.Errorf("records %+v: a plan refused before applying changed nothing and has no release", all)
+			}
 
 			e.update("big", func(st *terracev1.Stack) {
 				st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
@@ -111,5 +114,8 @@ func TestEnvtestStateRefusedAfterApplyIsKept(t *testing.T) {
 	}
 	if after := e.currentState("big"); after.Serial != before.Serial {
 		t.Errorf("the stored state moved from serial %d to %d", before.Serial, after.Serial)
+	}
+	if all := e.releases("big"); len(all) != 2 || all[1].Status != release.StatusFailed || !strings.Contains(all[1].Message, id) {
+		t.Errorf("records %+v: want the apply recorded as failed, naming %s", all, id)
 	}
 }
