@@ -422,6 +422,12 @@ type ReleaseStatus struct {
 	// UpdatedAt is when the release last changed.
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+
+	// StateSerial is the serial of the state the release left. A state
+	// with another serial was written by a run whose release was not
+	// recorded here; the controller records it from the history.
+	// +optional
+	StateSerial int64 `json:"stateSerial,omitempty"`
 }
 
 // StackStatus is the observed state of a Stack.

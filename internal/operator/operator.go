@@ -156,6 +156,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			AllowCrossNamespaceRefs: opts.AllowCrossNamespaceRefs,
 			SourceArtifactHosts:     artifactHosts,
 			MaxConcurrentReconciles: opts.MaxConcurrentRuns,
+			MaxStateBytes:           opts.maxStateBytes(),
 		},
 	}
 	if err := stacks.SetupWithManager(ctx, mgr); err != nil {

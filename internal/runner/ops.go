@@ -83,9 +83,20 @@ func planResult(res *tf.PlanResult) *runnerv1.PlanResult {
 			Import: int32(res.Summary.Import), Forget: int32(res.Summary.Forget), Drift: int32(res.Summary.Drift),
 			OutputChanges: int32(res.Summary.OutputChanges),
 		},
-		JsonSize:     int64(len(res.JSON)),
-		PlanFileSize: res.PlanFileSize,
+		JsonSize:          int64(len(res.JSON)),
+		PlanFileSize:      res.PlanFileSize,
+		PlannedStateBytes: res.PlannedStateBytes,
 	}
+}
+
+// stateTooLarge refuses to apply a plan whose state the state server
+// would refuse: the apply would change the resources and lose the state
+// that records them.
+func stateTooLarge(res *tf.PlanResult, limit int64) error {
+	if limit <= 0 || res.PlannedStateBytes <= limit {
+		return nil
+	}
+	return statusError(codes.FailedPrecondition, ReasonStateTooLarge, tf.StateTooLargeMessage(res.PlanID, res.PlannedStateBytes, limit))
 }
 
 // Plan saves a plan and streams its logs, redacted JSON and summary.
@@ -144,6 +155,9 @@ func (s *Server) PlanAndApply(req *runnerv1.PlanRequest, stream runnerv1.RunnerS
 		return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}})
 	}
 	if err := send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}}); err != nil {
+		return err
+	}
+	if err := stateTooLarge(res, req.GetMaxStateBytes()); err != nil {
 		return err
 	}
 	if _, err := timed(s, runphase.Apply, func() (struct{}, error) { return struct{}{}, s.exec.Apply(stream.Context(), res.PlanID, logf) }); err != nil {

@@ -176,6 +176,9 @@ type PlanResult struct {
 	JSON []byte
 	// PlanFileSize is the size of the saved binary plan.
 	PlanFileSize int64
+	// PlannedStateBytes is the size of the plan's planned_values: a lower
+	// bound of the state the apply saves (see PlannedStateBytes).
+	PlannedStateBytes int64
 }
 
 // Plan runs plan -out into the work dir and reads the saved plan back.
@@ -252,7 +255,7 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the plan file: %w", err)
 	}
-	return &PlanResult{PlanID: id, HasChanges: hasChanges, Summary: stream.result(), JSON: redacted, PlanFileSize: fi.Size()}, nil
+	return &PlanResult{PlanID: id, HasChanges: hasChanges, Summary: stream.result(), JSON: redacted, PlanFileSize: fi.Size(), PlannedStateBytes: PlannedStateBytes(redacted)}, nil
 }
 
 func logIfSet(logf LogFunc, stream Stream, line string) {
@@ -368,7 +371,12 @@ func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error
 	err = tf.Apply(ctx, tfexec.DirOrPlan(path))
 	flush()
 	if err != nil {
-		return e.commandError("apply", ctx, err)
+		applyErr := e.commandError("apply", ctx, err)
+		var cmdErr *CommandError
+		if errors.As(applyErr, &cmdErr) && cmdErr.StateTooLarge() {
+			e.keepErroredState(planID)
+		}
+		return applyErr
 	}
 	return nil
 }

@@ -152,7 +152,13 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 		return classify(sess, err, failureReason(run.kind), "init failed")
 	}
 	s.observed.tool = r.runTool(ctx, sess, initResult)
-	return r.stepFor(run.kind)(rctx, s)
+	if err := r.stepFor(run.kind)(rctx, s); err != nil {
+		return err
+	}
+	if p := s.observed.plan; p != nil && p.upToDate && !s.stack.Spec.PlanOnly {
+		return r.reconcileRelease(rctx, s)
+	}
+	return nil
 }
 
 // closeRun removes the run's runner pod (unless the config retains it)

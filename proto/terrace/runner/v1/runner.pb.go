@@ -1043,7 +1043,11 @@ type PlanRequest struct {
 	Targets     []string `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
 	// plan_id names the plan; empty lets the runner pick one. Letters,
 	// digits, '.', '_' and '-', at most 128.
-	PlanId        string `protobuf:"bytes,5,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	PlanId string `protobuf:"bytes,5,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	// max_state_bytes, when set, is the state server's limit: PlanAndApply
+	// does not apply a plan whose planned values alone are larger (the
+	// state could not be saved), and fails with STATE_TOO_LARGE.
+	MaxStateBytes int64 `protobuf:"varint,6,opt,name=max_state_bytes,json=maxStateBytes,proto3" json:"max_state_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1111,6 +1115,13 @@ func (x *PlanRequest) GetPlanId() string {
 		return x.PlanId
 	}
 	return ""
+}
+
+func (x *PlanRequest) GetMaxStateBytes() int64 {
+	if x != nil {
+		return x.MaxStateBytes
+	}
+	return 0
 }
 
 type PlanResponse struct {
@@ -1223,9 +1234,13 @@ type PlanResult struct {
 	// json_size is the size of the redacted plan JSON sent in json_chunk.
 	JsonSize int64 `protobuf:"varint,4,opt,name=json_size,json=jsonSize,proto3" json:"json_size,omitempty"`
 	// plan_file_size is the size of the binary plan file (see DownloadPlan).
-	PlanFileSize  int64 `protobuf:"varint,5,opt,name=plan_file_size,json=planFileSize,proto3" json:"plan_file_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PlanFileSize int64 `protobuf:"varint,5,opt,name=plan_file_size,json=planFileSize,proto3" json:"plan_file_size,omitempty"`
+	// planned_state_bytes is the size of the plan's planned values (JSON):
+	// a lower bound of the state the apply would save (values known only
+	// after the apply come on top).
+	PlannedStateBytes int64 `protobuf:"varint,6,opt,name=planned_state_bytes,json=plannedStateBytes,proto3" json:"planned_state_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PlanResult) Reset() {
@@ -1289,6 +1304,13 @@ func (x *PlanResult) GetJsonSize() int64 {
 func (x *PlanResult) GetPlanFileSize() int64 {
 	if x != nil {
 		return x.PlanFileSize
+	}
+	return 0
+}
+
+func (x *PlanResult) GetPlannedStateBytes() int64 {
+	if x != nil {
+		return x.PlannedStateBytes
 	}
 	return 0
 }
@@ -2598,19 +2620,20 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\tVariables\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x1c\n" +
 	"\tsensitive\x18\x02 \x03(\tR\tsensitive\x12\x14\n" +
-	"\x05files\x18\x03 \x03(\tR\x05files\"\xb9\x01\n" +
+	"\x05files\x18\x03 \x03(\tR\x05files\"\xe1\x01\n" +
 	"\vPlanRequest\x12:\n" +
 	"\tvariables\x18\x01 \x01(\v2\x1c.terrace.runner.v1.VariablesR\tvariables\x12\x18\n" +
 	"\adestroy\x18\x02 \x01(\bR\adestroy\x12!\n" +
 	"\frefresh_only\x18\x03 \x01(\bR\vrefreshOnly\x12\x18\n" +
 	"\atargets\x18\x04 \x03(\tR\atargets\x12\x17\n" +
-	"\aplan_id\x18\x05 \x01(\tR\x06planId\"\xa1\x01\n" +
+	"\aplan_id\x18\x05 \x01(\tR\x06planId\x12&\n" +
+	"\x0fmax_state_bytes\x18\x06 \x01(\x03R\rmaxStateBytes\"\xa1\x01\n" +
 	"\fPlanResponse\x12.\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x12\x1f\n" +
 	"\n" +
 	"json_chunk\x18\x02 \x01(\fH\x00R\tjsonChunk\x127\n" +
 	"\x06result\x18\x03 \x01(\v2\x1d.terrace.runner.v1.PlanResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\xc3\x01\n" +
+	"\x05event\"\xf3\x01\n" +
 	"\n" +
 	"PlanResult\x12\x17\n" +
 	"\aplan_id\x18\x01 \x01(\tR\x06planId\x12\x1f\n" +
@@ -2618,7 +2641,8 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"hasChanges\x128\n" +
 	"\asummary\x18\x03 \x01(\v2\x1e.terrace.runner.v1.PlanSummaryR\asummary\x12\x1b\n" +
 	"\tjson_size\x18\x04 \x01(\x03R\bjsonSize\x12$\n" +
-	"\x0eplan_file_size\x18\x05 \x01(\x03R\fplanFileSize\"\xbe\x01\n" +
+	"\x0eplan_file_size\x18\x05 \x01(\x03R\fplanFileSize\x12.\n" +
+	"\x13planned_state_bytes\x18\x06 \x01(\x03R\x11plannedStateBytes\"\xbe\x01\n" +
 	"\vPlanSummary\x12\x10\n" +
 	"\x03add\x18\x01 \x01(\x05R\x03add\x12\x16\n" +
 	"\x06change\x18\x02 \x01(\x05R\x06change\x12\x18\n" +
