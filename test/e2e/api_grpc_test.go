@@ -136,11 +136,10 @@ func TestInstallationsAPIEveryProtocolOnTheDevCluster(t *testing.T) {
 	}
 }
 
-// enableAPI installs the API roles and a Program bench, turns the
-// namespace's API server on, and returns the IP of its Ready pod.
+// enableAPI installs a Program bench, turns the namespace's API server on,
+// and returns the IP of its Ready pod.
 func (e *stackEnv) enableAPI(t *testing.T) string {
 	t.Helper()
-	e.applyAPIRoles(t)
 	e.program(t, "bench", map[string]string{"main.tf": benchModule})
 	e.create(t, &terracev1.TerraceConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
