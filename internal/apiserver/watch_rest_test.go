@@ -32,21 +32,7 @@ func TestRESTWatchStreamsLines(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, at.url+"/v1/installations/web/watch", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+at.admin)
-	// No client timeout: the stream stays open until the deletion.
-	resp, err := (&http.Client{Transport: at.http.Transport}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), ndjson) {
-		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	lines := bufio.NewScanner(resp.Body)
+	lines := at.restWatch(ctx, "web")
 	next := func(want string) restWatchEvent {
 		t.Helper()
 		if !lines.Scan() {
@@ -89,4 +75,58 @@ func TestRESTWatchStreamsLines(t *testing.T) {
 	at.expectError(http.StatusNotFound, at.admin, http.MethodGet, "/v1/installations/gone/watch", nil, "gone")
 	at.expectError(http.StatusBadRequest, at.admin, http.MethodGet, "/v1/installations/web/watch?cluster=nowhere", nil, "cluster nowhere is not known")
 	at.expectError(http.StatusBadRequest, at.admin, http.MethodGet, "/v1/installations/web/watch?since=1", nil, `unknown query parameter "since"`)
+}
+
+// restWatch starts the REST watch of installation name as the installer
+// and returns its lines; the response is closed when the test ends.
+func (at *apiTest) restWatch(ctx context.Context, name string) *bufio.Scanner {
+	at.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, at.url+"/v1/installations/"+name+"/watch", nil)
+	if err != nil {
+		at.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+at.admin)
+	// No client timeout: the stream stays open until the deletion.
+	resp, err := (&http.Client{Transport: at.http.Transport}).Do(req)
+	if err != nil {
+		at.t.Fatal(err)
+	}
+	at.t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), ndjson) {
+		at.t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	return bufio.NewScanner(resp.Body)
+}
+
+// TestRESTWatchEndsWithAnErrorLine: an error once lines were sent (here
+// the Stack stops being an installation) cannot change the status any
+// more, so it is the stream's last line, in the REST API's error shape.
+func TestRESTWatchEndsWithAnErrorLine(t *testing.T) {
+	at := newAPITest(t)
+	at.expect(http.StatusCreated, at.admin, http.MethodPost, "/v1/installations",
+		map[string]any{"name": "web", "source": map[string]string{"programRef": "m"}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lines := at.restWatch(ctx, "web")
+	if !lines.Scan() {
+		t.Fatalf("no first line: %v", lines.Err())
+	}
+	stack := at.stack("web")
+	delete(stack.Labels, InstallationLabel)
+	if err := env.Client.Update(ctx, stack); err != nil {
+		t.Fatal(err)
+	}
+	if !lines.Scan() {
+		t.Fatalf("no error line: %v", lines.Err())
+	}
+	var last struct {
+		Error *legacyError `json:"error"`
+	}
+	if err := json.Unmarshal(lines.Bytes(), &last); err != nil || last.Error == nil ||
+		last.Error.Code != http.StatusNotFound || last.Error.Reason != reasonNotAnInstallation || !strings.Contains(last.Error.Message, "no longer an installation") {
+		t.Fatalf("last line %s (%v)", lines.Text(), err)
+	}
+	if lines.Scan() {
+		t.Fatalf("a line after the error: %s", lines.Text())
+	}
 }
