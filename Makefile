@@ -11,7 +11,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION) \
            -X github.com/terrace-dev/terrace/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build deps deps-demo test test-e2e chaos fuzz tools generate verify fmt vet demo codegen-tools clean image push
+.PHONY: all build deps deps-demo test test-e2e chaos console-screenshots fuzz tools generate verify fmt vet demo codegen-tools clean image push
 
 all: build
 
@@ -114,6 +114,13 @@ chaos: deps ## Inject every fault as often as issue 16 asks and print the result
 	hack/tools/build.sh >/dev/null
 	TERRACE_CHAOS_SCALE=$(CHAOS_SCALE) env $$(hack/tools/build.sh --env) \
 	  nice go test -tags chaos ./test/chaos/ -run '^TestChaosLong$$' -count=1 -timeout 4h -v
+
+# The console's screenshots in docs/images (docs/console.md), taken by the
+# browser test; make test writes them to a temporary directory instead.
+console-screenshots: deps ## Retake docs/images/console-*.png with the browser test.
+	hack/tools/build.sh >/dev/null
+	TERRACE_CONSOLE_SCREENSHOTS=docs env $$(hack/tools/build.sh --env) \
+	  go test ./test/e2e/ -run '^TestConsoleInABrowser$$' -count=1 -timeout 20m
 
 # Every fuzz target, as package:Name. Their seed corpora (testdata/fuzz/)
 # run as ordinary tests with `go test`; `make fuzz` also explores for

@@ -173,10 +173,15 @@ func viewport(width, height int64, mobile bool) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// screenshots saves the page in light and dark as docs/images/console-<name>-{light,dark}.png.
+// screenshots saves the page in light and dark as console-<name>-{light,dark}.png: into docs/images
+// when TERRACE_CONSOLE_SCREENSHOTS=docs (make console-screenshots), else into the test's temporary
+// directory, so that make test leaves the checkout as it found it.
 func (tb *tab) screenshots(name string) {
 	tb.t.Helper()
-	dir := filepath.Join(testenv.RepoRoot(), "docs", "images")
+	dir := tb.t.TempDir()
+	if os.Getenv("TERRACE_CONSOLE_SCREENSHOTS") == "docs" {
+		dir = filepath.Join(testenv.RepoRoot(), "docs", "images")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.t.Fatal(err)
 	}
