@@ -35,6 +35,7 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 			ClientCertificatePEM: leaf.CertPEM, ClientKeyPEM: leaf.KeyPEM, CACertificatePEM: leaf.CABundlePEM,
 		}
 	}
+	opts.OwnBackend = ownBackend(req.GetOwnBackend())
 	logf, mu := s.logSender(func(l *runnerv1.LogLine) error {
 		return stream.Send(&runnerv1.InitResponse{Event: &runnerv1.InitResponse_Log{Log: l}})
 	})
@@ -48,6 +49,18 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 	return stream.Send(&runnerv1.InitResponse{Event: &runnerv1.InitResponse_Result{Result: &runnerv1.InitResult{
 		Version: res.Version, ProviderVersions: res.ProviderVersions,
 	}}})
+}
+
+// ownBackend is the Stack's own backend block, nil when the request names none.
+func ownBackend(b *runnerv1.OwnBackend) *tf.OwnBackend {
+	if b == nil {
+		return nil
+	}
+	out := &tf.OwnBackend{Type: b.GetType(), Config: b.GetConfigJson()}
+	for _, c := range b.GetCredentials() {
+		out.Credentials = append(out.Credentials, tf.BackendCredential{Env: c.GetEnv(), Value: c.GetValue(), AsFile: c.GetAsFile()})
+	}
+	return out
 }
 
 func variables(v *runnerv1.Variables) tf.Variables {

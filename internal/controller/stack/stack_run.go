@@ -219,6 +219,9 @@ func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
 	if err := r.Runs.Cleanup(ctx, s.stack.Namespace, s.stack.Name); err != nil {
 		return fmt.Errorf("failed to remove runner pods of earlier runs: %w", err)
 	}
+	if ownsBackend(s.stack) {
+		return nil // its lock is the backend's: Terrace cannot tell whose it is
+	}
 	states := s.run.stores.States
 	key := stateKey(s.stack)
 	holder, err := states.GetLock(ctx, key)
@@ -284,6 +287,9 @@ func (r *Reconciler) uploadFluxArtifact(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) initRequest(s *scope) *runnerv1.InitRequest {
+	if s.backend != nil {
+		return &runnerv1.InitRequest{Path: s.stack.Spec.Path, Workspace: s.stack.Spec.Workspace, OwnBackend: s.backend}
+	}
 	addr := fmt.Sprintf("%s/state/%s/%s/%s", strings.TrimRight(r.Options.StateServerURL, "/"), s.stack.Namespace, s.stack.Name, s.stack.Spec.Workspace)
 	return &runnerv1.InitRequest{
 		Path:      s.stack.Spec.Path,

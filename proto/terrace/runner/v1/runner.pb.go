@@ -539,7 +539,10 @@ type InitRequest struct {
 	// whatever the module declares (the local backend if nothing).
 	HttpBackend *HTTPBackend `protobuf:"bytes,3,opt,name=http_backend,json=httpBackend,proto3" json:"http_backend,omitempty"`
 	// upgrade passes -upgrade to init.
-	Upgrade       bool `protobuf:"varint,4,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
+	Upgrade bool `protobuf:"varint,4,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
+	// own_backend, when set, replaces the module's backend block with the
+	// Stack's own (spec.backend); http_backend must then be unset.
+	OwnBackend    *OwnBackend `protobuf:"bytes,5,opt,name=own_backend,json=ownBackend,proto3" json:"own_backend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +605,141 @@ func (x *InitRequest) GetUpgrade() bool {
 	return false
 }
 
+func (x *InitRequest) GetOwnBackend() *OwnBackend {
+	if x != nil {
+		return x.OwnBackend
+	}
+	return nil
+}
+
+// OwnBackend is a backend block of the Stack's own. Credentials go through
+// the environment of every later command (as the http backend's key does),
+// are redacted from everything the runner sends, and never land in
+// .terraform or in a plan file.
+type OwnBackend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type of the backend block, e.g. "pg" or "s3"; never "local".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// config_json is a JSON object of the block's attributes.
+	ConfigJson    []byte               `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	Credentials   []*BackendCredential `protobuf:"bytes,3,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnBackend) Reset() {
+	*x = OwnBackend{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnBackend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnBackend) ProtoMessage() {}
+
+func (x *OwnBackend) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnBackend.ProtoReflect.Descriptor instead.
+func (*OwnBackend) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *OwnBackend) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *OwnBackend) GetConfigJson() []byte {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return nil
+}
+
+func (x *OwnBackend) GetCredentials() []*BackendCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// BackendCredential is one environment variable of tofu.
+type BackendCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Env   string                 `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
+	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// as_file writes value to a 0600 file in the work dir and sets env to its path.
+	AsFile        bool `protobuf:"varint,3,opt,name=as_file,json=asFile,proto3" json:"as_file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendCredential) Reset() {
+	*x = BackendCredential{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendCredential) ProtoMessage() {}
+
+func (x *BackendCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendCredential.ProtoReflect.Descriptor instead.
+func (*BackendCredential) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BackendCredential) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *BackendCredential) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *BackendCredential) GetAsFile() bool {
+	if x != nil {
+		return x.AsFile
+	}
+	return false
+}
+
 // HTTPBackend configures tofu's http backend against the controller's state
 // server. The runner authenticates with its own certificate (tls.crt,
 // tls.key) and trusts its ca.crt; all of it is passed through the
@@ -621,7 +759,7 @@ type HTTPBackend struct {
 
 func (x *HTTPBackend) Reset() {
 	*x = HTTPBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +771,7 @@ func (x *HTTPBackend) String() string {
 func (*HTTPBackend) ProtoMessage() {}
 
 func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +784,7 @@ func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPBackend.ProtoReflect.Descriptor instead.
 func (*HTTPBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{8}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HTTPBackend) GetAddress() string {
@@ -704,7 +842,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +854,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +867,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InitResponse) GetEvent() isInitResponse_Event {
@@ -785,7 +923,7 @@ type InitResult struct {
 
 func (x *InitResult) Reset() {
 	*x = InitResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +935,7 @@ func (x *InitResult) String() string {
 func (*InitResult) ProtoMessage() {}
 
 func (x *InitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +948,7 @@ func (x *InitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResult.ProtoReflect.Descriptor instead.
 func (*InitResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InitResult) GetVersion() string {
@@ -845,7 +983,7 @@ type Variables struct {
 
 func (x *Variables) Reset() {
 	*x = Variables{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +995,7 @@ func (x *Variables) String() string {
 func (*Variables) ProtoMessage() {}
 
 func (x *Variables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1008,7 @@ func (x *Variables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variables.ProtoReflect.Descriptor instead.
 func (*Variables) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Variables) GetJson() []byte {
@@ -916,7 +1054,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1066,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1079,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlanRequest) GetVariables() *Variables {
@@ -1000,7 +1138,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1150,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1163,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -1107,7 +1245,7 @@ type PlanResult struct {
 
 func (x *PlanResult) Reset() {
 	*x = PlanResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1257,7 @@ func (x *PlanResult) String() string {
 func (*PlanResult) ProtoMessage() {}
 
 func (x *PlanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1270,7 @@ func (x *PlanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResult.ProtoReflect.Descriptor instead.
 func (*PlanResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlanResult) GetPlanId() string {
@@ -1194,7 +1332,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1344,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1357,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -1281,7 +1419,7 @@ type ShowPlanRequest struct {
 
 func (x *ShowPlanRequest) Reset() {
 	*x = ShowPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1431,7 @@ func (x *ShowPlanRequest) String() string {
 func (*ShowPlanRequest) ProtoMessage() {}
 
 func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1444,7 @@ func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanRequest.ProtoReflect.Descriptor instead.
 func (*ShowPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ShowPlanRequest) GetPlanId() string {
@@ -1332,7 +1470,7 @@ type ShowPlanResponse struct {
 
 func (x *ShowPlanResponse) Reset() {
 	*x = ShowPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1482,7 @@ func (x *ShowPlanResponse) String() string {
 func (*ShowPlanResponse) ProtoMessage() {}
 
 func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1495,7 @@ func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanResponse.ProtoReflect.Descriptor instead.
 func (*ShowPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ShowPlanResponse) GetChunk() []byte {
@@ -1376,7 +1514,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1526,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1539,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApplyRequest) GetPlanId() string {
@@ -1424,7 +1562,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1574,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1587,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -1502,7 +1640,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1652,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1665,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyResult) GetPlanId() string {
@@ -1552,7 +1690,7 @@ type PlanAndApplyResponse struct {
 
 func (x *PlanAndApplyResponse) Reset() {
 	*x = PlanAndApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1702,7 @@ func (x *PlanAndApplyResponse) String() string {
 func (*PlanAndApplyResponse) ProtoMessage() {}
 
 func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1715,7 @@ func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanAndApplyResponse.ProtoReflect.Descriptor instead.
 func (*PlanAndApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PlanAndApplyResponse) GetEvent() isPlanAndApplyResponse_Event {
@@ -1663,7 +1801,7 @@ type OutputRequest struct {
 
 func (x *OutputRequest) Reset() {
 	*x = OutputRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1813,7 @@ func (x *OutputRequest) String() string {
 func (*OutputRequest) ProtoMessage() {}
 
 func (x *OutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1826,7 @@ func (x *OutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRequest.ProtoReflect.Descriptor instead.
 func (*OutputRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
 }
 
 // OutputResponse carries a piece of one output. The pieces of an output
@@ -1709,7 +1847,7 @@ type OutputResponse struct {
 
 func (x *OutputResponse) Reset() {
 	*x = OutputResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1859,7 @@ func (x *OutputResponse) String() string {
 func (*OutputResponse) ProtoMessage() {}
 
 func (x *OutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1872,7 @@ func (x *OutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputResponse.ProtoReflect.Descriptor instead.
 func (*OutputResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OutputResponse) GetName() string {
@@ -1782,7 +1920,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1932,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1945,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DestroyRequest) GetVariables() *Variables {
@@ -1837,7 +1975,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1987,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2000,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -1914,7 +2052,7 @@ type DestroyResult struct {
 
 func (x *DestroyResult) Reset() {
 	*x = DestroyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2064,7 @@ func (x *DestroyResult) String() string {
 func (*DestroyResult) ProtoMessage() {}
 
 func (x *DestroyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2077,7 @@ func (x *DestroyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResult.ProtoReflect.Descriptor instead.
 func (*DestroyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
 }
 
 type ForceUnlockRequest struct {
@@ -1951,7 +2089,7 @@ type ForceUnlockRequest struct {
 
 func (x *ForceUnlockRequest) Reset() {
 	*x = ForceUnlockRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2101,7 @@ func (x *ForceUnlockRequest) String() string {
 func (*ForceUnlockRequest) ProtoMessage() {}
 
 func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2114,7 @@ func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
 func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForceUnlockRequest) GetLockId() string {
@@ -1994,7 +2132,7 @@ type ForceUnlockResponse struct {
 
 func (x *ForceUnlockResponse) Reset() {
 	*x = ForceUnlockResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2144,7 @@ func (x *ForceUnlockResponse) String() string {
 func (*ForceUnlockResponse) ProtoMessage() {}
 
 func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2157,7 @@ func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockResponse.ProtoReflect.Descriptor instead.
 func (*ForceUnlockResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
 }
 
 type DownloadPlanRequest struct {
@@ -2031,7 +2169,7 @@ type DownloadPlanRequest struct {
 
 func (x *DownloadPlanRequest) Reset() {
 	*x = DownloadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2181,7 @@ func (x *DownloadPlanRequest) String() string {
 func (*DownloadPlanRequest) ProtoMessage() {}
 
 func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2194,7 @@ func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanRequest.ProtoReflect.Descriptor instead.
 func (*DownloadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DownloadPlanRequest) GetPlanId() string {
@@ -2079,7 +2217,7 @@ type DownloadPlanResponse struct {
 
 func (x *DownloadPlanResponse) Reset() {
 	*x = DownloadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2229,7 @@ func (x *DownloadPlanResponse) String() string {
 func (*DownloadPlanResponse) ProtoMessage() {}
 
 func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2242,7 @@ func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanResponse.ProtoReflect.Descriptor instead.
 func (*DownloadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DownloadPlanResponse) GetPart() isDownloadPlanResponse_Part {
@@ -2161,7 +2299,7 @@ type PlanFileHeader struct {
 
 func (x *PlanFileHeader) Reset() {
 	*x = PlanFileHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2311,7 @@ func (x *PlanFileHeader) String() string {
 func (*PlanFileHeader) ProtoMessage() {}
 
 func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2324,7 @@ func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanFileHeader.ProtoReflect.Descriptor instead.
 func (*PlanFileHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PlanFileHeader) GetPlanId() string {
@@ -2223,7 +2361,7 @@ type UploadPlanRequest struct {
 
 func (x *UploadPlanRequest) Reset() {
 	*x = UploadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2373,7 @@ func (x *UploadPlanRequest) String() string {
 func (*UploadPlanRequest) ProtoMessage() {}
 
 func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2386,7 @@ func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanRequest.ProtoReflect.Descriptor instead.
 func (*UploadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UploadPlanRequest) GetPart() isUploadPlanRequest_Part {
@@ -2302,7 +2440,7 @@ type UploadPlanResponse struct {
 
 func (x *UploadPlanResponse) Reset() {
 	*x = UploadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2452,7 @@ func (x *UploadPlanResponse) String() string {
 func (*UploadPlanResponse) ProtoMessage() {}
 
 func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2465,7 @@ func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanResponse.ProtoReflect.Descriptor instead.
 func (*UploadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UploadPlanResponse) GetPlanId() string {
@@ -2346,7 +2484,7 @@ type SetSensitiveVariablesRequest struct {
 
 func (x *SetSensitiveVariablesRequest) Reset() {
 	*x = SetSensitiveVariablesRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2496,7 @@ func (x *SetSensitiveVariablesRequest) String() string {
 func (*SetSensitiveVariablesRequest) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2509,7 @@ func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetSensitiveVariablesRequest) GetNames() []string {
@@ -2389,7 +2527,7 @@ type SetSensitiveVariablesResponse struct {
 
 func (x *SetSensitiveVariablesResponse) Reset() {
 	*x = SetSensitiveVariablesResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2539,7 @@ func (x *SetSensitiveVariablesResponse) String() string {
 func (*SetSensitiveVariablesResponse) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2552,7 @@ func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
 }
 
 var File_terrace_runner_v1_runner_proto protoreflect.FileDescriptor
@@ -2442,12 +2580,24 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1a\n" +
 	"\bexternal\x18\x03 \x01(\bR\bexternal\"F\n" +
 	"\rFetchResponse\x125\n" +
-	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\x9c\x01\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\xdc\x01\n" +
 	"\vInitRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12A\n" +
 	"\fhttp_backend\x18\x03 \x01(\v2\x1e.terrace.runner.v1.HTTPBackendR\vhttpBackend\x12\x18\n" +
-	"\aupgrade\x18\x04 \x01(\bR\aupgrade\"\xdc\x01\n" +
+	"\aupgrade\x18\x04 \x01(\bR\aupgrade\x12>\n" +
+	"\vown_backend\x18\x05 \x01(\v2\x1d.terrace.runner.v1.OwnBackendR\n" +
+	"ownBackend\"\x89\x01\n" +
+	"\n" +
+	"OwnBackend\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
+	"\vconfig_json\x18\x02 \x01(\fR\n" +
+	"configJson\x12F\n" +
+	"\vcredentials\x18\x03 \x03(\v2$.terrace.runner.v1.BackendCredentialR\vcredentials\"T\n" +
+	"\x11BackendCredential\x12\x10\n" +
+	"\x03env\x18\x01 \x01(\tR\x03env\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x17\n" +
+	"\aas_file\x18\x03 \x01(\bR\x06asFile\"\xdc\x01\n" +
 	"\vHTTPBackend\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12!\n" +
 	"\flock_address\x18\x02 \x01(\tR\vlockAddress\x12%\n" +
@@ -2598,7 +2748,7 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
 	(PlanFormat)(0),                       // 1: terrace.runner.v1.PlanFormat
@@ -2610,91 +2760,95 @@ var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(*FetchRequest)(nil),                  // 7: terrace.runner.v1.FetchRequest
 	(*FetchResponse)(nil),                 // 8: terrace.runner.v1.FetchResponse
 	(*InitRequest)(nil),                   // 9: terrace.runner.v1.InitRequest
-	(*HTTPBackend)(nil),                   // 10: terrace.runner.v1.HTTPBackend
-	(*InitResponse)(nil),                  // 11: terrace.runner.v1.InitResponse
-	(*InitResult)(nil),                    // 12: terrace.runner.v1.InitResult
-	(*Variables)(nil),                     // 13: terrace.runner.v1.Variables
-	(*PlanRequest)(nil),                   // 14: terrace.runner.v1.PlanRequest
-	(*PlanResponse)(nil),                  // 15: terrace.runner.v1.PlanResponse
-	(*PlanResult)(nil),                    // 16: terrace.runner.v1.PlanResult
-	(*PlanSummary)(nil),                   // 17: terrace.runner.v1.PlanSummary
-	(*ShowPlanRequest)(nil),               // 18: terrace.runner.v1.ShowPlanRequest
-	(*ShowPlanResponse)(nil),              // 19: terrace.runner.v1.ShowPlanResponse
-	(*ApplyRequest)(nil),                  // 20: terrace.runner.v1.ApplyRequest
-	(*ApplyResponse)(nil),                 // 21: terrace.runner.v1.ApplyResponse
-	(*ApplyResult)(nil),                   // 22: terrace.runner.v1.ApplyResult
-	(*PlanAndApplyResponse)(nil),          // 23: terrace.runner.v1.PlanAndApplyResponse
-	(*OutputRequest)(nil),                 // 24: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),                // 25: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),                // 26: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),               // 27: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),                 // 28: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),            // 29: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),           // 30: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),           // 31: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil),          // 32: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),                // 33: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),             // 34: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),            // 35: terrace.runner.v1.UploadPlanResponse
-	(*SetSensitiveVariablesRequest)(nil),  // 36: terrace.runner.v1.SetSensitiveVariablesRequest
-	(*SetSensitiveVariablesResponse)(nil), // 37: terrace.runner.v1.SetSensitiveVariablesResponse
-	nil,                                   // 38: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(*OwnBackend)(nil),                    // 10: terrace.runner.v1.OwnBackend
+	(*BackendCredential)(nil),             // 11: terrace.runner.v1.BackendCredential
+	(*HTTPBackend)(nil),                   // 12: terrace.runner.v1.HTTPBackend
+	(*InitResponse)(nil),                  // 13: terrace.runner.v1.InitResponse
+	(*InitResult)(nil),                    // 14: terrace.runner.v1.InitResult
+	(*Variables)(nil),                     // 15: terrace.runner.v1.Variables
+	(*PlanRequest)(nil),                   // 16: terrace.runner.v1.PlanRequest
+	(*PlanResponse)(nil),                  // 17: terrace.runner.v1.PlanResponse
+	(*PlanResult)(nil),                    // 18: terrace.runner.v1.PlanResult
+	(*PlanSummary)(nil),                   // 19: terrace.runner.v1.PlanSummary
+	(*ShowPlanRequest)(nil),               // 20: terrace.runner.v1.ShowPlanRequest
+	(*ShowPlanResponse)(nil),              // 21: terrace.runner.v1.ShowPlanResponse
+	(*ApplyRequest)(nil),                  // 22: terrace.runner.v1.ApplyRequest
+	(*ApplyResponse)(nil),                 // 23: terrace.runner.v1.ApplyResponse
+	(*ApplyResult)(nil),                   // 24: terrace.runner.v1.ApplyResult
+	(*PlanAndApplyResponse)(nil),          // 25: terrace.runner.v1.PlanAndApplyResponse
+	(*OutputRequest)(nil),                 // 26: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                // 27: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                // 28: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),               // 29: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                 // 30: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),            // 31: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),           // 32: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),           // 33: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),          // 34: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                // 35: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),             // 36: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),            // 37: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),  // 38: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil), // 39: terrace.runner.v1.SetSensitiveVariablesResponse
+	nil,                                   // 40: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
 	5,  // 1: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
 	3,  // 2: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
 	3,  // 3: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	10, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
-	2,  // 5: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
-	12, // 6: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	38, // 7: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
-	13, // 8: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
-	2,  // 9: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
-	16, // 10: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
-	17, // 11: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
-	1,  // 12: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
-	2,  // 13: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	22, // 14: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
-	2,  // 15: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	16, // 16: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
-	22, // 17: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
-	13, // 18: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
-	2,  // 19: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
-	28, // 20: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
-	33, // 21: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
-	33, // 22: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
-	4,  // 23: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
-	7,  // 24: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
-	9,  // 25: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
-	14, // 26: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
-	18, // 27: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
-	20, // 28: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
-	14, // 29: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
-	24, // 30: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
-	26, // 31: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
-	29, // 32: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
-	31, // 33: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
-	34, // 34: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	36, // 35: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
-	6,  // 36: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	8,  // 37: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	11, // 38: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	15, // 39: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	19, // 40: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	21, // 41: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	23, // 42: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
-	25, // 43: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	27, // 44: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	30, // 45: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	32, // 46: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	35, // 47: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	37, // 48: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	12, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
+	10, // 5: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
+	11, // 6: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
+	2,  // 7: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
+	14, // 8: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
+	40, // 9: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	15, // 10: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
+	2,  // 11: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
+	18, // 12: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
+	19, // 13: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
+	1,  // 14: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
+	2,  // 15: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	24, // 16: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
+	2,  // 17: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	18, // 18: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
+	24, // 19: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
+	15, // 20: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
+	2,  // 21: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
+	30, // 22: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
+	35, // 23: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
+	35, // 24: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
+	4,  // 25: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
+	7,  // 26: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
+	9,  // 27: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
+	16, // 28: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
+	20, // 29: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
+	22, // 30: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
+	16, // 31: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
+	26, // 32: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
+	28, // 33: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
+	31, // 34: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
+	33, // 35: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
+	36, // 36: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
+	38, // 37: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	6,  // 38: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	8,  // 39: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	13, // 40: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	17, // 41: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	21, // 42: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	23, // 43: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	25, // 44: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	27, // 45: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	29, // 46: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	32, // 47: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	34, // 48: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	37, // 49: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	39, // 50: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_terrace_runner_v1_runner_proto_init() }
@@ -2706,34 +2860,34 @@ func file_terrace_runner_v1_runner_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[9].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[11].OneofWrappers = []any{
 		(*InitResponse_Log)(nil),
 		(*InitResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[13].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[15].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_JsonChunk)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[19].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[21].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[21].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[23].OneofWrappers = []any{
 		(*PlanAndApplyResponse_Log)(nil),
 		(*PlanAndApplyResponse_JsonChunk)(nil),
 		(*PlanAndApplyResponse_PlanResult)(nil),
 		(*PlanAndApplyResponse_ApplyResult)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[25].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[27].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[30].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[32].OneofWrappers = []any{
 		(*DownloadPlanResponse_Header)(nil),
 		(*DownloadPlanResponse_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[32].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[34].OneofWrappers = []any{
 		(*UploadPlanRequest_Header)(nil),
 		(*UploadPlanRequest_Chunk)(nil),
 	}
@@ -2743,7 +2897,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
