@@ -112,8 +112,22 @@ func (s *Store) putVersion(ctx context.Context, key state.Key, data []byte, head
 		return nil
 	})
 	if err != nil {
-		s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, blob.Chunks)
+		if refusedBeforeSave(err) {
+			s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, blob.Chunks)
+		}
+		// Otherwise the index write may have been saved with its answer
+		// lost (the caller went away, a timeout): deleting the chunks
+		// would leave the index pointing at nothing. The orphan sweep
+		// removes them if it was not.
 		return versionEntry{}, nil, err
 	}
 	return entry, dropped, nil
+}
+
+// refusedBeforeSave reports an updateIndex error that came before any
+// index write: a precondition refused or the version taken.
+func refusedBeforeSave(err error) bool {
+	var conflict *state.ConflictError
+	var locked *state.LockedError
+	return errors.Is(err, errVersionMoved) || errors.Is(err, state.ErrMigrated) || errors.As(err, &conflict) || errors.As(err, &locked)
 }

@@ -154,3 +154,46 @@ func TestEncryptionKeyMustMatch(t *testing.T) {
 		}
 	}
 }
+
+// lostAnswerClient saves the next Update and then answers as if the caller
+// had gone away: the write is done, its answer lost.
+type lostAnswerClient struct {
+	client.Client
+	lose bool
+}
+
+func (c *lostAnswerClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	err := c.Client.Update(ctx, obj, opts...)
+	if err == nil && c.lose {
+		c.lose = false
+		return context.Canceled
+	}
+	return err
+}
+
+// Found by the chaos harness (runner killed mid-state-upload): the state
+// server's write was cancelled with the upload after the index was saved,
+// and the store deleted the chunks the saved index named, so every later
+// read was "chunk is missing". A write whose answer is lost keeps its chunks.
+func TestAPutWhoseAnswerIsLostLeavesAReadableState(t *testing.T) {
+	ns := env.Namespace(t)
+	lossy := &lostAnswerClient{Client: env.Client}
+	s := secrets.New(lossy, secrets.Options{})
+	key := state.Key{Namespace: ns, Stack: "app", Workspace: "default"}
+	first := []byte(`{"version":4,"serial":1,"lineage":"l","resources":[]}`)
+	if _, err := s.Put(ctx(t), key, first, state.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := []byte(`{"version":4,"serial":2,"lineage":"l","resources":[],"pad":"` + strings.Repeat("x", 100) + `"}`)
+	lossy.lose = true
+	if _, err := s.Put(ctx(t), key, second, state.PutOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Put with its answer lost: %v, want the cancellation", err)
+	}
+	got, err := s.Get(ctx(t), key)
+	if err != nil {
+		t.Fatalf("Get after a Put whose answer was lost: %v", err)
+	}
+	if got.Serial != 2 || !bytes.Equal(got.Data, second) {
+		t.Fatalf("Get = serial %d, want the saved serial 2", got.Serial)
+	}
+}
