@@ -82,7 +82,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	if err != nil {
 		return err
 	}
-	s.run = &runScope{kind: kind, id: launcher.NewRunID(), stores: stores, recover: r.mayHaveDeadRun(s)}
+	s.run = &runScope{kind: kind, id: r.newRunID(s), stores: stores, recover: r.mayHaveDeadRun(s)}
 	if err := r.announce(ctx, s); err != nil {
 		return err
 	}
