@@ -162,6 +162,10 @@ func buildWarmPod(p podParams) *corev1.Pod {
 // failure its pod is deleted; a warm pod is never used for a second run.
 func (l *Launcher) Claim(ctx context.Context, w *Run, spec RunSpec) (*Run, error) {
 	started := time.Now()
+	if w.Err() != nil {
+		// Claimed already, or its pod died: never a second run on it.
+		return nil, fmt.Errorf("warm runner pod %s cannot be claimed: %w", w.pod, context.Cause(w.ctx))
+	}
 	if err := validateRunSpec(&spec); err != nil {
 		return nil, l.discardWarm(ctx, w, err)
 	}

@@ -28,8 +28,8 @@ import (
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/settings"
-	"github.com/terrace-dev/terrace/internal/warmpool"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+	"github.com/terrace-dev/terrace/internal/warmpool"
 )
 
 // Run starts the controller process against cfg and blocks until ctx ends.
@@ -138,7 +138,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	// Warm runner pods (spec.runner.warm): started by the leader, adopted by the next one.
 	demand := &warmpool.NamespaceDemand{Reader: mgr.GetClient(), Resolver: resolver, ProviderMirror: opts.RunnerProviderMirror}
-	warm := warmpool.New(warmpool.Options{Launcher: runs, Demand: demand.Wants})
+	warm := warmpool.New(warmpool.Options{Launcher: warmpool.Pods{Launcher: runs}, Demand: demand.Wants})
 	if err := mgr.Add(warm); err != nil {
 		return nil, err
 	}

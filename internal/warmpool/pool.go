@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/terrace-dev/terrace/internal/launcher"
@@ -45,12 +46,45 @@ type Want struct {
 	Spec launcher.RunSpec
 }
 
-// Launcher starts, adopts and lists warm pods; *launcher.Launcher is one.
+// Warm is a started warm pod, connected; *launcher.Run is one.
+type Warm interface {
+	// ID is the ID of the run that may claim it.
+	ID() string
+	Pod() types.NamespacedName
+	// Err is non-nil once the pod died or was closed; Done is closed then.
+	Err() error
+	Done() <-chan struct{}
+	// Close deletes the pod.
+	Close(ctx context.Context) error
+}
+
+// Launcher starts, adopts and lists warm pods; Pods adapts *launcher.Launcher.
 type Launcher interface {
-	StartWarm(ctx context.Context, spec launcher.WarmSpec) (*launcher.Run, error)
-	AdoptWarm(ctx context.Context, pod *corev1.Pod) (*launcher.Run, error)
+	StartWarm(ctx context.Context, spec launcher.WarmSpec) (Warm, error)
+	AdoptWarm(ctx context.Context, pod *corev1.Pod) (Warm, error)
 	WarmPods(ctx context.Context, namespace string) ([]*corev1.Pod, error)
 	DeleteWarm(ctx context.Context, pod *corev1.Pod) error
+}
+
+// Pods is the Launcher of a *launcher.Launcher.
+type Pods struct{ *launcher.Launcher }
+
+// StartWarm implements Launcher.
+func (p Pods) StartWarm(ctx context.Context, spec launcher.WarmSpec) (Warm, error) {
+	return orNil(p.Launcher.StartWarm(ctx, spec))
+}
+
+// AdoptWarm implements Launcher.
+func (p Pods) AdoptWarm(ctx context.Context, pod *corev1.Pod) (Warm, error) {
+	return orNil(p.Launcher.AdoptWarm(ctx, pod))
+}
+
+// orNil keeps a nil *launcher.Run from becoming a non-nil Warm.
+func orNil(run *launcher.Run, err error) (Warm, error) {
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
 }
 
 // Options configure a Pool.
@@ -79,7 +113,7 @@ type Pool struct {
 // warmPod is one pod of the pool: starting (run nil), ready, or reserved.
 type warmPod struct {
 	namespace, class, name string
-	run                    *launcher.Run
+	run                    Warm
 	created                time.Time
 	// reservedBy is the namespace/name of the Stack whose run reserved it.
 	reservedBy string
@@ -147,7 +181,7 @@ func (p *Pool) Reserve(namespace, class, stack string) string {
 // Take hands over the warm pod that stack's run runID reserved, and removes
 // it from the pool; nil when there is none (it died, or the reservation
 // timed out): the run then starts a pod of its own under the same ID.
-func (p *Pool) Take(namespace, stack, runID string) *launcher.Run {
+func (p *Pool) Take(namespace, stack, runID string) Warm {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := namespace + "/" + launcher.WarmPodName(runID)

@@ -129,7 +129,7 @@ func (p *Pool) start(ctx context.Context, key string, want Want) {
 
 // settle records a started or adopted pod under its own name, or forgets
 // the placeholder of one that failed.
-func (p *Pool) settle(ctx context.Context, key string, run *launcher.Run, err error) {
+func (p *Pool) settle(ctx context.Context, key string, run Warm, err error) {
 	p.mu.Lock()
 	placeholder := p.pods[key]
 	delete(p.pods, key)

@@ -103,8 +103,8 @@ func (l LauncherRuns) claimWarm(ctx context.Context, spec launcher.RunSpec) (*la
 	if l.Warm == nil {
 		return nil, nil
 	}
-	w := l.Warm.Take(spec.Stack.Namespace, client.ObjectKeyFromObject(spec.Stack).String(), spec.RunID)
-	if w == nil {
+	w, ok := l.Warm.Take(spec.Stack.Namespace, client.ObjectKeyFromObject(spec.Stack).String(), spec.RunID).(*launcher.Run)
+	if !ok {
 		return nil, nil
 	}
 	run, err := l.Launcher.Claim(ctx, w, spec)
