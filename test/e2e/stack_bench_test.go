@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"maps"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +78,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	direct := directApplies(b, n, benchConcurrency)
 	e := newStackEnv(b)
 	e.prepareBench(b, warm)
-	calls := controllerRequests.Load()
+	calls, kinds := controllerRequests.Load(), requestKinds.snapshot()
 	rss := startRSSPeak()
 	terrace, peak := e.stacksToReady(b, n)
 	b.ReportMetric(direct.Seconds(), "direct-s")
@@ -86,6 +88,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	b.ReportMetric(float64(rss())/(1<<20), "process-peak-rss-MiB")
 	if countingRequests.Load() {
 		b.ReportMetric(float64(controllerRequests.Load()-calls)/float64(n), "api-calls/stack")
+		logRequestKinds(b, kinds, n)
 	}
 	if n == 1 {
 		logRunnerLog(b, e, warm > 0)
@@ -103,7 +106,71 @@ type countingTransport struct{ next http.RoundTripper }
 
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	controllerRequests.Add(1)
+	requestKinds.add(requestKind(r))
 	return c.next.RoundTrip(r)
+}
+
+// requestKinds counts the controller's requests by verb and resource, for
+// the breakdown the benchmark logs.
+var requestKinds = &kindCounter{counts: map[string]int{}}
+
+type kindCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (k *kindCounter) add(kind string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.counts[kind]++
+}
+
+func (k *kindCounter) snapshot() map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.counts)
+}
+
+// requestKind is "VERB resource[/subresource]" of an API request.
+func requestKind(r *http.Request) string {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	// /api/v1/... or /apis/group/version/...; then namespaces/ns/...
+	if len(parts) > 0 && parts[0] == "apis" && len(parts) > 2 {
+		parts = parts[3:]
+	} else if len(parts) > 1 {
+		parts = parts[2:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
+		parts = parts[2:]
+	}
+	verb := r.Method
+	if len(parts) == 1 {
+		verb = map[string]string{http.MethodGet: "LIST", http.MethodPost: "CREATE"}[r.Method]
+		if r.URL.Query().Get("watch") == "true" {
+			verb = "WATCH"
+		}
+	}
+	resource := ""
+	if len(parts) > 0 {
+		resource = parts[0]
+	}
+	if len(parts) > 2 {
+		resource += "/" + parts[2]
+	}
+	return verb + " " + resource
+}
+
+// logRequestKinds logs the requests made since before, per Stack.
+func logRequestKinds(b *testing.B, before map[string]int, n int) {
+	after := requestKinds.snapshot()
+	var lines []string
+	for kind, c := range after {
+		if d := c - before[kind]; d > 0 {
+			lines = append(lines, fmt.Sprintf("%8.2f  %s", float64(d)/float64(n), kind))
+		}
+	}
+	slices.Sort(lines)
+	b.Logf("API requests per Stack by kind:\n%s", strings.Join(lines, "\n"))
 }
 
 // startCountedController starts the shared controller, unless a test
