@@ -3,11 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"maps"
 	"runtime"
 	"slices"
 	"strconv"
