@@ -2,12 +2,15 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
 // startWarmReady starts a warm pod and plays the kubelet and a warm runner for it.
@@ -119,6 +122,24 @@ func TestClaimRefusesARunOfAnotherID(t *testing.T) {
 	w := f.startWarmReady()
 	if _, err := f.launcher.Claim(context.Background(), w, f.spec("someotherid")); err == nil {
 		t.Fatal("a run of another ID claimed the warm pod")
+	}
+	f.gone("refused warm pod", func(ctx context.Context) error {
+		_, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
+		return err
+	})
+}
+
+// TestClaimChecksTheRunnerPolicy: the runner policy holds for a warm pod's
+// run as for a cold one: a run whose image the policy refuses cannot claim
+// it, gets ErrPolicyViolation, and the pod is deleted, never handed on.
+func TestClaimChecksTheRunnerPolicy(t *testing.T) {
+	f := newFixture(t)
+	w := f.startWarmReady()
+	onlyDefault, _ := runnerpolicy.Resolve(runnerpolicy.Layer{Source: "terrace-system/default"}, nil, "ghcr.io/terrace-dev/terrace:v1")
+	spec := f.spec(w.ID())
+	spec.Image, spec.Policy = "evil.example/runner:latest", &onlyDefault
+	if _, err := f.launcher.Claim(context.Background(), w, spec); !errors.Is(err, ErrPolicyViolation) {
+		t.Fatalf("Claim with an image the policy refuses answered %v, want ErrPolicyViolation", err)
 	}
 	f.gone("refused warm pod", func(ctx context.Context) error {
 		_, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
