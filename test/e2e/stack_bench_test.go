@@ -92,6 +92,22 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	}
 	if n == 1 {
 		logRunnerLog(b, e, warm > 0)
+		logRunPhases(b, e)
+	}
+}
+
+// logRunPhases logs the Applied event of the first Stack, which says where
+// its run's time went (pod, fetch, init, plan, apply, outputs).
+func logRunPhases(b *testing.B, e *stackEnv) {
+	b.Helper()
+	var events corev1.EventList
+	if err := e.c.List(context.Background(), &events, client.InNamespace(e.ns)); err != nil {
+		b.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Name == "s0" && ev.Reason == "Applied" {
+			b.Logf("s0 %s: %s", ev.Reason, ev.Message)
+		}
 	}
 }
 
@@ -205,7 +221,7 @@ func logRunnerLog(b *testing.B, e *stackEnv, warm bool) {
 	b.Helper()
 	pattern := e.ns + "_s0-runner-*"
 	if warm {
-		pattern = e.ns + "_" + launcher.WarmPodName(e.getStack(b, "s0").Status.CurrentRun)
+		pattern = e.ns + "_" + launcher.WarmPodName(e.getStack(b, "s0").Status.CurrentRun) + "_*"
 	}
 	files, _ := filepath.Glob(filepath.Join(e.dev.NodeDir, "logs", pattern, "runner", "*.log"))
 	for _, f := range files {
