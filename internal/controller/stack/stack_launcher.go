@@ -115,6 +115,27 @@ func (l LauncherRuns) claimWarm(ctx context.Context, spec launcher.RunSpec) (*la
 	return nil, nil
 }
 
+// runCleaner is a runStarter that removes an earlier run's leftovers from
+// its cache and by name, listing nothing.
+type runCleaner interface {
+	CleanupRun(ctx context.Context, namespace, stack, runID string) error
+}
+
+// cleanupEarlierRuns removes what earlier runs of the Stack left: on the
+// hot path (a Stack's first run in this process, or after a run that did
+// not settle) without a List of Secrets, which would grow with the namespace.
+func (r *Reconciler) cleanupEarlierRuns(ctx context.Context, s *scope) error {
+	if c, ok := r.Runs.(runCleaner); ok {
+		return c.CleanupRun(ctx, s.stack.Namespace, s.stack.Name, s.run.previous)
+	}
+	return r.Runs.Cleanup(ctx, s.stack.Namespace, s.stack.Name)
+}
+
+// CleanupRun implements runCleaner.
+func (l LauncherRuns) CleanupRun(ctx context.Context, namespace, stack, runID string) error {
+	return l.Launcher.CleanupRun(ctx, namespace, stack, runID)
+}
+
 // Cleanup removes runner pods of earlier runs of a Stack.
 func (l LauncherRuns) Cleanup(ctx context.Context, namespace, stack string) error {
 	return l.Launcher.Cleanup(ctx, namespace, stack)
