@@ -108,6 +108,10 @@ type Pool struct {
 	pods     map[string]*warmPod // namespace/pod name
 	starting int
 	failed   map[string]time.Time // namespace/class → last failed start
+	// taken are the pods handed to runs (namespace/pod name → when): until
+	// the cache shows a pod claimed it still looks warm, and must be
+	// neither adopted nor removed.
+	taken map[string]time.Time
 }
 
 // warmPod is one pod of the pool: starting (run nil), ready, or reserved.
@@ -128,7 +132,7 @@ func New(opts Options) *Pool {
 	if opts.MaxStarting <= 0 {
 		opts.MaxStarting = DefaultMaxStarting
 	}
-	return &Pool{opts: opts, kick: make(chan struct{}, 1), pods: map[string]*warmPod{}, failed: map[string]time.Time{}}
+	return &Pool{opts: opts, kick: make(chan struct{}, 1), pods: map[string]*warmPod{}, failed: map[string]time.Time{}, taken: map[string]time.Time{}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: only the
@@ -190,6 +194,7 @@ func (p *Pool) Take(namespace, stack, runID string) Warm {
 		return nil
 	}
 	delete(p.pods, key)
+	p.taken[key] = time.Now()
 	if w.run.Err() != nil {
 		return nil
 	}

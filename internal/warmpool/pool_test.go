@@ -263,3 +263,32 @@ func TestPoolBacksOffAClassThatFailsToStart(t *testing.T) {
 		t.Errorf("the pool started %d pods right after a failure, want none until the backoff passes", held)
 	}
 }
+
+// TestPoolLeavesATakenPodAlone: until the cache shows a taken pod claimed,
+// it still looks like an unclaimed warm pod; the pool must neither adopt
+// nor delete it (that would kill the run that just claimed it).
+func TestPoolLeavesATakenPodAlone(t *testing.T) {
+	l := &fakeLauncher{}
+	d := &demand{}
+	d.set(Want{Namespace: "team-a", Class: "c1", Count: 1})
+	p := New(Options{Launcher: l, Demand: d.get})
+	settled(t, p, "team-a", 1)
+	id := p.Reserve("team-a", "c1", "team-a/web")
+	w := p.Take("team-a", "team-a/web", id)
+	if w == nil {
+		t.Fatal("nothing to take")
+	}
+	l.mu.Lock()
+	l.foreign = append(l.foreign, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: w.Pod().Name,
+		CreationTimestamp: metav1.Now(), Labels: map[string]string{launcher.LabelWarmClass: "c1"}}})
+	l.mu.Unlock()
+	settled(t, p, "team-a", 1)
+	p.Sync(context.Background())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range append(append([]string(nil), l.deleted...), l.adopted...) {
+		if n == w.Pod().Name {
+			t.Fatalf("the pool adopted or deleted the pod it handed to a run (deleted %v, adopted %v)", l.deleted, l.adopted)
+		}
+	}
+}

@@ -51,6 +51,7 @@ func (p *Pool) adoptOrRemove(ctx context.Context, wanted map[string]Want) {
 		ctrl.LoggerFrom(ctx).Error(err, "failed to read the warm runner pods")
 		return
 	}
+	p.forgetTaken(pods)
 	for _, pod := range pods {
 		key := pod.Namespace + "/" + pod.Name
 		class := pod.Labels[launcher.LabelWarmClass]
@@ -59,6 +60,9 @@ func (p *Pool) adoptOrRemove(ctx context.Context, wanted map[string]Want) {
 		}
 		p.mu.Lock()
 		_, held := p.pods[key]
+		if _, taken := p.taken[key]; taken {
+			held = true // a run's now, whatever the cache says yet
+		}
 		want, wantedClass := wanted[pod.Namespace+"/"+class]
 		short := wantedClass && p.countLocked(pod.Namespace, class) < want.Count
 		if !held && short {
@@ -73,6 +77,22 @@ func (p *Pool) adoptOrRemove(ctx context.Context, wanted map[string]Want) {
 			if err := p.opts.Launcher.DeleteWarm(ctx, pod); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "failed to remove a warm runner pod", "pod", key)
 			}
+		}
+	}
+}
+
+// forgetTaken drops the taken pods the cache no longer shows as warm
+// (claimed, or gone).
+func (p *Pool) forgetTaken(warm []*corev1.Pod) {
+	listed := make(map[string]bool, len(warm))
+	for _, pod := range warm {
+		listed[pod.Namespace+"/"+pod.Name] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key := range p.taken {
+		if !listed[key] {
+			delete(p.taken, key)
 		}
 	}
 }
