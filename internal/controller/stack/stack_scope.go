@@ -28,6 +28,9 @@ type scope struct {
 	config settings.Effective
 	source *source
 	inputs *inputs
+	// backend is spec.backend with its credentials, as the runner takes it;
+	// nil when the state is on Terrace's state server.
+	backend *runnerv1.OwnBackend
 	// run is the run in progress, while a runner is in use.
 	run      *runScope
 	observed observations

@@ -646,7 +646,10 @@ type InitRequest struct {
 	// whatever the module declares (the local backend if nothing).
 	HttpBackend *HTTPBackend `protobuf:"bytes,3,opt,name=http_backend,json=httpBackend,proto3" json:"http_backend,omitempty"`
 	// upgrade passes -upgrade to init.
-	Upgrade       bool `protobuf:"varint,4,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
+	Upgrade bool `protobuf:"varint,4,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
+	// own_backend, when set, replaces the module's backend block with the
+	// Stack's own (spec.backend); http_backend must then be unset.
+	OwnBackend    *OwnBackend `protobuf:"bytes,5,opt,name=own_backend,json=ownBackend,proto3" json:"own_backend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +712,141 @@ func (x *InitRequest) GetUpgrade() bool {
 	return false
 }
 
+func (x *InitRequest) GetOwnBackend() *OwnBackend {
+	if x != nil {
+		return x.OwnBackend
+	}
+	return nil
+}
+
+// OwnBackend is a backend block of the Stack's own. Credentials go through
+// the environment of every later command (as the http backend's key does),
+// are redacted from everything the runner sends, and never land in
+// .terraform or in a plan file.
+type OwnBackend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type of the backend block, e.g. "pg" or "s3"; never "local".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// config_json is a JSON object of the block's attributes.
+	ConfigJson    []byte               `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	Credentials   []*BackendCredential `protobuf:"bytes,3,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnBackend) Reset() {
+	*x = OwnBackend{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnBackend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnBackend) ProtoMessage() {}
+
+func (x *OwnBackend) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnBackend.ProtoReflect.Descriptor instead.
+func (*OwnBackend) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *OwnBackend) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *OwnBackend) GetConfigJson() []byte {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return nil
+}
+
+func (x *OwnBackend) GetCredentials() []*BackendCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// BackendCredential is one environment variable of tofu.
+type BackendCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Env   string                 `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
+	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// as_file writes value to a 0600 file in the work dir and sets env to its path.
+	AsFile        bool `protobuf:"varint,3,opt,name=as_file,json=asFile,proto3" json:"as_file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendCredential) Reset() {
+	*x = BackendCredential{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendCredential) ProtoMessage() {}
+
+func (x *BackendCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendCredential.ProtoReflect.Descriptor instead.
+func (*BackendCredential) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *BackendCredential) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *BackendCredential) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *BackendCredential) GetAsFile() bool {
+	if x != nil {
+		return x.AsFile
+	}
+	return false
+}
+
 // HTTPBackend configures tofu's http backend against the controller's state
 // server. The runner authenticates with its own certificate (tls.crt,
 // tls.key) and trusts its ca.crt; all of it is passed through the
@@ -728,7 +866,7 @@ type HTTPBackend struct {
 
 func (x *HTTPBackend) Reset() {
 	*x = HTTPBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +878,7 @@ func (x *HTTPBackend) String() string {
 func (*HTTPBackend) ProtoMessage() {}
 
 func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +891,7 @@ func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPBackend.ProtoReflect.Descriptor instead.
 func (*HTTPBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HTTPBackend) GetAddress() string {
@@ -811,7 +949,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +961,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +974,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InitResponse) GetEvent() isInitResponse_Event {
@@ -892,7 +1030,7 @@ type InitResult struct {
 
 func (x *InitResult) Reset() {
 	*x = InitResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1042,7 @@ func (x *InitResult) String() string {
 func (*InitResult) ProtoMessage() {}
 
 func (x *InitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1055,7 @@ func (x *InitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResult.ProtoReflect.Descriptor instead.
 func (*InitResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InitResult) GetVersion() string {
@@ -952,7 +1090,7 @@ type Variables struct {
 
 func (x *Variables) Reset() {
 	*x = Variables{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1102,7 @@ func (x *Variables) String() string {
 func (*Variables) ProtoMessage() {}
 
 func (x *Variables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1115,7 @@ func (x *Variables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variables.ProtoReflect.Descriptor instead.
 func (*Variables) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Variables) GetJson() []byte {
@@ -1012,14 +1150,18 @@ type PlanRequest struct {
 	Targets     []string `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
 	// plan_id names the plan; empty lets the runner pick one. Letters,
 	// digits, '.', '_' and '-', at most 128.
-	PlanId        string `protobuf:"bytes,5,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	PlanId string `protobuf:"bytes,5,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	// max_state_bytes, when set, is the state server's limit: PlanAndApply
+	// does not apply a plan whose planned values alone are larger (the
+	// state could not be saved), and fails with STATE_TOO_LARGE.
+	MaxStateBytes int64 `protobuf:"varint,6,opt,name=max_state_bytes,json=maxStateBytes,proto3" json:"max_state_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1173,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1186,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlanRequest) GetVariables() *Variables {
@@ -1082,6 +1224,13 @@ func (x *PlanRequest) GetPlanId() string {
 	return ""
 }
 
+func (x *PlanRequest) GetMaxStateBytes() int64 {
+	if x != nil {
+		return x.MaxStateBytes
+	}
+	return 0
+}
+
 type PlanResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1096,7 +1245,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1257,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1270,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -1192,14 +1341,18 @@ type PlanResult struct {
 	// json_size is the size of the redacted plan JSON sent in json_chunk.
 	JsonSize int64 `protobuf:"varint,4,opt,name=json_size,json=jsonSize,proto3" json:"json_size,omitempty"`
 	// plan_file_size is the size of the binary plan file (see DownloadPlan).
-	PlanFileSize  int64 `protobuf:"varint,5,opt,name=plan_file_size,json=planFileSize,proto3" json:"plan_file_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PlanFileSize int64 `protobuf:"varint,5,opt,name=plan_file_size,json=planFileSize,proto3" json:"plan_file_size,omitempty"`
+	// planned_state_bytes is the size of the plan's planned values (JSON):
+	// a lower bound of the state the apply would save (values known only
+	// after the apply come on top).
+	PlannedStateBytes int64 `protobuf:"varint,6,opt,name=planned_state_bytes,json=plannedStateBytes,proto3" json:"planned_state_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PlanResult) Reset() {
 	*x = PlanResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1364,7 @@ func (x *PlanResult) String() string {
 func (*PlanResult) ProtoMessage() {}
 
 func (x *PlanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1377,7 @@ func (x *PlanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResult.ProtoReflect.Descriptor instead.
 func (*PlanResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlanResult) GetPlanId() string {
@@ -1262,6 +1415,13 @@ func (x *PlanResult) GetPlanFileSize() int64 {
 	return 0
 }
 
+func (x *PlanResult) GetPlannedStateBytes() int64 {
+	if x != nil {
+		return x.PlannedStateBytes
+	}
+	return 0
+}
+
 type PlanSummary struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Add     int32                  `protobuf:"varint,1,opt,name=add,proto3" json:"add,omitempty"`
@@ -1279,7 +1439,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1451,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1464,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -1366,7 +1526,7 @@ type ShowPlanRequest struct {
 
 func (x *ShowPlanRequest) Reset() {
 	*x = ShowPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1538,7 @@ func (x *ShowPlanRequest) String() string {
 func (*ShowPlanRequest) ProtoMessage() {}
 
 func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1551,7 @@ func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanRequest.ProtoReflect.Descriptor instead.
 func (*ShowPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ShowPlanRequest) GetPlanId() string {
@@ -1417,7 +1577,7 @@ type ShowPlanResponse struct {
 
 func (x *ShowPlanResponse) Reset() {
 	*x = ShowPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1589,7 @@ func (x *ShowPlanResponse) String() string {
 func (*ShowPlanResponse) ProtoMessage() {}
 
 func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1602,7 @@ func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanResponse.ProtoReflect.Descriptor instead.
 func (*ShowPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ShowPlanResponse) GetChunk() []byte {
@@ -1461,7 +1621,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1633,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1646,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyRequest) GetPlanId() string {
@@ -1509,7 +1669,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1681,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1694,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -1587,7 +1747,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1759,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1772,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApplyResult) GetPlanId() string {
@@ -1637,7 +1797,7 @@ type PlanAndApplyResponse struct {
 
 func (x *PlanAndApplyResponse) Reset() {
 	*x = PlanAndApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1809,7 @@ func (x *PlanAndApplyResponse) String() string {
 func (*PlanAndApplyResponse) ProtoMessage() {}
 
 func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1822,7 @@ func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanAndApplyResponse.ProtoReflect.Descriptor instead.
 func (*PlanAndApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PlanAndApplyResponse) GetEvent() isPlanAndApplyResponse_Event {
@@ -1748,7 +1908,7 @@ type OutputRequest struct {
 
 func (x *OutputRequest) Reset() {
 	*x = OutputRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1920,7 @@ func (x *OutputRequest) String() string {
 func (*OutputRequest) ProtoMessage() {}
 
 func (x *OutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1933,7 @@ func (x *OutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRequest.ProtoReflect.Descriptor instead.
 func (*OutputRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
 }
 
 // OutputResponse carries a piece of one output. The pieces of an output
@@ -1794,7 +1954,7 @@ type OutputResponse struct {
 
 func (x *OutputResponse) Reset() {
 	*x = OutputResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1966,7 @@ func (x *OutputResponse) String() string {
 func (*OutputResponse) ProtoMessage() {}
 
 func (x *OutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1979,7 @@ func (x *OutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputResponse.ProtoReflect.Descriptor instead.
 func (*OutputResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OutputResponse) GetName() string {
@@ -1867,7 +2027,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2039,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2052,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DestroyRequest) GetVariables() *Variables {
@@ -1922,7 +2082,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2094,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2107,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -1999,7 +2159,7 @@ type DestroyResult struct {
 
 func (x *DestroyResult) Reset() {
 	*x = DestroyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2171,7 @@ func (x *DestroyResult) String() string {
 func (*DestroyResult) ProtoMessage() {}
 
 func (x *DestroyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2184,7 @@ func (x *DestroyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResult.ProtoReflect.Descriptor instead.
 func (*DestroyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
 }
 
 type ForceUnlockRequest struct {
@@ -2036,7 +2196,7 @@ type ForceUnlockRequest struct {
 
 func (x *ForceUnlockRequest) Reset() {
 	*x = ForceUnlockRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2208,7 @@ func (x *ForceUnlockRequest) String() string {
 func (*ForceUnlockRequest) ProtoMessage() {}
 
 func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2221,7 @@ func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
 func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ForceUnlockRequest) GetLockId() string {
@@ -2079,7 +2239,7 @@ type ForceUnlockResponse struct {
 
 func (x *ForceUnlockResponse) Reset() {
 	*x = ForceUnlockResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2251,7 @@ func (x *ForceUnlockResponse) String() string {
 func (*ForceUnlockResponse) ProtoMessage() {}
 
 func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2264,7 @@ func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockResponse.ProtoReflect.Descriptor instead.
 func (*ForceUnlockResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
 }
 
 type DownloadPlanRequest struct {
@@ -2116,7 +2276,7 @@ type DownloadPlanRequest struct {
 
 func (x *DownloadPlanRequest) Reset() {
 	*x = DownloadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2288,7 @@ func (x *DownloadPlanRequest) String() string {
 func (*DownloadPlanRequest) ProtoMessage() {}
 
 func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2301,7 @@ func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanRequest.ProtoReflect.Descriptor instead.
 func (*DownloadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DownloadPlanRequest) GetPlanId() string {
@@ -2164,7 +2324,7 @@ type DownloadPlanResponse struct {
 
 func (x *DownloadPlanResponse) Reset() {
 	*x = DownloadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2336,7 @@ func (x *DownloadPlanResponse) String() string {
 func (*DownloadPlanResponse) ProtoMessage() {}
 
 func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2349,7 @@ func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanResponse.ProtoReflect.Descriptor instead.
 func (*DownloadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DownloadPlanResponse) GetPart() isDownloadPlanResponse_Part {
@@ -2246,7 +2406,7 @@ type PlanFileHeader struct {
 
 func (x *PlanFileHeader) Reset() {
 	*x = PlanFileHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2418,7 @@ func (x *PlanFileHeader) String() string {
 func (*PlanFileHeader) ProtoMessage() {}
 
 func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2431,7 @@ func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanFileHeader.ProtoReflect.Descriptor instead.
 func (*PlanFileHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PlanFileHeader) GetPlanId() string {
@@ -2308,7 +2468,7 @@ type UploadPlanRequest struct {
 
 func (x *UploadPlanRequest) Reset() {
 	*x = UploadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2480,7 @@ func (x *UploadPlanRequest) String() string {
 func (*UploadPlanRequest) ProtoMessage() {}
 
 func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2493,7 @@ func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanRequest.ProtoReflect.Descriptor instead.
 func (*UploadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UploadPlanRequest) GetPart() isUploadPlanRequest_Part {
@@ -2387,7 +2547,7 @@ type UploadPlanResponse struct {
 
 func (x *UploadPlanResponse) Reset() {
 	*x = UploadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2559,7 @@ func (x *UploadPlanResponse) String() string {
 func (*UploadPlanResponse) ProtoMessage() {}
 
 func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2572,7 @@ func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanResponse.ProtoReflect.Descriptor instead.
 func (*UploadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UploadPlanResponse) GetPlanId() string {
@@ -2431,7 +2591,7 @@ type SetSensitiveVariablesRequest struct {
 
 func (x *SetSensitiveVariablesRequest) Reset() {
 	*x = SetSensitiveVariablesRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2603,7 @@ func (x *SetSensitiveVariablesRequest) String() string {
 func (*SetSensitiveVariablesRequest) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2616,7 @@ func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetSensitiveVariablesRequest) GetNames() []string {
@@ -2474,7 +2634,7 @@ type SetSensitiveVariablesResponse struct {
 
 func (x *SetSensitiveVariablesResponse) Reset() {
 	*x = SetSensitiveVariablesResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2646,7 @@ func (x *SetSensitiveVariablesResponse) String() string {
 func (*SetSensitiveVariablesResponse) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2659,7 @@ func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
 }
 
 var File_terrace_runner_v1_runner_proto protoreflect.FileDescriptor
@@ -2533,12 +2693,24 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1a\n" +
 	"\bexternal\x18\x03 \x01(\bR\bexternal\"F\n" +
 	"\rFetchResponse\x125\n" +
-	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\x9c\x01\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\xdc\x01\n" +
 	"\vInitRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12A\n" +
 	"\fhttp_backend\x18\x03 \x01(\v2\x1e.terrace.runner.v1.HTTPBackendR\vhttpBackend\x12\x18\n" +
-	"\aupgrade\x18\x04 \x01(\bR\aupgrade\"\xdc\x01\n" +
+	"\aupgrade\x18\x04 \x01(\bR\aupgrade\x12>\n" +
+	"\vown_backend\x18\x05 \x01(\v2\x1d.terrace.runner.v1.OwnBackendR\n" +
+	"ownBackend\"\x89\x01\n" +
+	"\n" +
+	"OwnBackend\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
+	"\vconfig_json\x18\x02 \x01(\fR\n" +
+	"configJson\x12F\n" +
+	"\vcredentials\x18\x03 \x03(\v2$.terrace.runner.v1.BackendCredentialR\vcredentials\"T\n" +
+	"\x11BackendCredential\x12\x10\n" +
+	"\x03env\x18\x01 \x01(\tR\x03env\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x17\n" +
+	"\aas_file\x18\x03 \x01(\bR\x06asFile\"\xdc\x01\n" +
 	"\vHTTPBackend\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12!\n" +
 	"\flock_address\x18\x02 \x01(\tR\vlockAddress\x12%\n" +
@@ -2561,19 +2733,20 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\tVariables\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x1c\n" +
 	"\tsensitive\x18\x02 \x03(\tR\tsensitive\x12\x14\n" +
-	"\x05files\x18\x03 \x03(\tR\x05files\"\xb9\x01\n" +
+	"\x05files\x18\x03 \x03(\tR\x05files\"\xe1\x01\n" +
 	"\vPlanRequest\x12:\n" +
 	"\tvariables\x18\x01 \x01(\v2\x1c.terrace.runner.v1.VariablesR\tvariables\x12\x18\n" +
 	"\adestroy\x18\x02 \x01(\bR\adestroy\x12!\n" +
 	"\frefresh_only\x18\x03 \x01(\bR\vrefreshOnly\x12\x18\n" +
 	"\atargets\x18\x04 \x03(\tR\atargets\x12\x17\n" +
-	"\aplan_id\x18\x05 \x01(\tR\x06planId\"\xa1\x01\n" +
+	"\aplan_id\x18\x05 \x01(\tR\x06planId\x12&\n" +
+	"\x0fmax_state_bytes\x18\x06 \x01(\x03R\rmaxStateBytes\"\xa1\x01\n" +
 	"\fPlanResponse\x12.\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x12\x1f\n" +
 	"\n" +
 	"json_chunk\x18\x02 \x01(\fH\x00R\tjsonChunk\x127\n" +
 	"\x06result\x18\x03 \x01(\v2\x1d.terrace.runner.v1.PlanResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\xc3\x01\n" +
+	"\x05event\"\xf3\x01\n" +
 	"\n" +
 	"PlanResult\x12\x17\n" +
 	"\aplan_id\x18\x01 \x01(\tR\x06planId\x12\x1f\n" +
@@ -2581,7 +2754,8 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"hasChanges\x128\n" +
 	"\asummary\x18\x03 \x01(\v2\x1e.terrace.runner.v1.PlanSummaryR\asummary\x12\x1b\n" +
 	"\tjson_size\x18\x04 \x01(\x03R\bjsonSize\x12$\n" +
-	"\x0eplan_file_size\x18\x05 \x01(\x03R\fplanFileSize\"\xbe\x01\n" +
+	"\x0eplan_file_size\x18\x05 \x01(\x03R\fplanFileSize\x12.\n" +
+	"\x13planned_state_bytes\x18\x06 \x01(\x03R\x11plannedStateBytes\"\xbe\x01\n" +
 	"\vPlanSummary\x12\x10\n" +
 	"\x03add\x18\x01 \x01(\x05R\x03add\x12\x16\n" +
 	"\x06change\x18\x02 \x01(\x05R\x06change\x12\x18\n" +
@@ -2688,7 +2862,7 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
 	(PlanFormat)(0),                       // 1: terrace.runner.v1.PlanFormat
@@ -2702,93 +2876,97 @@ var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(*FetchRequest)(nil),                  // 9: terrace.runner.v1.FetchRequest
 	(*FetchResponse)(nil),                 // 10: terrace.runner.v1.FetchResponse
 	(*InitRequest)(nil),                   // 11: terrace.runner.v1.InitRequest
-	(*HTTPBackend)(nil),                   // 12: terrace.runner.v1.HTTPBackend
-	(*InitResponse)(nil),                  // 13: terrace.runner.v1.InitResponse
-	(*InitResult)(nil),                    // 14: terrace.runner.v1.InitResult
-	(*Variables)(nil),                     // 15: terrace.runner.v1.Variables
-	(*PlanRequest)(nil),                   // 16: terrace.runner.v1.PlanRequest
-	(*PlanResponse)(nil),                  // 17: terrace.runner.v1.PlanResponse
-	(*PlanResult)(nil),                    // 18: terrace.runner.v1.PlanResult
-	(*PlanSummary)(nil),                   // 19: terrace.runner.v1.PlanSummary
-	(*ShowPlanRequest)(nil),               // 20: terrace.runner.v1.ShowPlanRequest
-	(*ShowPlanResponse)(nil),              // 21: terrace.runner.v1.ShowPlanResponse
-	(*ApplyRequest)(nil),                  // 22: terrace.runner.v1.ApplyRequest
-	(*ApplyResponse)(nil),                 // 23: terrace.runner.v1.ApplyResponse
-	(*ApplyResult)(nil),                   // 24: terrace.runner.v1.ApplyResult
-	(*PlanAndApplyResponse)(nil),          // 25: terrace.runner.v1.PlanAndApplyResponse
-	(*OutputRequest)(nil),                 // 26: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),                // 27: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),                // 28: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),               // 29: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),                 // 30: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),            // 31: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),           // 32: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),           // 33: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil),          // 34: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),                // 35: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),             // 36: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),            // 37: terrace.runner.v1.UploadPlanResponse
-	(*SetSensitiveVariablesRequest)(nil),  // 38: terrace.runner.v1.SetSensitiveVariablesRequest
-	(*SetSensitiveVariablesResponse)(nil), // 39: terrace.runner.v1.SetSensitiveVariablesResponse
-	nil,                                   // 40: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(*OwnBackend)(nil),                    // 12: terrace.runner.v1.OwnBackend
+	(*BackendCredential)(nil),             // 13: terrace.runner.v1.BackendCredential
+	(*HTTPBackend)(nil),                   // 14: terrace.runner.v1.HTTPBackend
+	(*InitResponse)(nil),                  // 15: terrace.runner.v1.InitResponse
+	(*InitResult)(nil),                    // 16: terrace.runner.v1.InitResult
+	(*Variables)(nil),                     // 17: terrace.runner.v1.Variables
+	(*PlanRequest)(nil),                   // 18: terrace.runner.v1.PlanRequest
+	(*PlanResponse)(nil),                  // 19: terrace.runner.v1.PlanResponse
+	(*PlanResult)(nil),                    // 20: terrace.runner.v1.PlanResult
+	(*PlanSummary)(nil),                   // 21: terrace.runner.v1.PlanSummary
+	(*ShowPlanRequest)(nil),               // 22: terrace.runner.v1.ShowPlanRequest
+	(*ShowPlanResponse)(nil),              // 23: terrace.runner.v1.ShowPlanResponse
+	(*ApplyRequest)(nil),                  // 24: terrace.runner.v1.ApplyRequest
+	(*ApplyResponse)(nil),                 // 25: terrace.runner.v1.ApplyResponse
+	(*ApplyResult)(nil),                   // 26: terrace.runner.v1.ApplyResult
+	(*PlanAndApplyResponse)(nil),          // 27: terrace.runner.v1.PlanAndApplyResponse
+	(*OutputRequest)(nil),                 // 28: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                // 29: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                // 30: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),               // 31: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                 // 32: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),            // 33: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),           // 34: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),           // 35: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),          // 36: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                // 37: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),             // 38: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),            // 39: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),  // 40: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil), // 41: terrace.runner.v1.SetSensitiveVariablesResponse
+	nil,                                   // 42: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
 	7,  // 1: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
 	5,  // 2: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
 	5,  // 3: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	12, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
-	4,  // 5: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
-	14, // 6: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	40, // 7: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
-	15, // 8: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
-	4,  // 9: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
-	18, // 10: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
-	19, // 11: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
-	1,  // 12: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
-	4,  // 13: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	24, // 14: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
-	4,  // 15: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	18, // 16: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
-	24, // 17: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
-	15, // 18: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
-	4,  // 19: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
-	30, // 20: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
-	35, // 21: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
-	35, // 22: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
-	6,  // 23: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
-	9,  // 24: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
-	11, // 25: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
-	16, // 26: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
-	20, // 27: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
-	22, // 28: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
-	16, // 29: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
-	26, // 30: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
-	28, // 31: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
-	31, // 32: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
-	33, // 33: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
-	36, // 34: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	38, // 35: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
-	2,  // 36: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
-	8,  // 37: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	10, // 38: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	13, // 39: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	17, // 40: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	21, // 41: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	23, // 42: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	25, // 43: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
-	27, // 44: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	29, // 45: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	32, // 46: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	34, // 47: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	37, // 48: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	39, // 49: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	3,  // 50: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
-	37, // [37:51] is the sub-list for method output_type
-	23, // [23:37] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	14, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
+	12, // 5: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
+	13, // 6: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
+	4,  // 7: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
+	16, // 8: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
+	42, // 9: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	17, // 10: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
+	4,  // 11: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
+	20, // 12: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
+	21, // 13: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
+	1,  // 14: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
+	4,  // 15: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	26, // 16: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
+	4,  // 17: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	20, // 18: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
+	26, // 19: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
+	17, // 20: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
+	4,  // 21: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
+	32, // 22: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
+	37, // 23: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
+	37, // 24: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
+	6,  // 25: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
+	9,  // 26: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
+	11, // 27: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
+	18, // 28: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
+	22, // 29: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
+	24, // 30: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
+	18, // 31: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
+	28, // 32: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
+	30, // 33: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
+	33, // 34: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
+	35, // 35: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
+	38, // 36: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
+	40, // 37: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	2,  // 38: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
+	8,  // 39: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	10, // 40: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	15, // 41: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	19, // 42: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	23, // 43: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	25, // 44: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	27, // 45: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	29, // 46: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	31, // 47: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	34, // 48: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	36, // 49: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	39, // 50: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	41, // 51: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	3,  // 52: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
+	39, // [39:53] is the sub-list for method output_type
+	25, // [25:39] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_terrace_runner_v1_runner_proto_init() }
@@ -2800,34 +2978,34 @@ func file_terrace_runner_v1_runner_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[11].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[13].OneofWrappers = []any{
 		(*InitResponse_Log)(nil),
 		(*InitResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[15].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[17].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_JsonChunk)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[21].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[23].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[23].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[25].OneofWrappers = []any{
 		(*PlanAndApplyResponse_Log)(nil),
 		(*PlanAndApplyResponse_JsonChunk)(nil),
 		(*PlanAndApplyResponse_PlanResult)(nil),
 		(*PlanAndApplyResponse_ApplyResult)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[27].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[29].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[32].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[34].OneofWrappers = []any{
 		(*DownloadPlanResponse_Header)(nil),
 		(*DownloadPlanResponse_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[34].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[36].OneofWrappers = []any{
 		(*UploadPlanRequest_Header)(nil),
 		(*UploadPlanRequest_Chunk)(nil),
 	}
@@ -2837,7 +3015,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
