@@ -163,8 +163,12 @@ func (r *Reconciler) syncOutputs(ctx context.Context, s *scope) error {
 // runOutputs reads the root outputs from the state the controller keeps
 // for the Stack (one read, no tofu process in the runner); only when tofu
 // itself encrypts the state, or it cannot be read, does the runner run
-// `tofu output`.
+// `tofu output`. A Stack with a backend of its own (spec.backend) keeps
+// no state here: the runner reads it.
 func runOutputs(ctx context.Context, s *scope) (map[string]runner.Output, error) {
+	if ownsBackend(s.stack) {
+		return s.run.client.Outputs(ctx)
+	}
 	st, err := s.run.stores.States.Get(ctx, stateKey(s.stack))
 	if err != nil {
 		return s.run.client.Outputs(ctx)
