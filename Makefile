@@ -11,7 +11,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION) \
            -X github.com/terrace-dev/terrace/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build deps deps-demo test test-e2e chaos console-screenshots fuzz tools generate verify fmt vet demo codegen-tools clean image push
+.PHONY: all build deps deps-demo test test-e2e chaos console-screenshots fleet fuzz tools generate verify fmt vet demo codegen-tools clean image push
 
 all: build
 
@@ -121,6 +121,14 @@ console-screenshots: deps ## Retake docs/images/console-*.png with the browser t
 	hack/tools/build.sh >/dev/null
 	TERRACE_CONSOLE_SCREENSHOTS=docs env $$(hack/tools/build.sh --env) \
 	  go test ./test/e2e/ -run '^TestConsoleInABrowser$$' -count=1 -timeout 20m
+
+# FLEET_STACKS Stacks to Ready against as many direct tofu applies, with and
+# without warm runners; prints time, ratio, peak heap and RSS, API calls per Stack.
+FLEET_STACKS ?= 1000
+fleet: deps ## Take FLEET_STACKS (1000) Stacks to Ready on the dev cluster and print the benchmark's figures (not in make test).
+	hack/tools/build.sh >/dev/null
+	TERRACE_BENCH_STACKS=$(FLEET_STACKS) env $$(hack/tools/build.sh --env) \
+	  nice go test ./test/e2e/ -run '^$$' -bench '^BenchmarkStackToReady$$' -benchtime 1x -timeout 3h -v
 
 # Every fuzz target, as package:Name. Their seed corpora (testdata/fuzz/)
 # run as ordinary tests with `go test`; `make fuzz` also explores for

@@ -54,6 +54,16 @@ type RunnerConfig struct {
 	// +optional
 	Retain *bool `json:"retain,omitempty"`
 
+	// Warm is how many single-use runner pods are kept started ahead of
+	// demand in each namespace this config governs that has Stacks, for
+	// the runner class of a Stack that sets no spec.runner of its own and
+	// no other image or ServiceAccount: a run claims one and a replacement
+	// starts in the background. 0 (the default) starts a pod per run.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	Warm *int32 `json:"warm,omitempty"`
+
 	// Policy says what Stacks may set in spec.runner and
 	// spec.serviceAccountName. The policy of the operator namespace's config
 	// is the floor for the whole cluster; a namespace's config may only

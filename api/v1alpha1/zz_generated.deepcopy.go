@@ -386,6 +386,11 @@ func (in *RunnerConfig) DeepCopyInto(out *RunnerConfig) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.Warm != nil {
+		in, out := &in.Warm, &out.Warm
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Policy != nil {
 		in, out := &in.Policy, &out.Policy
 		*out = new(RunnerPolicy)

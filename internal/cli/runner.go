@@ -35,6 +35,7 @@ type runnerOptions struct {
 	maxArchiveBytes  int64
 	maxPlanFileBytes int64
 	interruptGrace   time.Duration
+	warm             bool
 }
 
 func envOr(key, def string) string {
@@ -69,6 +70,7 @@ func (o *runnerOptions) bindFlags(cmd *cobra.Command) {
 	f.StringVar(&o.providerMirror, "provider-mirror", envOr("TERRACE_PROVIDER_MIRROR", ""), "install providers only from this filesystem mirror [TERRACE_PROVIDER_MIRROR]")
 	f.Int64Var(&o.maxArchiveBytes, "max-archive-bytes", envInt64("TERRACE_RUNNER_MAX_ARCHIVE_BYTES", runner.DefaultMaxArchiveBytes), "largest source tar.gz accepted [TERRACE_RUNNER_MAX_ARCHIVE_BYTES]")
 	f.Int64Var(&o.maxPlanFileBytes, "max-plan-bytes", envInt64("TERRACE_RUNNER_MAX_PLAN_BYTES", runner.DefaultMaxPlanFileBytes), "largest plan file accepted by UploadPlan [TERRACE_RUNNER_MAX_PLAN_BYTES]")
+	f.BoolVar(&o.warm, "warm", os.Getenv("TERRACE_RUNNER_WARM") == "true", "start as a warm runner: the certificate in --tls-dir names a runner class, and every operation waits for a run to claim the runner with its own credentials [TERRACE_RUNNER_WARM]")
 	f.DurationVar(&o.interruptGrace, "interrupt-grace", envDuration("TERRACE_RUNNER_INTERRUPT_GRACE", 2*time.Minute), "how long tofu may take to stop after an interrupt before it is killed [TERRACE_RUNNER_INTERRUPT_GRACE]")
 }
 
@@ -124,6 +126,7 @@ func runRunner(ctx context.Context, o runnerOptions) error {
 		Certificate:      certs,
 		Trust:            certs,
 		BackendLeaf:      func() (*pki.Leaf, error) { return pki.LoadLeafFiles(o.tlsDir) },
+		Warm:             o.warm,
 		MaxArchiveBytes:  o.maxArchiveBytes,
 		MaxPlanFileBytes: o.maxPlanFileBytes,
 		Log:              log,
@@ -144,7 +147,7 @@ func runRunner(ctx context.Context, o runnerOptions) error {
 		}
 		defer stopHealth()
 	}
-	log.Info("serving", "address", lis.Addr().String(), "binary", o.binary, "workDir", workDir)
+	log.Info("serving", "address", lis.Addr().String(), "binary", o.binary, "workDir", workDir, "warm", o.warm)
 	return srv.Serve(ctx, lis)
 }
 

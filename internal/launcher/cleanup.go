@@ -171,6 +171,9 @@ func (l *Launcher) ActiveRuns(ctx context.Context, namespace string) (int, error
 	}
 	active := 0
 	for _, pod := range pods {
+		if pod.Labels[LabelWarmClass] != "" && pod.Labels[LabelRun] == "" {
+			continue // a warm pod no run has claimed cannot touch any state
+		}
 		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 		if !finished && pod.Annotations[AnnotationRetained] != "true" {
 			active++

@@ -137,9 +137,15 @@ func (f *fixture) waitForPod(runID string) *corev1.Pod {
 // setStatus plays the kubelet: it rewrites the pod's status.
 func (f *fixture) setStatus(runID string, mutate func(*corev1.PodStatus)) {
 	f.t.Helper()
+	f.setPodStatus(PodName(f.stack.Name, runID), mutate)
+}
+
+// setPodStatus is setStatus by the pod's name.
+func (f *fixture) setPodStatus(name string, mutate func(*corev1.PodStatus)) {
+	f.t.Helper()
 	pods := f.cs.CoreV1().Pods(f.stack.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := pods.Get(context.Background(), PodName(f.stack.Name, runID), metav1.GetOptions{})
+		pod, err := pods.Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -188,6 +194,12 @@ func failed(podReason, containerReason string, exitCode int32) func(*corev1.PodS
 // the runner in the pod reads its mounted Secret.
 func (f *fixture) serveRunner(secret *corev1.Secret, ip string) {
 	f.t.Helper()
+	f.serveRunnerWarm(secret, ip, false)
+}
+
+// serveRunnerWarm is serveRunner, as a warm runner when warm is set.
+func (f *fixture) serveRunnerWarm(secret *corev1.Secret, ip string, warm bool) {
+	f.t.Helper()
 	lis := f.grpc
 	if ip != "127.0.0.1" {
 		var err error
@@ -213,6 +225,7 @@ func (f *fixture) serveRunner(secret *corev1.Secret, ip string) {
 		Executor: executor, Certificate: certs, Trust: certs,
 		BackendLeaf: func() (*pki.Leaf, error) { return pki.LoadLeafFiles(dir) },
 		Log:         logr.Discard(),
+		Warm:        warm,
 	})
 	if err != nil {
 		f.t.Fatal(err)

@@ -108,6 +108,24 @@ func (w *podWatch) register(run *Run) {
 	}
 }
 
+// replace routes the pod's events from a warm run to the run that claimed
+// it, and replays the pod's latest state to it.
+func (w *podWatch) replace(warm, claimed *Run) {
+	key := claimed.pod.String()
+	w.mu.Lock()
+	if w.runs[key] == warm {
+		w.runs[key] = claimed
+	}
+	w.mu.Unlock()
+	warm.cancel(errClaimed)
+	obj, exists, _ := w.informer.GetStore().GetByKey(key)
+	if !exists {
+		claimed.observe(nil, true)
+		return
+	}
+	claimed.observe(asPod(obj), false)
+}
+
 func (w *podWatch) unregister(run *Run) {
 	key := run.pod.String()
 	w.mu.Lock()
@@ -159,6 +177,9 @@ func (w *podWatch) stackPods(ctx context.Context, namespace, stack string) ([]*c
 func (w *podWatch) namespacePods(ctx context.Context, namespace string) ([]*corev1.Pod, error) {
 	if err := w.synced(ctx); err != nil {
 		return nil, err
+	}
+	if namespace == "" {
+		return podsOf(w.informer.GetStore().List()), nil
 	}
 	objs, err := w.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
+	"github.com/terrace-dev/terrace/internal/warmpool"
 )
 
 // Run starts the controller process against cfg and blocks until ctx ends.
@@ -135,6 +136,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	})); err != nil {
 		return nil, err
 	}
+	// Warm runner pods (spec.runner.warm): started by the leader, adopted by the next one.
+	demand := &warmpool.NamespaceDemand{Reader: mgr.GetClient(), Resolver: resolver, ProviderMirror: opts.RunnerProviderMirror}
+	warm := warmpool.New(warmpool.Options{Launcher: warmpool.Pods{Launcher: runs}, Demand: demand.Wants})
+	if err := mgr.Add(warm); err != nil {
+		return nil, err
+	}
 	apiServers := &config.APIServerSettings{Issuer: authority, Image: opts.Image}
 	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers, PostgresHosts: postgresHosts}); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
@@ -148,7 +155,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder(stack.ControllerName),
 		Configs:   resolver,
-		Runs:      stack.LauncherRuns{Launcher: runs, ProviderMirror: opts.RunnerProviderMirror},
+		Runs:      stack.LauncherRuns{Launcher: runs, ProviderMirror: opts.RunnerProviderMirror, Warm: warm},
 		Stores:    backends,
 		Options: stack.Options{
 			OperatorNamespace:       opts.Namespace,

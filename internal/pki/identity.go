@@ -38,6 +38,36 @@ func RunnerIdentity(namespace, stack, runID string) Identity {
 	return Identity(identityScheme + "://" + runnerHost + "/" + namespace + "/" + stack + "/" + runID)
 }
 
+// classSegment marks a warm runner's identity, which names its runner
+// class and pod instead of a Stack and run.
+const classSegment = "class"
+
+// RunnerClassIdentity is the identity of a warm runner pod, started before
+// its Stack is known: terrace://runner/{namespace}/class/{class}/{pod}.
+// It names no Stack, so no server accepts it for a Stack's state or a
+// Program; the run's own identity is handed to the pod when a run claims it.
+func RunnerClassIdentity(namespace, class, pod string) Identity {
+	return Identity(identityScheme + "://" + runnerHost + "/" + namespace + "/" + classSegment + "/" + class + "/" + pod)
+}
+
+// RunnerClass splits a warm runner's identity; ok is false for any other identity.
+func (id Identity) RunnerClass() (namespace, class, pod string, ok bool) {
+	rest, found := strings.CutPrefix(string(id), identityScheme+"://"+runnerHost+"/")
+	if !found {
+		return "", "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 || parts[1] != classSegment {
+		return "", "", "", false
+	}
+	for _, p := range []string{parts[0], parts[2], parts[3]} {
+		if len(p) > 253 || !namePart.MatchString(p) {
+			return "", "", "", false
+		}
+	}
+	return parts[0], parts[2], parts[3], true
+}
+
 // APIIdentity is the identity of a namespace's Installations API server. It
 // serves HTTPS to tools; no Terrace server accepts it as a client.
 func APIIdentity(namespace string) Identity {
@@ -82,7 +112,11 @@ func (id Identity) Validate() error {
 	if _, ok := id.API(); ok {
 		return nil
 	}
-	return fmt.Errorf("%q is not a terrace identity (want %s, %s or %s)", string(id), ControllerIdentity, RunnerIdentity("{namespace}", "{stack}", "{runID}"), APIIdentity("{namespace}"))
+	if _, _, _, ok := id.RunnerClass(); ok {
+		return nil
+	}
+	return fmt.Errorf("%q is not a terrace identity (want %s, %s, %s or %s)", string(id), ControllerIdentity, RunnerIdentity("{namespace}", "{stack}", "{runID}"),
+		RunnerClassIdentity("{namespace}", "{class}", "{pod}"), APIIdentity("{namespace}"))
 }
 
 func (id Identity) String() string { return string(id) }

@@ -222,3 +222,23 @@ func TestAPIIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerClassIdentityNamesNoStack: a warm runner's identity parses as
+// a class identity and never as a run's, so nothing that admits runs of a
+// Stack admits it.
+func TestRunnerClassIdentityNamesNoStack(t *testing.T) {
+	id := RunnerClassIdentity("team-a", "c0ffee", "terrace-warm-x1")
+	if err := id.Validate(); err != nil {
+		t.Fatalf("Validate(%s) = %v", id, err)
+	}
+	ns, class, pod, ok := id.RunnerClass()
+	if !ok || ns != "team-a" || class != "c0ffee" || pod != "terrace-warm-x1" {
+		t.Errorf("RunnerClass() = %q %q %q %v", ns, class, pod, ok)
+	}
+	if _, _, _, ok := id.Runner(); ok {
+		t.Errorf("%s parses as a run identity", id)
+	}
+	if _, _, _, ok := RunnerIdentity("team-a", "class", "x").RunnerClass(); ok {
+		t.Errorf("a run of a Stack named class parses as a class identity")
+	}
+}

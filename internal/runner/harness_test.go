@@ -109,7 +109,15 @@ func startRunnerWith(t *testing.T, authority *pki.Authority, tfMutate func(*tf.C
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	tr := &testRunner{authority: authority, server: srv, addr: lis.Addr().String(), base: base, workDir: workDir, echo: echo}
-	tr.client = tr.dial(t, ClientTLSConfig(certSource(t, issue(t, authority, pki.ControllerIdentity)), pki.TrustFunc(authority.TrustPool), testRunnerIdentity))
+	// The runner is dialled as whoever its certificate names (a warm
+	// runner's is a class identity).
+	expect := testRunnerIdentity
+	if c, err := cfg.Certificate.Certificate(); err == nil && c.Leaf != nil {
+		if id, err := pki.IdentityFromCertificate(c.Leaf); err == nil {
+			expect = id
+		}
+	}
+	tr.client = tr.dial(t, ClientTLSConfig(certSource(t, issue(t, authority, pki.ControllerIdentity)), pki.TrustFunc(authority.TrustPool), expect))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := tr.client.WaitReady(ctx); err != nil {

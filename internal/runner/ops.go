@@ -22,12 +22,12 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 	defer release()
 	opts := tf.InitOptions{Path: req.GetPath(), Workspace: req.GetWorkspace(), Upgrade: req.GetUpgrade()}
 	if b := req.GetHttpBackend(); b != nil {
-		if s.cfg.BackendLeaf == nil {
-			return statusError(codes.FailedPrecondition, ReasonNotReady, "this runner has no certificate files for the http backend")
-		}
-		leaf, err := s.cfg.BackendLeaf()
+		leaf, err := s.backendLeaf()
 		if err != nil {
 			return s.toStatus(fmt.Errorf("failed to load the runner certificate for the http backend: %w", err))
+		}
+		if leaf == nil {
+			return statusError(codes.FailedPrecondition, ReasonNotReady, "this runner has no certificate files for the http backend")
 		}
 		opts.HTTPBackend = &tf.HTTPBackend{
 			Address: b.GetAddress(), LockAddress: b.GetLockAddress(), UnlockAddress: b.GetUnlockAddress(),

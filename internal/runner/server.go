@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -53,6 +54,10 @@ type Config struct {
 	// BackendLeaf returns the runner's leaf as PEM for tofu's http backend;
 	// nil refuses http backends.
 	BackendLeaf func() (*pki.Leaf, error)
+	// Warm marks a runner started ahead of demand with a runner-class
+	// Certificate: it refuses every operation until a run claims it
+	// (Claim), then presents the run's credentials instead of its own.
+	Warm bool
 	// MaxArchiveBytes bounds an uploaded or fetched tar.gz.
 	MaxArchiveBytes int64
 	// MaxPlanFileBytes bounds an uploaded plan file.
@@ -73,6 +78,9 @@ type Server struct {
 	health *health.Server
 	fetch  *http.Client
 
+	// claim holds a warm runner's run credentials once claimed.
+	claim claim
+
 	// busy admits one operation at a time.
 	busy sync.Mutex
 	echo sync.Mutex
@@ -89,18 +97,14 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxPlanFileBytes <= 0 {
 		cfg.MaxPlanFileBytes = DefaultMaxPlanFileBytes
 	}
+	s := &Server{cfg: cfg, exec: cfg.Executor, health: health.NewServer()}
 	transport := &http.Transport{
-		TLSClientConfig:     pki.ClientTLSConfig(cfg.Certificate, cfg.Trust, pki.ControllerIdentity),
+		TLSClientConfig:     pki.ClientTLSConfig(pki.CertificateFunc(s.clientCertificate), cfg.Trust, pki.ControllerIdentity),
 		TLSHandshakeTimeout: 30 * time.Second,
 		ForceAttemptHTTP2:   false,
 		Proxy:               http.ProxyFromEnvironment,
 	}
-	s := &Server{
-		cfg:    cfg,
-		exec:   cfg.Executor,
-		health: health.NewServer(),
-		fetch:  &http.Client{Transport: transport, Timeout: 10 * time.Minute},
-	}
+	s.fetch = &http.Client{Transport: transport, Timeout: 10 * time.Minute}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s, nil
@@ -156,6 +160,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // sending their final message, so a client that goes on as soon as it has
 // the result never finds the runner still busy.
 func (s *Server) acquire(op string) (func(), error) {
+	if !s.claimed() {
+		return nil, statusError(codes.FailedPrecondition, ReasonNotClaimed, "this warm runner has not been claimed by a run: "+op+" refused")
+	}
 	if !s.busy.TryLock() {
 		return nil, busyError(op)
 	}

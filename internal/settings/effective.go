@@ -68,6 +68,8 @@ type Effective struct {
 	// variable replaces a config variable of the same name.
 	Env    []corev1.EnvVar `json:"env,omitempty"`
 	Retain bool            `json:"retain"`
+	// Warm is the number of warm runner pods per runner class (spec.runner.warm).
+	Warm int32 `json:"warm,omitempty"`
 
 	// RunnerPolicy is the operator's floor narrowed by the namespace's
 	// config; it is not resolved field by field.

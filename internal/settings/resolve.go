@@ -117,6 +117,9 @@ func (r *Resolver) merge(layers []layer) Effective {
 		Retain: pick(&m, b.Retain, func(s *terracev1.TerraceConfigSpec) (bool, bool) {
 			return ptrValue(s.Runner.Retain), s.Runner.Retain != nil
 		}),
+		Warm: pick(&m, b.Warm, func(s *terracev1.TerraceConfigSpec) (int32, bool) {
+			return ptrValue(s.Runner.Warm), s.Runner.Warm != nil
+		}),
 		StateBackend: pick(&m, b.StateBackend, func(s *terracev1.TerraceConfigSpec) (terracev1.StateBackend, bool) {
 			return s.State.Backend, s.State.Backend != ""
 		}),

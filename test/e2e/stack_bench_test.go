@@ -3,23 +3,29 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
@@ -38,35 +44,70 @@ const benchConcurrency = 8
 
 // BenchmarkStackToReady compares, in one run, the time from creating N
 // Stacks to all Ready against running the same `tofu init && tofu apply`
-// directly N times with the same parallelism. Run it with
+// directly N times with the same parallelism, with and without warm
+// runners (spec.runner.warm in the namespace's TerraceConfig; the warm
+// pods are ready before the clock starts). Run it with
 //
 //	go test ./test/e2e/ -run '^$' -bench StackToReady -benchtime 1x
 //
 // It reports seconds for both, their ratio, the test process's peak Go
 // heap (the controller runs in this process) and, when the benchmark
-// started the controller itself, the controller's API requests per Stack.
-// With -v it logs the runner's own log of the first Stack's run, which
-// says where that run's time went.
+// started the controller itself, the controller's API requests per Stack
+// (the warm pool's included). With -v it logs the runner's own log of the
+// first Stack's run, which says where that run's time went.
+// TERRACE_BENCH_STACKS=1000 adds that fleet size (make fleet).
 func BenchmarkStackToReady(b *testing.B) {
 	startCountedController(b)
-	for _, n := range []int{1, 50} {
-		b.Run(fmt.Sprintf("stacks=%d", n), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				direct := directApplies(b, n, benchConcurrency)
-				calls := controllerRequests.Load()
-				terrace, peak, e := stacksToReady(b, n)
-				b.ReportMetric(direct.Seconds(), "direct-s")
-				b.ReportMetric(terrace.Seconds(), "terrace-s")
-				b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
-				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
-				if countingRequests.Load() {
-					b.ReportMetric(float64(controllerRequests.Load()-calls)/float64(n), "api-calls/stack")
+	sizes := []int{1, 100}
+	if n, err := strconv.Atoi(os.Getenv("TERRACE_BENCH_STACKS")); err == nil && n > 0 {
+		sizes = []int{n}
+	}
+	for _, n := range sizes {
+		for _, warm := range []int{0, min(n, benchConcurrency)} {
+			b.Run(fmt.Sprintf("stacks=%d/warm=%d", n, warm), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					benchStacksOnce(b, n, warm)
 				}
-				if n == 1 {
-					logRunnerLog(b, e, "s0")
-				}
-			}
-		})
+			})
+		}
+	}
+}
+
+// benchStacksOnce is one measurement of n Stacks against n direct applies.
+func benchStacksOnce(b *testing.B, n, warm int) {
+	direct := directApplies(b, n, benchConcurrency)
+	e := newStackEnv(b)
+	e.prepareBench(b, warm)
+	calls, kinds := controllerRequests.Load(), requestKinds.snapshot()
+	rss := startRSSPeak()
+	terrace, peak := e.stacksToReady(b, n)
+	b.ReportMetric(direct.Seconds(), "direct-s")
+	b.ReportMetric(terrace.Seconds(), "terrace-s")
+	b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(rss())/(1<<20), "process-peak-rss-MiB")
+	if countingRequests.Load() {
+		b.ReportMetric(float64(controllerRequests.Load()-calls)/float64(n), "api-calls/stack")
+		logRequestKinds(b, kinds, n)
+	}
+	if n == 1 {
+		logRunnerLog(b, e, warm > 0)
+		logRunPhases(b, e)
+	}
+}
+
+// logRunPhases logs the Applied event of the first Stack, which says where
+// its run's time went (pod, fetch, init, plan, apply, outputs).
+func logRunPhases(b *testing.B, e *stackEnv) {
+	b.Helper()
+	var events corev1.EventList
+	if err := e.c.List(context.Background(), &events, client.InNamespace(e.ns)); err != nil {
+		b.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Name == "s0" && ev.Reason == "Applied" {
+			b.Logf("s0 %s: %s", ev.Reason, ev.Message)
+		}
 	}
 }
 
@@ -81,7 +122,71 @@ type countingTransport struct{ next http.RoundTripper }
 
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	controllerRequests.Add(1)
+	requestKinds.add(requestKind(r))
 	return c.next.RoundTrip(r)
+}
+
+// requestKinds counts the controller's requests by verb and resource, for
+// the breakdown the benchmark logs.
+var requestKinds = &kindCounter{counts: map[string]int{}}
+
+type kindCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (k *kindCounter) add(kind string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.counts[kind]++
+}
+
+func (k *kindCounter) snapshot() map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.counts)
+}
+
+// requestKind is "VERB resource[/subresource]" of an API request.
+func requestKind(r *http.Request) string {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	// /api/v1/... or /apis/group/version/...; then namespaces/ns/...
+	if len(parts) > 0 && parts[0] == "apis" && len(parts) > 2 {
+		parts = parts[3:]
+	} else if len(parts) > 1 {
+		parts = parts[2:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
+		parts = parts[2:]
+	}
+	verb := r.Method
+	if len(parts) == 1 {
+		verb = map[string]string{http.MethodGet: "LIST", http.MethodPost: "CREATE"}[r.Method]
+		if r.URL.Query().Get("watch") == "true" {
+			verb = "WATCH"
+		}
+	}
+	resource := ""
+	if len(parts) > 0 {
+		resource = parts[0]
+	}
+	if len(parts) > 2 {
+		resource += "/" + parts[2]
+	}
+	return verb + " " + resource
+}
+
+// logRequestKinds logs the requests made since before, per Stack.
+func logRequestKinds(b *testing.B, before map[string]int, n int) {
+	after := requestKinds.snapshot()
+	var lines []string
+	for kind, c := range after {
+		if d := c - before[kind]; d > 0 {
+			lines = append(lines, fmt.Sprintf("%8.2f  %s", float64(d)/float64(n), kind))
+		}
+	}
+	slices.Sort(lines)
+	b.Logf("API requests per Stack by kind:\n%s", strings.Join(lines, "\n"))
 }
 
 // startCountedController starts the shared controller, unless a test
@@ -108,12 +213,17 @@ func startCountedController(b *testing.B) {
 	countingRequests.Store(true)
 }
 
-// logRunnerLog logs what the runner of a Stack's run printed (devnode
-// keeps the logs of deleted pods): "serving", then each operation and
-// phase with its duration.
-func logRunnerLog(b *testing.B, e *stackEnv, stack string) {
+// logRunnerLog logs what the runner of the first Stack's run printed
+// (devnode keeps the logs of deleted pods): "serving", then each operation
+// and phase with its duration; a warm runner's log is that of the warm pod
+// its run claimed.
+func logRunnerLog(b *testing.B, e *stackEnv, warm bool) {
 	b.Helper()
-	files, _ := filepath.Glob(filepath.Join(e.dev.NodeDir, "logs", e.ns+"_"+stack+"-runner-*", "runner", "*.log"))
+	pattern := e.ns + "_s0-runner-*"
+	if warm {
+		pattern = e.ns + "_" + launcher.WarmPodName(e.getStack(b, "s0").Status.CurrentRun) + "_*"
+	}
+	files, _ := filepath.Glob(filepath.Join(e.dev.NodeDir, "logs", pattern, "runner", "*.log"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -121,7 +231,7 @@ func logRunnerLog(b *testing.B, e *stackEnv, stack string) {
 		}
 		var kept []string
 		for _, line := range strings.Split(string(data), "\n") {
-			if strings.Contains(line, "serving") || strings.Contains(line, "operation") || strings.Contains(line, "phase") {
+			if strings.Contains(line, "serving") || strings.Contains(line, "claimed") || strings.Contains(line, "operation") || strings.Contains(line, "phase") {
 				kept = append(kept, line)
 			}
 		}
@@ -179,11 +289,40 @@ func directApplies(b *testing.B, n, par int) time.Duration {
 	return time.Since(start)
 }
 
-// stacksToReady creates n Stacks of one Program and waits until all are Ready.
-func stacksToReady(b *testing.B, n int) (time.Duration, uint64, *stackEnv) {
+// prepareBench makes the namespace's Program and, with warm, a
+// TerraceConfig asking for that many warm runners, and waits until they are
+// ready, as a namespace that has been in use would be.
+func (e *stackEnv) prepareBench(b *testing.B, warm int) {
 	b.Helper()
-	e := newStackEnv(b)
 	e.program(b, "bench", map[string]string{"main.tf": benchModule})
+	if warm == 0 {
+		return
+	}
+	e.create(b, &terracev1.TerraceConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
+		Spec:       terracev1.TerraceConfigSpec{Runner: &terracev1.RunnerConfig{Warm: ptr.To(int32(warm))}},
+	})
+	eventually(b, 5*time.Minute, "the warm runners", func() error {
+		var pods corev1.PodList
+		if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.HasLabels{launcher.LabelWarmClass}); err != nil {
+			return err
+		}
+		ready := 0
+		for i := range pods.Items {
+			if podReady(&pods.Items[i]) {
+				ready++
+			}
+		}
+		if ready < warm {
+			return fmt.Errorf("%d of %d warm runners ready", ready, warm)
+		}
+		return nil
+	})
+}
+
+// stacksToReady creates n Stacks of one Program and waits until all are Ready.
+func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
+	b.Helper()
 	// The Program's artifact is ready before the clock starts, as a Flux source would be.
 	eventually(b, 2*time.Minute, "the Program's artifact", func() error {
 		var p terracev1.Program
@@ -229,7 +368,7 @@ func stacksToReady(b *testing.B, n int) (time.Duration, uint64, *stackEnv) {
 		}
 		return nil
 	})
-	return time.Since(start), peak, e
+	return time.Since(start), peak
 }
 
 // sampleHeap records the peak Go heap in use until the returned func is called.
@@ -263,4 +402,24 @@ func jsonVarsB(vars map[string]string) map[string]apiextensionsv1.JSON {
 		out[k] = apiextensionsv1.JSON{Raw: []byte(v)}
 	}
 	return out
+}
+
+// startRSSPeak resets the process's peak RSS (VmHWM; the controller runs
+// in this process, with devnode and the test itself) and returns a func
+// that reads it.
+func startRSSPeak() func() uint64 {
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0o600)
+	return func() uint64 {
+		data, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return 0
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				return kb << 10
+			}
+		}
+		return 0
+	}
 }

@@ -89,7 +89,7 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 		return fmt.Errorf("apply of %s failed: %w", p.id, applyErr)
 	}
 	outputsDone := run.timings.Start(runphase.Outputs)
-	outputs, err := run.client.Outputs(ctx)
+	outputs, err := runOutputs(ctx, s)
 	if err != nil {
 		return fmt.Errorf("failed to read outputs after applying %s: %w", p.id, err)
 	}

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/warmpool"
 )
 
 // RunnerPolicyViolationReason: the Stack's runner pod (its spec.runner, or
@@ -23,36 +27,62 @@ func checkRunnerPolicy(s *scope) error {
 	return nil
 }
 
-// LauncherRuns starts runs in runner pods through internal/launcher.
+// LauncherRuns starts runs in runner pods through internal/launcher,
+// claiming a warm pod of the run's class when the pool has one.
 type LauncherRuns struct {
 	Launcher *launcher.Launcher
 	// ProviderMirror is passed to every runner (a directory in the pod).
 	ProviderMirror string
+	// Warm holds the warm pods spec.runner.warm asks for; nil for none.
+	Warm *warmpool.Pool
 }
 
-// Start creates the run's pod and connects to it.
+// runIDReserver is a runStarter that can give a run a warm pod: the run's
+// ID is then the warm pod's, chosen before the run is announced.
+type runIDReserver interface {
+	ReserveRunID(req runRequest) string
+}
+
+// newRunID names the Stack's next run: after a warm pod of its class when
+// one is ready, else a fresh ID (the run starts a pod of its own).
+func (r *Reconciler) newRunID(s *scope) string {
+	if res, ok := r.Runs.(runIDReserver); ok {
+		if id := res.ReserveRunID(runRequest{Stack: s.stack, Config: s.config}); id != "" {
+			return id
+		}
+	}
+	return launcher.NewRunID()
+}
+
+func (l LauncherRuns) spec(req runRequest) launcher.RunSpec {
+	spec := warmpool.SpecFor(req.Config, l.ProviderMirror)
+	spec.Stack, spec.RunID = req.Stack, req.RunID
+	return spec
+}
+
+// ReserveRunID implements runIDReserver.
+func (l LauncherRuns) ReserveRunID(req runRequest) string {
+	if l.Warm == nil || req.Config.Warm <= 0 {
+		return ""
+	}
+	class, ok := launcher.Class(l.spec(req))
+	if !ok {
+		return ""
+	}
+	return l.Warm.Reserve(req.Stack.Namespace, class, client.ObjectKeyFromObject(req.Stack).String())
+}
+
+// Start claims the warm pod reserved for the run, or creates the run's pod,
+// and connects to it.
 func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, error) {
-	runID := req.RunID
-	if runID == "" {
-		runID = launcher.NewRunID() // not announced: the state server will refuse it
+	if req.RunID == "" {
+		req.RunID = launcher.NewRunID() // not announced: the state server will refuse it
 	}
-	spec := launcher.RunSpec{
-		Stack:              req.Stack,
-		RunID:              runID,
-		Image:              req.Config.RunnerImage,
-		Binary:             req.Config.Binary,
-		ServiceAccountName: req.Config.ServiceAccountName,
-		Resources:          req.Config.Resources,
-		Env:                req.Config.Env,
-		ProviderMirror:     l.ProviderMirror,
-		Retain:             req.Config.Retain,
-		// The launcher checks the policy again right before it creates
-		// anything: no path to a runner pod skips it.
-		Policy:              &req.Config.RunnerPolicy,
-		ImageField:          req.Config.RunnerImageField,
-		ServiceAccountField: req.Config.ServiceAccountField,
+	spec := l.spec(req)
+	run, err := l.claimWarm(ctx, spec)
+	if run == nil && err == nil {
+		run, err = l.Launcher.Start(ctx, spec)
 	}
-	run, err := l.Launcher.Start(ctx, spec)
 	if err != nil {
 		if errors.Is(err, launcher.ErrPolicyViolation) {
 			return nil, reconcile.Terminal(RunnerPolicyViolationReason, err)
@@ -64,6 +94,46 @@ func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, er
 	}
 	runnerStartDuration.Observe(run.StartDuration().Seconds())
 	return launchedRun{run}, nil
+}
+
+// claimWarm claims the warm pod reserved for the run; (nil, nil) when
+// there is none or its claim failed for a reason a pod of the run's own
+// may not have (the warm pod died): the run then starts one.
+func (l LauncherRuns) claimWarm(ctx context.Context, spec launcher.RunSpec) (*launcher.Run, error) {
+	if l.Warm == nil {
+		return nil, nil
+	}
+	w, ok := l.Warm.Take(spec.Stack.Namespace, client.ObjectKeyFromObject(spec.Stack).String(), spec.RunID).(*launcher.Run)
+	if !ok {
+		return nil, nil
+	}
+	run, err := l.Launcher.Claim(ctx, w, spec)
+	if err == nil || errors.Is(err, launcher.ErrPolicyViolation) || errors.Is(err, launcher.ErrInvalidSpec) {
+		return run, err
+	}
+	ctrl.LoggerFrom(ctx).Info("failed to claim the warm runner, starting a runner of the run's own", "runID", spec.RunID, "error", err.Error())
+	return nil, nil
+}
+
+// runCleaner is a runStarter that removes an earlier run's leftovers from
+// its cache and by name, listing nothing.
+type runCleaner interface {
+	CleanupRun(ctx context.Context, namespace, stack, runID string) error
+}
+
+// cleanupEarlierRuns removes what earlier runs of the Stack left: on the
+// hot path (a Stack's first run in this process, or after a run that did
+// not settle) without a List of Secrets, which would grow with the namespace.
+func (r *Reconciler) cleanupEarlierRuns(ctx context.Context, s *scope) error {
+	if c, ok := r.Runs.(runCleaner); ok {
+		return c.CleanupRun(ctx, s.stack.Namespace, s.stack.Name, s.run.previous)
+	}
+	return r.Runs.Cleanup(ctx, s.stack.Namespace, s.stack.Name)
+}
+
+// CleanupRun implements runCleaner.
+func (l LauncherRuns) CleanupRun(ctx context.Context, namespace, stack, runID string) error {
+	return l.Launcher.CleanupRun(ctx, namespace, stack, runID)
 }
 
 // Cleanup removes runner pods of earlier runs of a Stack.

@@ -153,11 +153,27 @@ func (r *Reconciler) syncOutputs(ctx context.Context, s *scope) error {
 	if s.stack.Spec.WriteOutputsToSecret == nil {
 		return r.removePreviousOutputsSecret(ctx, s, "")
 	}
-	outputs, err := s.run.client.Outputs(ctx)
+	outputs, err := runOutputs(ctx, s)
 	if err != nil {
 		return fmt.Errorf("failed to read outputs: %w", err)
 	}
 	return r.writeOutputs(ctx, s, outputs)
+}
+
+// runOutputs reads the root outputs from the state the controller keeps
+// for the Stack (one read, no tofu process in the runner); only when tofu
+// itself encrypts the state, or it cannot be read, does the runner run
+// `tofu output`. A Stack with a backend of its own (spec.backend) keeps
+// no state here: the runner reads it.
+func runOutputs(ctx context.Context, s *scope) (map[string]runner.Output, error) {
+	if ownsBackend(s.stack) {
+		return s.run.client.Outputs(ctx)
+	}
+	st, err := s.run.stores.States.Get(ctx, stateKey(s.stack))
+	if err != nil {
+		return s.run.client.Outputs(ctx)
+	}
+	return s.run.client.OutputsFrom(ctx, st.Data)
 }
 
 // removeOutputsSecrets deletes the outputs Secrets Terrace made for this

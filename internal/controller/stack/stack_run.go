@@ -82,7 +82,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	if err != nil {
 		return err
 	}
-	s.run = &runScope{kind: kind, id: launcher.NewRunID(), stores: stores, recover: r.mayHaveDeadRun(s)}
+	s.run = &runScope{kind: kind, id: r.newRunID(s), stores: stores, recover: r.mayHaveDeadRun(s), previous: s.stack.Status.CurrentRun}
 	if err := r.announce(ctx, s); err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
 	if !s.run.recover {
 		return nil
 	}
-	if err := r.Runs.Cleanup(ctx, s.stack.Namespace, s.stack.Name); err != nil {
+	if err := r.cleanupEarlierRuns(ctx, s); err != nil {
 		return fmt.Errorf("failed to remove runner pods of earlier runs: %w", err)
 	}
 	if ownsBackend(s.stack) {

@@ -49,9 +49,12 @@ type runScope struct {
 	// recover: an earlier run may have died (the last reconcile did not
 	// settle), so its pod and state lock may be left.
 	recover bool
-	session runSession
-	client  *runner.Client
-	logf    runner.LogFunc
+	// previous is the run that was current before this one, whose pod and
+	// TLS Secret recovery removes by name.
+	previous string
+	session  runSession
+	client   *runner.Client
+	logf     runner.LogFunc
 	// timings say where the run's time went (runphase names the phases).
 	timings runphase.Timings
 }

@@ -87,8 +87,14 @@ func isCurrent(ctx context.Context, stacks, pods client.Reader, namespace, stack
 	if st.Status.CurrentRun != runID {
 		return false, nil
 	}
+	// A run's pod is named after its Stack and run, or, when the run
+	// claimed a warm pod, after the run alone.
 	pod := runnerPodMetadata()
-	if err := pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: launcher.PodName(stack, runID)}, pod); err != nil {
+	err := pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: launcher.PodName(stack, runID)}, pod)
+	if apierrors.IsNotFound(err) {
+		err = pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: launcher.WarmPodName(runID)}, pod)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}

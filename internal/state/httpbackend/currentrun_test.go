@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 )
@@ -82,5 +84,42 @@ func TestStackRunsTrustsTheAPIServerOverItsCache(t *testing.T) {
 	}
 	if ok, err := runs.IsCurrentRun(ctx, "ns", "web", "run-3"); err != nil || ok {
 		t.Fatalf("a run whose pod lacks Terrace's labels: %v %v, want refused", ok, err)
+	}
+}
+
+// TestStackRunsFindsAClaimedWarmPod: a run that claimed a warm pod is
+// current while the pod (named after the run ID alone) carries its labels;
+// an unclaimed warm pod of the same name makes no run current.
+func TestStackRunsFindsAClaimedWarmPod(t *testing.T) {
+	ctx := t.Context()
+	reg := newRunRegistry(t)
+	reg.startRun(t, "ns", "app", "run-0")
+	st := &terracev1.Stack{}
+	if err := reg.client.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "app"}, st); err != nil {
+		t.Fatal(err)
+	}
+	st.Status.CurrentRun = "warm1"
+	if err := reg.client.Update(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	warm := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: launcher.WarmPodName("warm1"), Labels: map[string]string{
+		launcher.LabelManagedBy: launcher.ManagedByTerrace, launcher.LabelComponent: launcher.ComponentRunner, launcher.LabelWarmClass: "c1",
+	}}}
+	if err := reg.client.Create(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := reg.checker.IsCurrentRun(ctx, "ns", "app", "warm1"); err != nil || ok {
+		t.Fatalf("a run whose warm pod is not claimed yet: %v %v, want refused", ok, err)
+	}
+	runs := &httpbackend.StackRuns{Stacks: reg.client, Pods: reg.client, Live: reg.client}
+	warm.Labels[launcher.LabelStack], warm.Labels[launcher.LabelRun] = "app", "warm1"
+	if err := reg.client.Update(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "warm1"); err != nil || !ok {
+		t.Fatalf("a run that claimed its warm pod: %v %v, want current", ok, err)
+	}
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "other", "warm1"); err != nil || ok {
+		t.Fatalf("the claimed warm pod for another Stack's run: %v %v, want refused", ok, err)
 	}
 }

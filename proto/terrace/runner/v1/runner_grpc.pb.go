@@ -49,6 +49,7 @@ const (
 	RunnerService_DownloadPlan_FullMethodName          = "/terrace.runner.v1.RunnerService/DownloadPlan"
 	RunnerService_UploadPlan_FullMethodName            = "/terrace.runner.v1.RunnerService/UploadPlan"
 	RunnerService_SetSensitiveVariables_FullMethodName = "/terrace.runner.v1.RunnerService/SetSensitiveVariables"
+	RunnerService_Claim_FullMethodName                 = "/terrace.runner.v1.RunnerService/Claim"
 )
 
 // RunnerServiceClient is the client API for RunnerService service.
@@ -99,6 +100,13 @@ type RunnerServiceClient interface {
 	// a runner that applies a plan it did not make: their values are read
 	// from the plan file and masked in everything the apply prints.
 	SetSensitiveVariables(ctx context.Context, in *SetSensitiveVariablesRequest, opts ...grpc.CallOption) (*SetSensitiveVariablesResponse, error)
+	// Claim hands a warm runner (started with a runner-class identity, before
+	// its Stack was known) the credentials of the one run that claimed it:
+	// the run's leaf certificate, key and CA bundle, which it presents from
+	// then on to the artifact and state servers. A warm runner refuses every
+	// other operation until it is claimed, and a second Claim (it is single
+	// use); a runner started for one run refuses Claim.
+	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
 }
 
 type runnerServiceClient struct {
@@ -317,6 +325,16 @@ func (c *runnerServiceClient) SetSensitiveVariables(ctx context.Context, in *Set
 	return out, nil
 }
 
+func (c *runnerServiceClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClaimResponse)
+	err := c.cc.Invoke(ctx, RunnerService_Claim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility.
@@ -365,6 +383,13 @@ type RunnerServiceServer interface {
 	// a runner that applies a plan it did not make: their values are read
 	// from the plan file and masked in everything the apply prints.
 	SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error)
+	// Claim hands a warm runner (started with a runner-class identity, before
+	// its Stack was known) the credentials of the one run that claimed it:
+	// the run's leaf certificate, key and CA bundle, which it presents from
+	// then on to the artifact and state servers. A warm runner refuses every
+	// other operation until it is claimed, and a second Claim (it is single
+	// use); a runner started for one run refuses Claim.
+	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -413,6 +438,9 @@ func (UnimplementedRunnerServiceServer) UploadPlan(grpc.ClientStreamingServer[Up
 }
 func (UnimplementedRunnerServiceServer) SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetSensitiveVariables not implemented")
+}
+func (UnimplementedRunnerServiceServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 func (UnimplementedRunnerServiceServer) testEmbeddedByValue()                       {}
@@ -591,6 +619,24 @@ func _RunnerService_SetSensitiveVariables_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunnerService_Claim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).Claim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_Claim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).Claim(ctx, req.(*ClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunnerService_ServiceDesc is the grpc.ServiceDesc for RunnerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -609,6 +655,10 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetSensitiveVariables",
 			Handler:    _RunnerService_SetSensitiveVariables_Handler,
+		},
+		{
+			MethodName: "Claim",
+			Handler:    _RunnerService_Claim_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,148 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
+)
+
+// startWarmReady starts a warm pod and plays the kubelet and a warm runner for it.
+func (f *fixture) startWarmReady() *Run {
+	f.t.Helper()
+	type result struct {
+		run *Run
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		run, err := f.launcher.StartWarm(context.Background(), WarmSpec{Namespace: f.stack.Namespace, Run: RunSpec{ServiceAccountName: "deployer"}})
+		ch <- result{run, err}
+	}()
+	var pod corev1.Pod
+	f.eventually(10*time.Second, "warm pod never appeared", func(ctx context.Context) (bool, error) {
+		pods, err := f.cs.CoreV1().Pods(f.stack.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelWarmClass})
+		if err != nil || len(pods.Items) == 0 {
+			return false, err
+		}
+		pod = pods.Items[len(pods.Items)-1]
+		return true, nil
+	})
+	secret, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(context.Background(), secretName(pod.Name), metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ip := f.nextPodIP()
+	f.serveRunnerWarm(secret, ip, true)
+	f.setPodStatus(pod.Name, running(ip, true))
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			f.t.Fatalf("StartWarm: %v", res.err)
+		}
+		return res.run
+	case <-time.After(20 * time.Second):
+		f.t.Fatal("StartWarm did not return")
+		return nil
+	}
+}
+
+// TestWarmPodIsClaimedOnceWithTheRunsCredentials: a warm pod starts with
+// its class identity, no owner, no deadline and no Stack; a run claims it,
+// which gives it the run's labels, the Stack as owner and a deadline; it
+// is never claimed again, and closing the run removes it.
+func TestWarmPodIsClaimedOnceWithTheRunsCredentials(t *testing.T) {
+	f := newFixture(t)
+	w := f.startWarmReady()
+	ctx := context.Background()
+	pods := f.cs.CoreV1().Pods(f.stack.Namespace)
+	pod, err := pods.Get(ctx, w.Pod().Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.OwnerReferences) != 0 || pod.Spec.ActiveDeadlineSeconds != nil || pod.Labels[LabelStack] != "" || pod.Labels[LabelRun] != "" {
+		t.Errorf("warm pod before its claim: owners %v, deadline %v, labels %v", pod.OwnerReferences, pod.Spec.ActiveDeadlineSeconds, pod.Labels)
+	}
+	if !slices.Contains(pod.Spec.Containers[0].Args, "--warm") {
+		t.Errorf("warm pod's runner args %v lack --warm", pod.Spec.Containers[0].Args)
+	}
+	if _, _, _, ok := w.Identity().RunnerClass(); !ok {
+		t.Errorf("warm pod's identity %s is not a runner class identity", w.Identity())
+	}
+	if _, err := w.Client().Init(ctx, nil, nil); err == nil {
+		t.Error("the unclaimed warm runner accepted an operation")
+	}
+
+	run, err := f.launcher.Claim(ctx, w, f.spec(w.ID()))
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	pod, err = pods.Get(ctx, w.Pod().Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Labels[LabelStack] != f.stack.Name || pod.Labels[LabelRun] != w.ID() {
+		t.Errorf("claimed pod's labels = %v, want the Stack's and run %s", pod.Labels, w.ID())
+	}
+	if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != f.stack.UID {
+		t.Errorf("claimed pod's owners = %v, want the Stack", pod.OwnerReferences)
+	}
+	if pod.Spec.ActiveDeadlineSeconds == nil {
+		t.Error("claimed pod has no deadline")
+	}
+	if _, err := f.launcher.Claim(ctx, w, f.spec(w.ID())); err == nil {
+		t.Error("a warm pod was claimed a second time")
+	}
+	if run.Err() != nil {
+		t.Fatalf("the second claim ended the first run: %v", run.Err())
+	}
+	if err := run.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.gone("claimed warm pod", func(ctx context.Context) error {
+		_, err := pods.Get(ctx, w.Pod().Name, metav1.GetOptions{})
+		return err
+	})
+	f.gone("claimed warm pod's Secret", func(ctx context.Context) error {
+		_, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(ctx, secretName(w.Pod().Name), metav1.GetOptions{})
+		return err
+	})
+}
+
+// TestClaimRefusesARunOfAnotherID: the run's ID is the warm pod's (the
+// state server finds the run's pod by it), and the refused pod is deleted.
+func TestClaimRefusesARunOfAnotherID(t *testing.T) {
+	f := newFixture(t)
+	w := f.startWarmReady()
+	if _, err := f.launcher.Claim(context.Background(), w, f.spec("someotherid")); err == nil {
+		t.Fatal("a run of another ID claimed the warm pod")
+	}
+	f.gone("refused warm pod", func(ctx context.Context) error {
+		_, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
+		return err
+	})
+}
+
+// TestClaimChecksTheRunnerPolicy: the runner policy holds for a warm pod's
+// run as for a cold one: a run whose image the policy refuses cannot claim
+// it, gets ErrPolicyViolation, and the pod is deleted, never handed on.
+func TestClaimChecksTheRunnerPolicy(t *testing.T) {
+	f := newFixture(t)
+	w := f.startWarmReady()
+	onlyDefault, _ := runnerpolicy.Resolve(runnerpolicy.Layer{Source: "terrace-system/default"}, nil, "ghcr.io/terrace-dev/terrace:v1")
+	spec := f.spec(w.ID())
+	spec.Image, spec.Policy = "evil.example/runner:latest", &onlyDefault
+	if _, err := f.launcher.Claim(context.Background(), w, spec); !errors.Is(err, ErrPolicyViolation) {
+		t.Fatalf("Claim with an image the policy refuses answered %v, want ErrPolicyViolation", err)
+	}
+	f.gone("refused warm pod", func(ctx context.Context) error {
+		_, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
+		return err
+	})
+}
