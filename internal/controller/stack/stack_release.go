@@ -19,8 +19,14 @@ import (
 // restarting), or an apply was finished by a runner whose controller died,
 // so no reconcile recorded it.
 
-// recordedFromState is the message of a release recorded from the state.
-const recordedFromState = "recorded from the state: an apply finished after the controller that started it stopped"
+// The messages of a release recorded from the state: when other releases
+// exist, an apply finished unrecorded; when none does, the state came
+// first (adopted from tofu-controller or another backend, or the first
+// apply's record was lost).
+const (
+	recordedFromState = "recorded from the state: an apply finished after the controller that started it stopped"
+	recordedFromFirst = "recorded from the state: the Stack's state existed before any release (adopted, or the first apply's record was lost)"
+)
 
 // recordRelease stores rel as the Stack's next release, after the one its
 // status names, without listing the Stack's records (release.RecordAfter).
@@ -93,12 +99,15 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, s *scope) error {
 		prev = release.Previous{Revision: all[n-1].Revision, Deployed: all[n-1].Status == release.StatusDeployed}
 	}
 	rel := r.releaseFromState(ctx, s, serial)
+	if len(all) == 0 {
+		rel.Message = recordedFromFirst
+	}
 	recorded, err := history.RecordAfter(ctx, rel, prev)
 	if err != nil {
 		return fmt.Errorf("failed to record the release of state serial %d: %w", serial, err)
 	}
 	s.observed.release = recorded
-	r.normalEvent(s.stack, "ReleaseRecorded", "release %d recorded for state serial %d, which no release named: an apply finished after the controller that started it stopped", recorded.Revision, serial)
+	r.normalEvent(s.stack, "ReleaseRecorded", "release %d for state serial %d, which no release named, %s", recorded.Revision, serial, rel.Message)
 	return nil
 }
 
