@@ -59,6 +59,20 @@ type Output struct {
 	FromSecret bool `json:"fromSecret,omitempty"`
 }
 
+// PolicyDecision is what the plan policies said about the applied plan.
+type PolicyDecision struct {
+	Decision       string   `json:"decision"`
+	Warnings       []string `json:"warnings,omitempty"`
+	PoliciesDigest string   `json:"policiesDigest,omitempty"`
+}
+
+// HealthCheckResult is one health check after an apply.
+type HealthCheckResult struct {
+	Name    string `json:"name"`
+	Passed  bool   `json:"passed"`
+	Message string `json:"message,omitempty"`
+}
+
 // SecretValues recognises values that came from Secrets (*tf.Redactor is one).
 type SecretValues interface {
 	ContainsSecret(value json.RawMessage) bool
@@ -83,6 +97,10 @@ type Release struct {
 	RunnerImage string `json:"runnerImage,omitempty"`
 	// Message says why a failed release failed (no secrets).
 	Message string `json:"message,omitempty"`
+	// Policy is the plan policies' decision on the applied plan, when any apply.
+	Policy *PolicyDecision `json:"policy,omitempty"`
+	// HealthChecks are the results of spec.healthChecks after the apply.
+	HealthChecks []HealthCheckResult `json:"healthChecks,omitempty"`
 
 	// SecretInputs recognises the Stack's inputs from Secrets. tofu marks
 	// an output sensitive only when the module declares it so, so an

@@ -39,6 +39,8 @@ type InitOptions struct {
 	// HTTPBackend, when set, overrides the module's backend.
 	HTTPBackend *HTTPBackend
 	Upgrade     bool
+	// Files are written before init (spec.fileMappings).
+	Files []MappedFile
 }
 
 // InitResult reports the tool and provider versions in use.
@@ -55,6 +57,9 @@ func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*I
 	}
 	e.moduleDir = ""
 	e.backendEnv = nil
+	if err := e.writeMappedFiles(dir, opts.Files); err != nil {
+		return nil, err
+	}
 	override := filepath.Join(dir, backendOverrideFile)
 	if b := opts.HTTPBackend; b != nil {
 		if b.Address == "" {
@@ -187,6 +192,12 @@ type PlanOptions struct {
 	Targets     []string
 	// PlanID names the plan; empty derives one from the plan file's digest.
 	PlanID string
+	// Parallelism passes -parallelism when positive.
+	Parallelism int
+	// SkipRefresh passes -refresh=false.
+	SkipRefresh bool
+	// Replace passes -replace for each address.
+	Replace []string
 }
 
 // PlanResult is a saved plan and what it would do.
@@ -237,6 +248,15 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 	}
 	for _, t := range opts.Targets {
 		planOpts = append(planOpts, tfexec.Target(t))
+	}
+	for _, a := range opts.Replace {
+		planOpts = append(planOpts, tfexec.Replace(a))
+	}
+	if opts.Parallelism > 0 {
+		planOpts = append(planOpts, tfexec.Parallelism(opts.Parallelism))
+	}
+	if opts.SkipRefresh {
+		planOpts = append(planOpts, tfexec.Refresh(false))
 	}
 	// The -json stream gives the summary as tofu counts it; its messages
 	// reach the log as the lines a person reads.
@@ -372,6 +392,19 @@ func (e *Executor) ShowPlanHuman(ctx context.Context, planID string) ([]byte, er
 
 // Apply applies exactly the saved plan planID.
 func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error {
+	return e.ApplyWith(ctx, ApplyOptions{PlanID: planID}, logf)
+}
+
+// ApplyOptions are the inputs of ApplyWith.
+type ApplyOptions struct {
+	PlanID string
+	// Parallelism passes -parallelism when positive.
+	Parallelism int
+}
+
+// ApplyWith applies exactly the saved plan opts.PlanID.
+func (e *Executor) ApplyWith(ctx context.Context, opts ApplyOptions, logf LogFunc) error {
+	planID := opts.PlanID
 	path, err := e.existingPlanPath(planID)
 	if err != nil {
 		return err
@@ -387,7 +420,11 @@ func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error
 	if err != nil {
 		return err
 	}
-	err = tf.Apply(ctx, tfexec.DirOrPlan(path))
+	applyOpts := []tfexec.ApplyOption{tfexec.DirOrPlan(path)}
+	if opts.Parallelism > 0 {
+		applyOpts = append(applyOpts, tfexec.Parallelism(opts.Parallelism))
+	}
+	err = tf.Apply(ctx, applyOpts...)
 	flush()
 	if err != nil {
 		return e.commandError("apply", ctx, err)

@@ -117,6 +117,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.resolveSource,
 		r.resolveConfig,
 		r.gatherInputs,
+		r.gatherRunOptions,
 		r.checkOutputsSecret,
 		r.reconcileRun,
 	)

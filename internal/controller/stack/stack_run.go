@@ -152,7 +152,7 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 		return classify(sess, err, failureReason(run.kind), "init failed")
 	}
 	s.observed.tool = r.runTool(ctx, sess, initResult)
-	return r.stepFor(run.kind)(rctx, s)
+	return r.afterRun(rctx, s, r.stepFor(run.kind)(rctx, s))
 }
 
 // closeRun removes the run's runner pod (unless the config retains it)
@@ -282,6 +282,7 @@ func (r *Reconciler) initRequest(s *scope) *runnerv1.InitRequest {
 	return &runnerv1.InitRequest{
 		Path:      s.stack.Spec.Path,
 		Workspace: s.stack.Spec.Workspace,
+		Files:     s.mappedFiles(),
 		HttpBackend: &runnerv1.HTTPBackend{
 			Address: addr, LockAddress: addr, UnlockAddress: addr,
 		},
@@ -294,7 +295,7 @@ func (s *scope) variables() (*runnerv1.Variables, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode variables: %w", err)
 	}
-	return &runnerv1.Variables{Json: js, Sensitive: s.inputs.sensitive}, nil
+	return &runnerv1.Variables{Json: js, Sensitive: s.inputs.sensitive, Files: s.stack.Spec.VarsFiles}, nil
 }
 
 // newPlanID names a plan after the generation it belongs to, unique per run.

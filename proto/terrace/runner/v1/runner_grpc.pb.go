@@ -49,6 +49,7 @@ const (
 	RunnerService_DownloadPlan_FullMethodName          = "/terrace.runner.v1.RunnerService/DownloadPlan"
 	RunnerService_UploadPlan_FullMethodName            = "/terrace.runner.v1.RunnerService/UploadPlan"
 	RunnerService_SetSensitiveVariables_FullMethodName = "/terrace.runner.v1.RunnerService/SetSensitiveVariables"
+	RunnerService_CheckHealth_FullMethodName           = "/terrace.runner.v1.RunnerService/CheckHealth"
 )
 
 // RunnerServiceClient is the client API for RunnerService service.
@@ -99,6 +100,11 @@ type RunnerServiceClient interface {
 	// a runner that applies a plan it did not make: their values are read
 	// from the plan file and masked in everything the apply prints.
 	SetSensitiveVariables(ctx context.Context, in *SetSensitiveVariablesRequest, opts ...grpc.CallOption) (*SetSensitiveVariablesResponse, error)
+	// CheckHealth runs health checks from the runner pod's network position,
+	// after an apply: addresses are templates over the root outputs
+	// ({{ .outputs.url }}), which the runner reads itself. Each check keeps
+	// trying until it passes or its timeout ends.
+	CheckHealth(ctx context.Context, in *CheckHealthRequest, opts ...grpc.CallOption) (*CheckHealthResponse, error)
 }
 
 type runnerServiceClient struct {
@@ -317,6 +323,16 @@ func (c *runnerServiceClient) SetSensitiveVariables(ctx context.Context, in *Set
 	return out, nil
 }
 
+func (c *runnerServiceClient) CheckHealth(ctx context.Context, in *CheckHealthRequest, opts ...grpc.CallOption) (*CheckHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckHealthResponse)
+	err := c.cc.Invoke(ctx, RunnerService_CheckHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility.
@@ -365,6 +381,11 @@ type RunnerServiceServer interface {
 	// a runner that applies a plan it did not make: their values are read
 	// from the plan file and masked in everything the apply prints.
 	SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error)
+	// CheckHealth runs health checks from the runner pod's network position,
+	// after an apply: addresses are templates over the root outputs
+	// ({{ .outputs.url }}), which the runner reads itself. Each check keeps
+	// trying until it passes or its timeout ends.
+	CheckHealth(context.Context, *CheckHealthRequest) (*CheckHealthResponse, error)
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -413,6 +434,9 @@ func (UnimplementedRunnerServiceServer) UploadPlan(grpc.ClientStreamingServer[Up
 }
 func (UnimplementedRunnerServiceServer) SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetSensitiveVariables not implemented")
+}
+func (UnimplementedRunnerServiceServer) CheckHealth(context.Context, *CheckHealthRequest) (*CheckHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckHealth not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 func (UnimplementedRunnerServiceServer) testEmbeddedByValue()                       {}
@@ -591,6 +615,24 @@ func _RunnerService_SetSensitiveVariables_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunnerService_CheckHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).CheckHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_CheckHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).CheckHealth(ctx, req.(*CheckHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunnerService_ServiceDesc is the grpc.ServiceDesc for RunnerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -609,6 +651,10 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetSensitiveVariables",
 			Handler:    _RunnerService_SetSensitiveVariables_Handler,
+		},
+		{
+			MethodName: "CheckHealth",
+			Handler:    _RunnerService_CheckHealth_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
