@@ -242,22 +242,7 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 		return nil, err
 	}
 
-	planOpts := []tfexec.PlanOption{tfexec.Out(out), tfexec.Destroy(opts.Destroy), tfexec.RefreshOnly(opts.RefreshOnly)}
-	for _, f := range varFiles {
-		planOpts = append(planOpts, tfexec.VarFile(f))
-	}
-	for _, t := range opts.Targets {
-		planOpts = append(planOpts, tfexec.Target(t))
-	}
-	for _, a := range opts.Replace {
-		planOpts = append(planOpts, tfexec.Replace(a))
-	}
-	if opts.Parallelism > 0 {
-		planOpts = append(planOpts, tfexec.Parallelism(opts.Parallelism))
-	}
-	if opts.SkipRefresh {
-		planOpts = append(planOpts, tfexec.Refresh(false))
-	}
+	planOpts := planFlags(opts, out, varFiles)
 	// The -json stream gives the summary as tofu counts it; its messages
 	// reach the log as the lines a person reads.
 	stream := newUIStream(newLineWriter(e.redactor, func(l string) { logIfSet(logf, Stdout, l) }))
@@ -393,13 +378,6 @@ func (e *Executor) ShowPlanHuman(ctx context.Context, planID string) ([]byte, er
 // Apply applies exactly the saved plan planID.
 func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error {
 	return e.ApplyWith(ctx, ApplyOptions{PlanID: planID}, logf)
-}
-
-// ApplyOptions are the inputs of ApplyWith.
-type ApplyOptions struct {
-	PlanID string
-	// Parallelism passes -parallelism when positive.
-	Parallelism int
 }
 
 // ApplyWith applies exactly the saved plan opts.PlanID.
