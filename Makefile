@@ -61,7 +61,7 @@ generate: codegen-tools ## Regenerate deepcopy code, CRDs, RBAC and protobuf.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	cp config/crd/bases/*.yaml charts/terrace/crds/
 	@if [ -d internal/controller ]; then $(CONTROLLER_GEN) rbac:roleName=terrace-controller paths=./internal/... output:rbac:artifacts:config=config/rbac; fi
-	cp config/rbac/role.yaml config/rbac/api_roles.yaml charts/terrace/files/
+	cp config/rbac/role.yaml charts/terrace/files/
 	@# The runner speaks grpc-go; the Installations API (proto/terrace/api) is
 	@# served with connect-go. google/api/annotations.proto comes as descriptors
 	@# from the Go module that implements it (hack/tools/codegen/protodeps).

@@ -9,6 +9,9 @@
 #
 #   eval "$(hack/postgres.sh start)"; go test ./internal/state/...; hack/postgres.sh stop "$TERRACE_TEST_POSTGRES_DIR"
 #
+# TERRACE_POSTGRES_DURABLE=1 keeps PostgreSQL's crash safety (fsync,
+# synchronous commit), which the test server otherwise turns off for speed.
+#
 # PostgreSQL refuses to run as root: as root the server runs as the
 # "postgres" user the Debian package creates. It listens on no TCP port, only
 # on a socket inside DIR, so several can run side by side.
@@ -57,8 +60,15 @@ start)
   fi
   # The socket directory must be traversable by the (root) test process.
   chmod 711 "$dir"
+  # Fast and not crash-safe, unless TERRACE_POSTGRES_DURABLE=1: a crash
+  # (pg_ctl stop -m immediate) then loses acknowledged commits, which only
+  # the chaos harness's restart cares about.
+  durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  if [ "${TERRACE_POSTGRES_DURABLE:-}" = 1 ]; then
+    durability=""
+  fi
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-k $dir -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+    -o "-k $dir -c listen_addresses='' $durability -c max_connections=200" \
     start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
   if ! as_owner "$bin/psql" -h "$dir" -U terrace -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='terrace'" | grep -q 1; then
     as_owner "$bin/createdb" -h "$dir" -U terrace terrace

@@ -104,6 +104,14 @@ func TestSchemaRefusesInvalidObjects(t *testing.T) {
 		{"stack workspace with slash", stack(func(s *terracev1.StackSpec) { s.Workspace = "a/b" }), "spec.workspace", "should match"},
 		{"stack path escaping", stack(func(s *terracev1.StackSpec) { s.Path = "../other" }), "spec.path", "may not contain '..'"},
 		{"stack readable plan unknown", stack(func(s *terracev1.StackSpec) { s.StoreReadablePlan = "yaml" }), "spec.storeReadablePlan", "Unsupported value"},
+		{"stack local backend", stack(func(s *terracev1.StackSpec) { s.Backend = &terracev1.StackBackend{Type: "local"} }), "spec.backend.type", "the local backend keeps state in the runner pod"},
+		{"stack backend type not a name", stack(func(s *terracev1.StackSpec) { s.Backend = &terracev1.StackBackend{Type: "S3 bucket"} }), "spec.backend.type", "should match"},
+		{"stack backend credential TF_ variable", stack(func(s *terracev1.StackSpec) {
+			s.Backend = &terracev1.StackBackend{Type: "pg", Credentials: []terracev1.BackendCredential{{Env: "TF_VAR_x", SecretKeyRef: terracev1.SecretKeyReference{Name: "s", Key: "k"}}}}
+		}), "spec.backend.credentials[0].env", "TF_* variables other than TF_HTTP_* are set by Terrace"},
+		{"stack backend credential without key", stack(func(s *terracev1.StackSpec) {
+			s.Backend = &terracev1.StackBackend{Type: "pg", Credentials: []terracev1.BackendCredential{{Env: "PG_CONN_STR", SecretKeyRef: terracev1.SecretKeyReference{Name: "s"}}}}
+		}), "spec.backend.credentials[0].secretKeyRef", "secretKeyRef.key is required"},
 		{"config not named default", config("mine", nil), "", "must be named default"},
 		{"config unknown binary", config("default", func(c *terracev1.TerraceConfigSpec) {
 			c.Runner = &terracev1.RunnerConfig{Binary: "pulumi"}

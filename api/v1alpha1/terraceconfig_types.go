@@ -121,6 +121,13 @@ type RunnerPolicy struct {
 	// tolerations and affinity. Default: true.
 	// +optional
 	AllowPlacement *bool `json:"allowPlacement,omitempty"`
+
+	// AllowOwnBackend says whether Stacks may set spec.backend, keeping
+	// their state in a backend of their own instead of Terrace's state
+	// server (its runner identity binding, migration and size limits then
+	// do not apply). Default: true.
+	// +optional
+	AllowOwnBackend *bool `json:"allowOwnBackend,omitempty"`
 }
 
 // PostgresConfig says how to reach PostgreSQL.

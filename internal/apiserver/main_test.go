@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,15 +16,15 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
@@ -45,7 +43,7 @@ type apiTest struct {
 	admin     string
 	nobody    string
 	// serverConfig is the server's own identity: ServiceAccount terrace-api
-	// bound to the roles of config/rbac/api_roles.yaml, as the controller does.
+	// bound to the Role the controller makes (config.APIServerRole).
 	serverConfig *rest.Config
 	// log is what the server logged.
 	log *testenv.SyncBuffer
@@ -86,7 +84,8 @@ func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resolver := &settings.Resolver{Reader: own, OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
+	// As `terrace api` runs: the operator's state settings come as a flag.
+	resolver := &settings.Resolver{Reader: SettingsReader(own, "terrace-system", &terracev1.StateConfig{}), OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
 	stores := backend.New(caller, resolver.ResolveNamespace)
 	t.Cleanup(stores.Close)
 	srv := &Server{Namespace: ns, Client: own, Caller: caller, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}
@@ -112,70 +111,31 @@ func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
 }
 
 // apiServerIdentity makes the API server's ServiceAccount terrace-api in ns
-// with the bindings the controller makes (the roles of
-// config/rbac/api_roles.yaml) and returns a config that authenticates as it.
+// with the Role and RoleBinding the controller makes and returns a config
+// that authenticates as it.
 func apiServerIdentity(t *testing.T, cs kubernetes.Interface, ns string) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
-	for _, role := range apiRoles(t) {
-		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "terrace-api"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, config.APIServerRole(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "terrace-api", Namespace: ns}}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: config.APIName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "terrace-api"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "terrace-api"},
-		Subjects:   subjects,
+		ObjectMeta: metav1.ObjectMeta{Name: config.APIName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: config.APIName},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: config.APIName, Namespace: ns}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The controller adds each API server to one ClusterRoleBinding; a
-	// binding per test namespace grants the same.
-	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "terrace-api-auth-" + ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "terrace-api-auth"},
-		Subjects:   subjects,
-	}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
-	})
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "terrace-api", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, config.APIName, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := rest.AnonymousClientConfig(env.Config)
 	cfg.BearerToken = tr.Status.Token
 	return cfg
-}
-
-// apiRoles reads the ClusterRoles of config/rbac/api_roles.yaml.
-func apiRoles(t *testing.T) []*rbacv1.ClusterRole {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "api_roles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var roles []*rbacv1.ClusterRole
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		role := &rbacv1.ClusterRole{}
-		if err := yaml.Unmarshal([]byte(doc), role); err != nil {
-			t.Fatal(err)
-		}
-		if role.Kind == "ClusterRole" {
-			roles = append(roles, role)
-		}
-	}
-	if len(roles) != 2 {
-		t.Fatalf("config/rbac/api_roles.yaml has %d ClusterRoles, want 2", len(roles))
-	}
-	return roles
 }
 
 // serviceAccountToken creates a ServiceAccount bound to a Role with rules

@@ -7,7 +7,8 @@
 // One HTTPS listener answers gRPC, gRPC-Web and Connect (connectrpc.com/connect),
 // REST on the paths of the service's google.api.http annotations
 // (connectrpc.com/vanguard transcodes them; legacy.go keeps the answers of
-// the REST API this service replaced), gRPC health and server reflection.
+// the REST API this service replaced; watch_rest.go streams Watch as
+// newline-delimited JSON), gRPC health and server reflection.
 //
 //	caller, err := apiserver.CallerClient(cfg, scheme)
 //	srv := &apiserver.Server{Namespace: ns, Client: own, Caller: caller, Stores: backend.New(caller, resolve), Log: log}
@@ -151,8 +152,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, files TLSFiles) err
 // reflection need no token: kubelet and tools probe them.
 func (s *Server) Handler() (http.Handler, error) {
 	svc := &service{Server: s}
+	calls := &callLog{log: s.Log, timeout: s.requestTimeout()}
 	options := []connect.HandlerOption{
-		connect.WithInterceptors(&callLog{log: s.Log, timeout: s.requestTimeout()}),
+		connect.WithInterceptors(calls),
 		connect.WithReadMaxBytes(maxBodyBytes),
 	}
 	path, installations := apiv1connect.NewInstallationServiceHandler(svc, options...)
@@ -187,6 +189,8 @@ func (s *Server) Handler() (http.Handler, error) {
 	// gRPC-Web and Connect itself (a plain JSON POST needs no extra header).
 	mux.Handle(path, streamable(installations))
 	mux.Handle("/v1/", legacyREST(transcoder))
+	// Watch as newline-delimited JSON, which the transcoder cannot stream (watch_rest.go).
+	mux.Handle(restWatchPattern, s.restWatch(svc, calls))
 	mux.HandleFunc("/", noSuchEndpoint)
 	return bounded(mux), nil
 }

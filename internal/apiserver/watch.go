@@ -20,6 +20,14 @@ import (
 // watches the one Stack as the caller (list and watch on stacks), resuming
 // from the last version seen when the Kubernetes API ends a watch.
 func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchRequest], stream *connect.ServerStream[apiv1.WatchResponse]) error {
+	return s.watch(ctx, req, stream.Send)
+}
+
+// watchSend sends one event to the caller: on the Watch stream, or as a
+// line of the REST route (watch_rest.go).
+type watchSend func(*apiv1.WatchResponse) error
+
+func (s *service) watch(ctx context.Context, req *connect.Request[apiv1.WatchRequest], send watchSend) error {
 	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
 	if err != nil {
 		return err
@@ -30,7 +38,7 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 		return err
 	}
 	last := s.shown(st, stack)
-	if err := stream.Send(&apiv1.WatchResponse{Installation: last}); err != nil {
+	if err := send(&apiv1.WatchResponse{Installation: last}); err != nil {
 		return err
 	}
 	version := stack.ResourceVersion
@@ -41,7 +49,7 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 			return kubeError(err, "installation "+c.name)
 		}
 		var done bool
-		version, done, err = s.relay(ctx, st, w, stream, &last, version)
+		version, done, err = s.relay(ctx, st, w, send, &last, version)
 		w.Stop()
 		if err != nil || done || ctx.Err() != nil {
 			return err
@@ -52,7 +60,7 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 				return err
 			}
 			version = stack.ResourceVersion
-			if err := s.sendIfChanged(st, stream, &last, stack); err != nil {
+			if err := s.sendIfChanged(st, send, &last, stack); err != nil {
 				return err
 			}
 		}
@@ -61,7 +69,7 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 
 // relay passes one watch's events on until it ends, returning the version
 // to resume from ("" when it expired), or done when the Stack is gone.
-func (s *service) relay(ctx context.Context, st *site, w watch.Interface, stream *connect.ServerStream[apiv1.WatchResponse], last **apiv1.Installation, version string) (string, bool, error) {
+func (s *service) relay(ctx context.Context, st *site, w watch.Interface, send watchSend, last **apiv1.Installation, version string) (string, bool, error) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -83,7 +91,7 @@ func (s *service) relay(ctx context.Context, st *site, w watch.Interface, stream
 			case watch.Deleted:
 				gone := proto.Clone(*last).(*apiv1.Installation)
 				gone.Deleting, gone.Phase = true, phaseDeleting
-				return version, true, stream.Send(&apiv1.WatchResponse{Installation: gone, Deleted: true})
+				return version, true, send(&apiv1.WatchResponse{Installation: gone, Deleted: true})
 			case watch.Added, watch.Modified:
 				stack, ok := ev.Object.(*terracev1.Stack)
 				if !ok {
@@ -93,7 +101,7 @@ func (s *service) relay(ctx context.Context, st *site, w watch.Interface, stream
 				if stack.Labels[InstallationLabel] != "true" {
 					return version, true, failure(connect.CodeNotFound, reasonNotAnInstallation, "Stack "+stack.Name+" is no longer an installation")
 				}
-				if err := s.sendIfChanged(st, stream, last, stack); err != nil {
+				if err := s.sendIfChanged(st, send, last, stack); err != nil {
 					return version, true, err
 				}
 			}
@@ -103,13 +111,13 @@ func (s *service) relay(ctx context.Context, st *site, w watch.Interface, stream
 
 // sendIfChanged sends the installation when what the API shows of it differs
 // from what was sent last.
-func (s *service) sendIfChanged(st *site, stream *connect.ServerStream[apiv1.WatchResponse], last **apiv1.Installation, stack *terracev1.Stack) error {
+func (s *service) sendIfChanged(st *site, send watchSend, last **apiv1.Installation, stack *terracev1.Stack) error {
 	in := s.shown(st, stack)
 	if proto.Equal(in, *last) {
 		return nil
 	}
 	*last = in
-	return stream.Send(&apiv1.WatchResponse{Installation: in})
+	return send(&apiv1.WatchResponse{Installation: in})
 }
 
 // shown is the installation as a call of site sees it.

@@ -26,6 +26,20 @@ func (at *apiTest) setConditions(name string, conditions ...metav1.Condition) {
 	}
 }
 
+// planAndApply moves installation name from Pending through Planning to
+// Ready, as the controller would; before each change and after the last,
+// seen is told the phase a watch must show now.
+func (at *apiTest) planAndApply(name string, seen func(phase string)) {
+	at.t.Helper()
+	seen(phasePending)
+	at.setConditions(name,
+		metav1.Condition{Type: terracev1.ReconcilingCondition, Status: metav1.ConditionTrue, Reason: "Progressing", Message: "planning"},
+		metav1.Condition{Type: terracev1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: "Progressing", Message: "planning"})
+	seen(phasePlanning)
+	at.setConditions(name, metav1.Condition{Type: terracev1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Applied", Message: "applied"})
+	seen(phaseReady)
+}
+
 // TestWatchStreamsStatusChanges: a gRPC Watch sees the installation as it
 // is, then Planning, then Ready, then its deletion; a caller who may not
 // watch Stacks is refused.
@@ -53,15 +67,11 @@ func TestWatchStreamsStatusChanges(t *testing.T) {
 		}
 		return msg
 	}
-	next(phasePending)
-	at.setConditions("web",
-		metav1.Condition{Type: terracev1.ReconcilingCondition, Status: metav1.ConditionTrue, Reason: "Progressing", Message: "planning"},
-		metav1.Condition{Type: terracev1.ReadyCondition, Status: metav1.ConditionUnknown, Reason: "Progressing", Message: "planning"})
-	next(phasePlanning)
-	at.setConditions("web", metav1.Condition{Type: terracev1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Applied", Message: "applied"})
-	if ready := next(phaseReady); !ready.Installation.Ready {
-		t.Fatalf("ready: %v", ready)
-	}
+	at.planAndApply("web", func(phase string) {
+		if ev := next(phase); phase == phaseReady && !ev.Installation.Ready {
+			t.Fatalf("ready: %v", ev)
+		}
+	})
 	if _, err := grpc.Delete(ctx, withToken(&apiv1.DeleteRequest{Name: "web"}, at.admin)); err != nil {
 		t.Fatal(err)
 	}

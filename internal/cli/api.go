@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,7 +17,7 @@ import (
 )
 
 func newAPICommand() *cobra.Command {
-	var listen, certFile, keyFile string
+	var listen, certFile, keyFile, operatorState string
 	var audiences []string
 	var development bool
 	cmd := &cobra.Command{
@@ -26,11 +27,12 @@ func newAPICommand() *cobra.Command {
 			"values Secret), list them, read plans, approve, read releases and outputs, replace values, delete.\n" +
 			"Callers send a Kubernetes bearer token, and every Kubernetes request made for a call carries\n" +
 			"that token: the cluster's RBAC decides and its audit log names the caller. The server's own\n" +
-			"identity only reads TerraceConfigs. gRPC, gRPC-Web, Connect and REST on one port. See docs/api.md.",
+			"identity only reads its namespace's TerraceConfig. gRPC, gRPC-Web, Connect and REST on one port. See docs/api.md.",
 		Example: "  terrace api --namespace team --tls-cert-file tls.crt --tls-key-file tls.key",
 		Args:    cobra.NoArgs,
 	}
-	cmd.Flags().StringVar(&listen, "listen", ":8443", "address to serve HTTPS on")
+	cmd.Flags().StringVar(&listen, "listen", ":8443", "address to serve HTTPS on (an IPv6 address may be given without brackets, as $(POD_IP):8443 expands)")
+	cmd.Flags().StringVar(&operatorState, "operator-state", "", "JSON of the spec.state of the operator namespace's TerraceConfig ({} for none), used instead of reading that config; the controller sets it, so the server needs no right outside its namespace (default: read it)")
 	cmd.Flags().StringVar(&certFile, "tls-cert-file", "", "PEM serving certificate (reloaded when it changes)")
 	cmd.Flags().StringVar(&keyFile, "tls-key-file", "", "PEM private key of the serving certificate")
 	cmd.Flags().StringSliceVar(&audiences, "token-audiences", nil, "audiences one of which a caller's token must also be issued for (its aud claim; the Kubernetes API server must accept the token too); default: any token it accepts")
@@ -45,11 +47,19 @@ func newAPICommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		// Plans and releases are Secrets: read as the caller; the TerraceConfigs
-		// that say where they are, with the server's own identity.
-		stores := backend.New(caller, k.resolver().ResolveNamespace)
+		// Plans and releases are Secrets: read as the caller; the TerraceConfig
+		// that says where they are, with the server's own identity.
+		resolver := k.resolver()
+		if operatorState != "" {
+			state, err := apiserver.ParseOperatorState(operatorState)
+			if err != nil {
+				return err
+			}
+			resolver.Reader = apiserver.SettingsReader(k.client, k.flags.operatorNamespace, state)
+		}
+		stores := backend.New(caller, resolver.ResolveNamespace)
 		defer stores.Close()
-		ln, err := net.Listen("tcp", listen)
+		ln, err := net.Listen("tcp", listenAddress(listen))
 		if err != nil {
 			return fmt.Errorf("failed to listen on %s: %w", listen, err)
 		}
@@ -62,4 +72,21 @@ func newAPICommand() *cobra.Command {
 		}
 		return srv.Serve(ctx, ln, apiserver.TLSFiles{CertFile: certFile, KeyFile: keyFile})
 	})
+}
+
+// listenAddress brackets an IPv6 host written without brackets
+// ("fd00::5:8443", as $(POD_IP):8443 expands for an IPv6 pod), so that
+// net.Listen accepts it; any other address is returned as it is.
+func listenAddress(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		return addr
+	}
+	if ip := net.ParseIP(addr[:i]); ip != nil && ip.To4() == nil {
+		return net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	return addr
 }

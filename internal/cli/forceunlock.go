@@ -26,6 +26,9 @@ func newForceUnlockCommand() *cobra.Command {
 		Args:    cobra.RangeArgs(1, 2),
 	}
 	return stackVerb(cmd, "", nil, func(ctx context.Context, k *kube, s streams, stack *terracev1.Stack, _ string) error {
+		if b := stack.Spec.Backend; b != nil {
+			return fmt.Errorf("Stack %s/%s keeps its state in its own %s backend (spec.backend), whose locks Terrace does not hold: release it with `tofu force-unlock` against that backend", stack.Namespace, stack.Name, b.Type)
+		}
 		wantID := ""
 		if args := cmd.Flags().Args(); len(args) == 2 {
 			wantID = args[1]

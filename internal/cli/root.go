@@ -20,6 +20,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newDevCommand())
 	root.AddCommand(newControllerCommand())
 	root.AddCommand(newStateCommand())
+	root.AddCommand(newImportCommand())
 	root.AddCommand(newAPICommand())
 	root.AddCommand(withAPI(newGetCommand(), apiGet), withAPI(newPlanCommand(), apiPlan), withAPI(newApproveCommand(), apiApprove),
 		withAPI(newOutputsCommand(), apiOutputs), withAPI(newHistoryCommand(), apiHistory),

@@ -58,7 +58,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// few objects of API servers, which are watched by metadata only.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{
 			&corev1.Secret{}, &appsv1.Deployment{}, &corev1.Service{}, &corev1.ServiceAccount{},
-			&rbacv1.RoleBinding{}, &rbacv1.ClusterRoleBinding{},
+			&rbacv1.Role{}, &rbacv1.RoleBinding{},
 		}}},
 		// Names are validated per process; tests start the controller more than once.
 		Controller: ctrlconfig.Controller{RecoverPanic: ptr(true), SkipNameValidation: ptr(true)},
@@ -156,6 +156,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			AllowCrossNamespaceRefs: opts.AllowCrossNamespaceRefs,
 			SourceArtifactHosts:     artifactHosts,
 			MaxConcurrentReconciles: opts.MaxConcurrentRuns,
+			MaxStateBytes:           opts.maxStateBytes(),
 		},
 	}
 	if err := stacks.SetupWithManager(ctx, mgr); err != nil {

@@ -163,3 +163,11 @@ func LocalOptions(namespace, artifactAddr, stateAddr string) Options {
 	o.State.ListenAddress, o.State.AdvertisedURL = stateAddr, "https://"+stateAddr
 	return o
 }
+
+// maxStateBytes is the state server's limit, as NewServer defaults it.
+func (o Options) maxStateBytes() int64 {
+	if o.State.MaxStateBytes <= 0 {
+		return httpbackend.DefaultMaxStateBytes
+	}
+	return o.State.MaxStateBytes
+}

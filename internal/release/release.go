@@ -95,12 +95,17 @@ type Release struct {
 	// RunnerImage is the runner image that applied it, by digest
 	// (repository@sha256:...) when the node reported one.
 	RunnerImage string `json:"runnerImage,omitempty"`
-	// Message says why a failed release failed (no secrets).
+	// Message says why a failed release failed (no secrets), or how a
+	// release was recorded when no run of this controller applied it.
 	Message string `json:"message,omitempty"`
 	// Policy is the plan policies' decision on the applied plan, when any apply.
 	Policy *PolicyDecision `json:"policy,omitempty"`
 	// HealthChecks are the results of spec.healthChecks after the apply.
 	HealthChecks []HealthCheckResult `json:"healthChecks,omitempty"`
+	// StateSerial is the serial of the state the apply left (0: not known,
+	// records from before it was kept). An apply that only puts back what
+	// the state records (a drift repaired) leaves the serial as it was.
+	StateSerial int64 `json:"stateSerial,omitempty"`
 
 	// SecretInputs recognises the Stack's inputs from Secrets. tofu marks
 	// an output sensitive only when the module declares it so, so an

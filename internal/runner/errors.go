@@ -49,6 +49,10 @@ const (
 	// ReasonPlanStale: the saved plan was made from a state that has
 	// changed since (FailedPrecondition); only a new plan can go on.
 	ReasonPlanStale = "PLAN_STALE"
+	// ReasonStateTooLarge: the state would be (or was) refused by the
+	// state server as over its size limit (FailedPrecondition); the Stack
+	// must change, or the limit.
+	ReasonStateTooLarge = "STATE_TOO_LARGE"
 	// ReasonUndeclaredVariable: the variables set a name the module does not
 	// declare, and it matters: a YAML-boolean key, or tofu missed a required
 	// value (InvalidArgument).
@@ -89,6 +93,8 @@ func (s *Server) toStatus(err error) error {
 		return statusError(codes.InvalidArgument, ReasonUndeclaredVariable, msg)
 	case errors.As(err, &cmdErr) && cmdErr.OutOfSpace():
 		return statusError(codes.ResourceExhausted, ReasonOutOfSpace, msg)
+	case errors.As(err, &cmdErr) && cmdErr.StateTooLarge():
+		return statusError(codes.FailedPrecondition, ReasonStateTooLarge, msg)
 	case errors.As(err, &cmdErr) && cmdErr.PlanStale():
 		return statusError(codes.FailedPrecondition, ReasonPlanStale, msg)
 	case errors.As(err, &cmdErr) && cmdErr.StateLocked():

@@ -35,6 +35,7 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 			ClientCertificatePEM: leaf.CertPEM, ClientKeyPEM: leaf.KeyPEM, CACertificatePEM: leaf.CABundlePEM,
 		}
 	}
+	opts.OwnBackend = ownBackend(req.GetOwnBackend())
 	logf, mu := s.logSender(func(l *runnerv1.LogLine) error {
 		return stream.Send(&runnerv1.InitResponse{Event: &runnerv1.InitResponse_Log{Log: l}})
 	})
@@ -48,6 +49,18 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 	return stream.Send(&runnerv1.InitResponse{Event: &runnerv1.InitResponse_Result{Result: &runnerv1.InitResult{
 		Version: res.Version, ProviderVersions: res.ProviderVersions,
 	}}})
+}
+
+// ownBackend is the Stack's own backend block, nil when the request names none.
+func ownBackend(b *runnerv1.OwnBackend) *tf.OwnBackend {
+	if b == nil {
+		return nil
+	}
+	out := &tf.OwnBackend{Type: b.GetType(), Config: b.GetConfigJson()}
+	for _, c := range b.GetCredentials() {
+		out.Credentials = append(out.Credentials, tf.BackendCredential{Env: c.GetEnv(), Value: c.GetValue(), AsFile: c.GetAsFile()})
+	}
+	return out
 }
 
 func variables(v *runnerv1.Variables) tf.Variables {
@@ -86,9 +99,20 @@ func planResult(res *tf.PlanResult) *runnerv1.PlanResult {
 			Import: int32(res.Summary.Import), Forget: int32(res.Summary.Forget), Drift: int32(res.Summary.Drift),
 			OutputChanges: int32(res.Summary.OutputChanges),
 		},
-		JsonSize:     int64(len(res.JSON)),
-		PlanFileSize: res.PlanFileSize,
+		JsonSize:          int64(len(res.JSON)),
+		PlanFileSize:      res.PlanFileSize,
+		PlannedStateBytes: res.PlannedStateBytes,
 	}
+}
+
+// stateTooLarge refuses to apply a plan whose state the state server
+// would refuse: the apply would change the resources and lose the state
+// that records them.
+func stateTooLarge(res *tf.PlanResult, limit int64) error {
+	if limit <= 0 || res.PlannedStateBytes <= limit {
+		return nil
+	}
+	return statusError(codes.FailedPrecondition, ReasonStateTooLarge, tf.StateTooLargeMessage(res.PlanID, res.PlannedStateBytes, limit))
 }
 
 // Plan saves a plan and streams its logs, redacted JSON and summary.
@@ -147,6 +171,9 @@ func (s *Server) PlanAndApply(req *runnerv1.PlanRequest, stream runnerv1.RunnerS
 		return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}})
 	}
 	if err := send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}}); err != nil {
+		return err
+	}
+	if err := stateTooLarge(res, req.GetMaxStateBytes()); err != nil {
 		return err
 	}
 	applyOpts := tf.ApplyOptions{PlanID: res.PlanID, Parallelism: int(req.GetParallelism())}

@@ -24,6 +24,9 @@ type Pod struct {
 	ServiceAccountName string
 	// ServiceAccountField says where ServiceAccountName came from.
 	ServiceAccountField string
+	// OwnBackend is the type of the Stack's spec.backend; "" when it keeps
+	// its state on Terrace's state server.
+	OwnBackend string
 }
 
 // Violation is one part of a runner pod the policy refuses.
@@ -63,6 +66,9 @@ func (p Policy) Check(pod Pod) error {
 	}
 	p.checkImage(pod, add)
 	p.checkServiceAccount(pod, add)
+	if pod.OwnBackend != "" && !p.OwnBackend.Allowed {
+		add("spec.backend", "a backend of the Stack's own (%s) may not be used: %s sets allowOwnBackend: false", pod.OwnBackend, p.OwnBackend.DeniedBy)
+	}
 	if t := pod.Template; t != nil {
 		p.checkVolumes(t, add)
 		p.checkEnv(t, add)

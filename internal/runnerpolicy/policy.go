@@ -80,6 +80,8 @@ type Policy struct {
 	VolumeTypesFrom []string `json:"-"`
 	Env             Rule     `json:"env"`
 	Placement       Rule     `json:"placement"`
+	// OwnBackend: whether a Stack may keep its state in a backend of its own (spec.backend).
+	OwnBackend Rule `json:"ownBackend"`
 }
 
 // Minimal is the policy that holds whatever the configs say: no hostPath,
@@ -98,6 +100,7 @@ func Minimal() Policy {
 		VolumeTypesFrom:       []string{BuiltinSource},
 		Env:                   Rule{Allowed: true},
 		Placement:             Rule{Allowed: true},
+		OwnBackend:            Rule{Allowed: true},
 	}
 }
 
@@ -117,6 +120,7 @@ func Resolve(floor Layer, ns *Layer, defaultImage string) (Policy, []Note) {
 		VolumeTypesFrom:       []string{BuiltinSource},
 		Env:                   rule(fs.AllowEnv, floor.Source),
 		Placement:             rule(fs.AllowPlacement, floor.Source),
+		OwnBackend:            rule(fs.AllowOwnBackend, floor.Source),
 	}
 	var notes []Note
 	if len(fs.AllowedImages) == 0 {
@@ -171,6 +175,7 @@ func (p *Policy) narrow(ns Layer) []string {
 	}
 	p.Env, notes = narrowRule("allowEnv", p.Env, s.AllowEnv, ns.Source, notes)
 	p.Placement, notes = narrowRule("allowPlacement", p.Placement, s.AllowPlacement, ns.Source, notes)
+	p.OwnBackend, notes = narrowRule("allowOwnBackend", p.OwnBackend, s.AllowOwnBackend, ns.Source, notes)
 	return notes
 }
 

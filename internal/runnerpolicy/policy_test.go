@@ -269,3 +269,26 @@ func TestPatterns(t *testing.T) {
 		}
 	}
 }
+
+// allowOwnBackend narrows like the other rules: a namespace may forbid what
+// the floor allows, never allow what it forbids, and Check names spec.backend.
+func TestOwnBackendRule(t *testing.T) {
+	p, notes := Resolve(floorOf(nil), nsOf(&terracev1.RunnerPolicy{AllowOwnBackend: ptr.To(false)}), defaultImage)
+	expectNotes(t, notes, nil)
+	pod := Pod{Image: defaultImage, ServiceAccountName: "default", OwnBackend: "s3"}
+	var v Violations
+	if err := p.Check(pod); !errors.As(err, &v) || !slices.Equal(v.Fields(), []string{"spec.backend"}) || !strings.Contains(err.Error(), "team/default sets allowOwnBackend: false") {
+		t.Fatalf("err = %v", err)
+	}
+	p, notes = Resolve(floorOf(&terracev1.RunnerPolicy{AllowOwnBackend: ptr.To(false)}), nsOf(&terracev1.RunnerPolicy{AllowOwnBackend: ptr.To(true)}), defaultImage)
+	if p.OwnBackend.Allowed || len(notes) != 1 || !strings.Contains(notes[0].Message, "allowOwnBackend: true is ignored") {
+		t.Fatalf("a namespace widened the floor: %+v %+v", p.OwnBackend, notes)
+	}
+	if err := Minimal().Check(pod); err != nil {
+		t.Fatalf("the minimal policy refuses an own backend: %v", err)
+	}
+	pod.OwnBackend = ""
+	if err := p.Check(pod); err != nil {
+		t.Fatalf("a Stack without spec.backend is refused: %v", err)
+	}
+}

@@ -135,7 +135,11 @@ func BuiltinDefaults(runnerImage string) Effective {
 // runner pod stack would get: its spec.runner and the image and
 // ServiceAccount resolved for it (from the Stack or a config).
 func (e Effective) CheckRunner(stack *terracev1.Stack) error {
-	return e.RunnerPolicy.Check(e.runnerPod(stack.Spec.Runner))
+	pod := e.runnerPod(stack.Spec.Runner)
+	if b := stack.Spec.Backend; b != nil {
+		pod.OwnBackend = b.Type
+	}
+	return e.RunnerPolicy.Check(pod)
 }
 
 // CheckConfigRunner is CheckRunner for a Stack that sets nothing: whether

@@ -16,6 +16,12 @@ func (e *CommandError) PlanStale() bool {
 	return strings.Contains(e.Message, "Saved plan is stale")
 }
 
+// StateTooLarge reports that the state server refused to save the state
+// as larger than its limit (HTTP 413): tofu keeps it in errored.tfstate.
+func (e *CommandError) StateTooLarge() bool {
+	return strings.Contains(e.Message, "HTTP error: 413")
+}
+
 // OutOfSpace reports that tofu failed because the runner's disk is full:
 // the runner's environment, not the module, so it passes when space does.
 func (e *CommandError) OutOfSpace() bool {

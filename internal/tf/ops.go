@@ -16,10 +16,6 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 )
 
-// backendOverrideFile replaces the module's backend block when the runner
-// is told to use the http backend. Override files merge into the module.
-const backendOverrideFile = "terrace_backend_override.tf"
-
 // HTTPBackend configures tofu's http backend. Everything, the key included,
 // goes through TF_HTTP_* environment variables, which tofu does not write
 // into .terraform or into plan files.
@@ -38,7 +34,10 @@ type InitOptions struct {
 	Workspace string
 	// HTTPBackend, when set, overrides the module's backend.
 	HTTPBackend *HTTPBackend
-	Upgrade     bool
+	// OwnBackend, when set, overrides the module's backend with the
+	// Stack's own; it excludes HTTPBackend.
+	OwnBackend *OwnBackend
+	Upgrade    bool
 	// Files are written before init (spec.fileMappings).
 	Files []MappedFile
 }
@@ -56,32 +55,11 @@ func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*I
 		return nil, err
 	}
 	e.moduleDir = ""
-	e.backendEnv = nil
 	if err := e.writeMappedFiles(dir, opts.Files); err != nil {
 		return nil, err
 	}
-	override := filepath.Join(dir, backendOverrideFile)
-	if b := opts.HTTPBackend; b != nil {
-		if b.Address == "" {
-			return nil, fmt.Errorf("%w: the http backend needs an address", ErrInvalidArgument)
-		}
-		if err := os.WriteFile(override, []byte("terraform {\n  backend \"http\" {}\n}\n"), 0o600); err != nil {
-			return nil, fmt.Errorf("failed to write the backend override: %w", err)
-		}
-		env := map[string]string{"TF_HTTP_ADDRESS": b.Address}
-		for k, v := range map[string]string{
-			"TF_HTTP_LOCK_ADDRESS": b.LockAddress, "TF_HTTP_UNLOCK_ADDRESS": b.UnlockAddress,
-			"TF_HTTP_LOCK_METHOD": b.LockMethod, "TF_HTTP_UNLOCK_METHOD": b.UnlockMethod, "TF_HTTP_UPDATE_METHOD": b.UpdateMethod,
-			"TF_HTTP_CLIENT_CERTIFICATE_PEM": string(b.ClientCertificatePEM), "TF_HTTP_CLIENT_PRIVATE_KEY_PEM": string(b.ClientKeyPEM),
-			"TF_HTTP_CLIENT_CA_CERTIFICATE_PEM": string(b.CACertificatePEM),
-		} {
-			if v != "" {
-				env[k] = v
-			}
-		}
-		e.backendEnv = env
-	} else if err := os.Remove(override); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("failed to remove the backend override: %w", err)
+	if err := e.configureBackend(dir, opts); err != nil {
+		return nil, err
 	}
 
 	// The version first, without logs: terraform-exec copies the output of
@@ -209,6 +187,9 @@ type PlanResult struct {
 	JSON []byte
 	// PlanFileSize is the size of the saved binary plan.
 	PlanFileSize int64
+	// PlannedStateBytes is the size of the plan's planned_values: a lower
+	// bound of the state the apply saves (see PlannedStateBytes).
+	PlannedStateBytes int64
 }
 
 // Plan runs plan -out into the work dir and reads the saved plan back.
@@ -279,7 +260,7 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the plan file: %w", err)
 	}
-	return &PlanResult{PlanID: id, HasChanges: hasChanges, Summary: stream.result(), JSON: redacted, PlanFileSize: fi.Size()}, nil
+	return &PlanResult{PlanID: id, HasChanges: hasChanges, Summary: stream.result(), JSON: redacted, PlanFileSize: fi.Size(), PlannedStateBytes: PlannedStateBytes(redacted)}, nil
 }
 
 func logIfSet(logf LogFunc, stream Stream, line string) {
@@ -405,7 +386,12 @@ func (e *Executor) ApplyWith(ctx context.Context, opts ApplyOptions, logf LogFun
 	err = tf.Apply(ctx, applyOpts...)
 	flush()
 	if err != nil {
-		return e.commandError("apply", ctx, err)
+		applyErr := e.commandError("apply", ctx, err)
+		var cmdErr *CommandError
+		if errors.As(applyErr, &cmdErr) && cmdErr.StateTooLarge() {
+			e.keepErroredState(planID)
+		}
+		return applyErr
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,8 +24,9 @@ type plan struct {
 	// rotateEvery is the CA rotation interval.
 	rotateEvery time.Duration
 	// overlap runs the cluster faults (but disk-full) during phase one
-	// instead of after it: quicker, at the cost of telling apart which
-	// fault a symptom came from. The smoke test overlaps.
+	// instead of after it, and every fault but disk-full hits the run that
+	// creates its Stack: quicker, at the cost of telling apart which fault
+	// a symptom came from. The smoke test overlaps.
 	overlap bool
 }
 
@@ -56,23 +56,7 @@ var knownBugs = []struct {
 	fault string
 	// problem is a part of the end check's words for it.
 	problem string
-}{
-	// The apply ran and changed the files, the 413 left its state in the
-	// runner's errored.tfstate, which goes with the pod.
-	{faultOversize, lostAfterRefusedUpload},
-	// status.release is set only by the reconcile that applied: when its
-	// status patch is lost (API server restarting, a conflict), the next
-	// reconciles that find nothing to apply leave it stale.
-	{"", "the Stack's status names release"},
-	// An apply that its runner finished after the controller that started
-	// it died saved its state, and the next leader, finding nothing to
-	// apply, recorded no release for it.
-	{"", "after deployed release"},
-	// Seen once, lifecycle Stack of the long run: 3 records of applies that
-	// changed resources, state serial 2. Not diagnosed; a record written
-	// twice for one apply after a lost status patch would explain it.
-	{"", "applies changed resources, the state's serial is only"},
-}
+}{}
 
 func knownBug(fault, problem string) bool {
 	for _, k := range knownBugs {
@@ -104,27 +88,12 @@ func runChaos(t *testing.T, p plan) {
 	kinds := faults(e)
 
 	// Every workload starts now and gets Ready at generation 1.
-	workloads := map[string]*workload{}
-	var all []*workload
-	for _, f := range append(append([]string{}, phaseOne...), phaseTwo...) {
-		if p.counts[f] == 0 || (f == faultDiskFull && !e.nodeOnTmpfs) {
-			continue
-		}
-		pad := 0
-		if f == faultKillUpload || f == faultPostgres {
-			pad = 1 << 20
-		}
-		w, err := e.newWorkload(ctx, slug(f), 2, pad, f == faultPostgres)
-		if err != nil {
-			t.Fatalf("failed to create the workload for %s: %v", f, err)
-		}
-		workloads[f] = w
-		all = append(all, w)
-	}
+	workloads, all := e.createWorkloads(ctx, t, p)
 	for f, w := range workloads {
-		if p.overlap && slices.Contains(clusterFaults, f) {
+		if p.overlap {
 			// Hit during the run that creates the Stack: one run fewer.
-			w.fresh = true
+			// Disk-full, last, takes a run of its own.
+			w.fresh = f != faultDiskFull
 			continue
 		}
 		if err := w.waitReady(ctx, recoveryTimeout); err != nil {
@@ -284,6 +253,40 @@ func runChaos(t *testing.T, p plan) {
 	}
 }
 
+// createWorkloads creates one workload per fault the plan injects, side by
+// side: each waits seconds for its namespace's ServiceAccount.
+func (e *env) createWorkloads(ctx context.Context, t *testing.T, p plan) (map[string]*workload, []*workload) {
+	var kinds []string
+	for _, f := range append(append([]string{}, phaseOne...), phaseTwo...) {
+		if p.counts[f] > 0 && (f != faultDiskFull || e.nodeOnTmpfs) {
+			kinds = append(kinds, f)
+		}
+	}
+	made := make([]*workload, len(kinds))
+	errs := make([]error, len(kinds))
+	var wg sync.WaitGroup
+	for i, f := range kinds {
+		pad := 0
+		if f == faultKillUpload || f == faultPostgres {
+			pad = uploadPad
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			made[i], errs[i] = e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres})
+		}()
+	}
+	wg.Wait()
+	workloads := map[string]*workload{}
+	for i, f := range kinds {
+		if errs[i] != nil {
+			t.Fatalf("failed to create the workload for %s: %v", f, errs[i])
+		}
+		workloads[f] = made[i]
+	}
+	return workloads, made
+}
+
 // phaseTwo injects the faults of kinds one at a time. Without overlap,
 // every phase-two workload runs at once and a global fault hits them all.
 func (e *env) phaseTwo(ctx context.Context, t *testing.T, p plan, workloads map[string]*workload, all []*workload, kinds []string, res *results) {
@@ -375,7 +378,8 @@ type lifecycleRuns struct {
 }
 
 func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds int, res *results) {
-	w, err := e.newWorkload(ctx, "lifecycle", 2, 0, false)
+	// Created waiting for approval: its first plan is approved by id.
+	w, err := e.newWorkload(ctx, workloadSpec{name: "lifecycle", files: 2, awaitApproval: true})
 	if err != nil {
 		t.Errorf("lifecycle: %v", err)
 		return
@@ -393,40 +397,23 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		l.ready++
 		return true
 	}
-	if !step("create", func() error { return w.waitReady(ctx, recoveryTimeout) }) {
+	if !step("create, approved by plan id", func() error { return w.approvePending(ctx) }) {
 		return
 	}
-	for range rounds {
-		ok := step("a change approved by plan id", func() error {
+	for round := range rounds {
+		// The first round's change approved by plan id is the creation's.
+		if round > 0 && !step("a change approved by plan id", func() error {
 			w.mu.Lock()
 			w.generation++
 			w.mu.Unlock()
 			if err := w.update(ctx, func(s *terracev1.Stack) { s.Spec.Vars, s.Spec.ApprovePlan = w.vars(), "" }); err != nil {
 				return err
 			}
-			var pending string
-			if err := poll(ctx, recoveryTimeout, func() error {
-				s, err := w.get(ctx)
-				if err != nil {
-					return err
-				}
-				if s.Status.Plan == nil || s.Status.Plan.Pending == "" || s.Status.ObservedGeneration != s.Generation {
-					return fmt.Errorf("no plan pending: %s", conditionsText(s))
-				}
-				pending = s.Status.Plan.Pending
-				return nil
-			}); err != nil {
-				return err
-			}
-			if err := w.approveUntilReady(ctx, pending); err != nil {
-				return err
-			}
-			return w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = terracev1.ApprovePlanAuto })
-		})
-		if !ok {
+			return w.approvePending(ctx)
+		}) {
 			return
 		}
-		ok = step("a drift repaired", func() error {
+		ok := step("a drift repaired", func() error {
 			if err := w.waitReady(ctx, recoveryTimeout); err != nil {
 				return err
 			}
@@ -469,7 +456,7 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		if err != nil {
 			return err
 		}
-		if err := e.c.Delete(ctx, s); err != nil {
+		if err := e.c.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 		return poll(ctx, recoveryTimeout, func() error {
@@ -490,6 +477,29 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 		}
 		closeStore()
 	}
+}
+
+// approvePending waits for the plan of the Stack's generation, approves it
+// by id until the Stack is Ready, and goes back to approvePlan auto.
+func (w *workload) approvePending(ctx context.Context) error {
+	var pending string
+	if err := poll(ctx, recoveryTimeout, func() error {
+		s, err := w.get(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Status.Plan == nil || s.Status.Plan.Pending == "" || s.Status.ObservedGeneration != s.Generation {
+			return fmt.Errorf("no plan pending: %s", conditionsText(s))
+		}
+		pending = s.Status.Plan.Pending
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := w.approveUntilReady(ctx, pending); err != nil {
+		return err
+	}
+	return w.update(ctx, func(s *terracev1.Stack) { s.Spec.ApprovePlan = terracev1.ApprovePlanAuto })
 }
 
 // approveUntilReady approves plan and waits for Ready. A plan that can no

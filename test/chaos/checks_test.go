@@ -136,16 +136,20 @@ func (w *workload) check(ctx context.Context) *endCheck {
 }
 
 // releasesAgree checks the records against the state: one deployed record,
-// the newest that did not fail, the one the Stack's status names; no more
-// changing applies than state serials; no state written after the
-// deployed record finished.
+// the newest that did not fail, the one the Stack's status names, and the
+// one that left the state's serial; serials that never go back from one
+// record to the next; no state written after the deployed record finished.
+// (An apply that changes resources need not raise the serial: a drift
+// repaired puts back what the state records, and tofu writes no new
+// state. Counting changing applies against serials was wrong.)
 func releasesAgree(records []release.Release, status *terracev1.ReleaseStatus, serial int64, stateAt time.Time) []string {
 	var out []string
 	if len(records) == 0 {
 		return []string{"no release record"}
 	}
 	var deployed []release.Release
-	newestOK, changing := 0, 0
+	newestOK := 0
+	var lastSerial int64
 	for _, r := range records {
 		if r.Status == release.StatusDeployed {
 			deployed = append(deployed, r)
@@ -153,9 +157,10 @@ func releasesAgree(records []release.Release, status *terracev1.ReleaseStatus, s
 		if r.Status != release.StatusFailed && r.Revision > newestOK {
 			newestOK = r.Revision
 		}
-		if r.Status != release.StatusFailed && r.Plan.Add+r.Plan.Change+r.Plan.Destroy > 0 {
-			changing++
+		if r.StateSerial > 0 && r.StateSerial < lastSerial {
+			out = append(out, fmt.Sprintf("release %d records state serial %d, an earlier one %d", r.Revision, r.StateSerial, lastSerial))
 		}
+		lastSerial = max(lastSerial, r.StateSerial)
 	}
 	if len(deployed) != 1 {
 		return append(out, fmt.Sprintf("%d deployed release records", len(deployed)))
@@ -167,8 +172,8 @@ func releasesAgree(records []release.Release, status *terracev1.ReleaseStatus, s
 	if status == nil || status.Revision != int64(d.Revision) {
 		out = append(out, fmt.Sprintf("the Stack's status names release %+v, the deployed record is %d", status, d.Revision))
 	}
-	if int64(changing) > serial {
-		out = append(out, fmt.Sprintf("%d applies changed resources, the state's serial is only %d", changing, serial))
+	if d.StateSerial != serial {
+		out = append(out, fmt.Sprintf("deployed release %d left state serial %d, the state's serial is %d", d.Revision, d.StateSerial, serial))
 	}
 	if stateAt.After(d.FinishedAt.Add(time.Second)) {
 		out = append(out, fmt.Sprintf("the state was written at %s, after deployed release %d finished at %s", stateAt.Format(time.RFC3339Nano), d.Revision, d.FinishedAt.Format(time.RFC3339Nano)))

@@ -263,6 +263,10 @@ type proxyBackend struct {
 // below the states of the upload fault's Stacks.
 const uploadThreshold = 256 << 10
 
+// uploadHold is how long a large upload stalls once past uploadThreshold:
+// the window of the faults mid-state-upload.
+const uploadHold = 2 * time.Second
+
 func startProxy(t *testing.T) *proxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -354,6 +358,10 @@ func (u *uploadCounter) Write(b []byte) (int, error) {
 	if !u.counted && u.n > uploadThreshold {
 		u.counted = true
 		u.p.uploading.Add(1)
+		// A slow link for the rest of the upload: on a loaded machine
+		// a state passed before the triggers, polling every 10 ms,
+		// saw it, and the upload faults missed run after run.
+		time.Sleep(uploadHold)
 	}
 	if err != nil && u.counted {
 		u.p.uploading.Add(-1)

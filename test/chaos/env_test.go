@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,7 +36,10 @@ const (
 	runnerImage = "ghcr.io/terrace-dev/terrace:dev"
 	// maxStateBytes is the controllers' --state-server-max-state-bytes: low
 	// enough that the oversize fault stays cheap for tofu.
-	maxStateBytes = 4 << 20
+	maxStateBytes = 2 << 20
+	// uploadPad is the pad of the upload-fault Stacks: a state of twice
+	// that, well over uploadThreshold and under maxStateBytes.
+	uploadPad = 640 << 10
 	// nodeDiskBytes is the size of the tmpfs that holds devnode's pod
 	// directories, so a runner's work directory can be filled.
 	nodeDiskBytes = 768 << 20
@@ -97,26 +101,34 @@ func startEnv(t *testing.T) *env {
 		t.Logf("no tmpfs for the node (%v): the disk-full fault is skipped", err)
 	}
 
-	e.cluster, err = devcluster.Start(ctx, devcluster.Options{
-		BinDir:  tools.KubebuilderAssets,
-		Dir:     filepath.Join(dir, "cluster"),
-		CRDDirs: []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-	})
-	if err != nil {
-		t.Fatalf("failed to start the control plane: %v", err)
+	// PostgreSQL is restarted by a crash (-m immediate): it must keep what
+	// it acknowledged, as a production server does (fsync, synchronous
+	// commit), not run as the fast throwaway server of the unit tests.
+	t.Setenv("TERRACE_POSTGRES_DURABLE", "1")
+	// The control plane, the registry with the dev image and PostgreSQL
+	// start side by side: each takes seconds, more on a loaded machine.
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	parts := []struct {
+		name  string
+		start func(context.Context) error
+	}{
+		{"control plane", e.startControlPlane},
+		{"registry and dev image", func(ctx context.Context) error { return e.startRegistry(ctx, tofu) }},
+		{"PostgreSQL", e.startPostgres},
 	}
-	t.Cleanup(func() { _ = e.cluster.Stop() })
-	e.cs = kubernetes.NewForConfigOrDie(e.cluster.Config)
-	if e.c, err = client.New(e.cluster.Config, client.Options{Scheme: scheme.New()}); err != nil {
+	for i, part := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			begin := time.Now()
+			errs[i] = part.start(ctx)
+			t.Logf("%s up in %s", part.name, time.Since(begin).Round(100*time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
-	}
-
-	if e.reg, err = devcluster.StartRegistry(filepath.Join(dir, "registry")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.reg.Stop() })
-	if _, err := e.reg.PushDevImage(ctx, terraceBinary, tofu); err != nil {
-		t.Fatalf("failed to push the dev image: %v", err)
 	}
 	certPEM, keyPEM, err := e.cluster.IssueServingCertificate("127.0.0.1", "localhost")
 	if err != nil {
@@ -136,22 +148,60 @@ func startEnv(t *testing.T) *env {
 	}
 	t.Cleanup(e.stopNodeNow)
 
-	e.pgDir, err = os.MkdirTemp("/tmp", "terrace-pg.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, stopPG, err := pgtest.StartIn(e.pgDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.pgURL = url
-	t.Cleanup(stopPG)
-
 	e.installOperatorConfig(ctx)
 	e.stateProxy = startProxy(t)
 	e.artifactProxy = startProxy(t)
 	e.ctrls = startControllers(t, e, 2)
 	return e
+}
+
+// startControlPlane starts etcd, kube-apiserver and kube-controller-manager
+// with the CRDs, and the harness's clients.
+func (e *env) startControlPlane(ctx context.Context) error {
+	var err error
+	e.cluster, err = devcluster.Start(ctx, devcluster.Options{
+		BinDir:  e.tools.KubebuilderAssets,
+		Dir:     filepath.Join(e.dir, "cluster"),
+		CRDDirs: []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
+	})
+	if err != nil {
+		return fmt.Errorf("failed to start the control plane: %w", err)
+	}
+	e.t.Cleanup(func() { _ = e.cluster.Stop() })
+	// The harness's own requests outlast the restarts it injects.
+	cfg := harnessConfig(e.cluster.Config)
+	e.cs = kubernetes.NewForConfigOrDie(cfg)
+	e.c, err = client.New(cfg, client.Options{Scheme: scheme.New()})
+	return err
+}
+
+// startRegistry starts the loopback registry and pushes the dev image of
+// this checkout's terrace and tofu.
+func (e *env) startRegistry(ctx context.Context, tofu string) error {
+	var err error
+	if e.reg, err = devcluster.StartRegistry(filepath.Join(e.dir, "registry")); err != nil {
+		return err
+	}
+	e.t.Cleanup(func() { _ = e.reg.Stop() })
+	if _, err := e.reg.PushDevImage(ctx, terraceBinary, tofu); err != nil {
+		return fmt.Errorf("failed to push the dev image: %w", err)
+	}
+	return nil
+}
+
+// startPostgres starts PostgreSQL for the namespace that keeps its state there.
+func (e *env) startPostgres(context.Context) error {
+	var err error
+	if e.pgDir, err = os.MkdirTemp("/tmp", "terrace-pg."); err != nil {
+		return err
+	}
+	url, stopPG, err := pgtest.StartIn(e.pgDir)
+	if err != nil {
+		return err
+	}
+	e.pgURL = url
+	e.t.Cleanup(stopPG)
+	return nil
 }
 
 // startNode runs a devnode with e.nodeOpts until stopNodeNow.
@@ -244,6 +294,15 @@ func (e *env) namespace(ctx context.Context, prefix string) (string, error) {
 		return err
 	})
 	return ns.Name, err
+}
+
+// createKeep creates obj; AlreadyExists is success, as it is after a retry
+// whose first answer was lost (retryingTransport).
+func (e *env) createKeep(ctx context.Context, obj client.Object) error {
+	if err := e.c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }
 
 // restartPostgres stops the server at once (as a crash does) and starts it

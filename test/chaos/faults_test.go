@@ -11,10 +11,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/stack"
 	"github.com/terrace-dev/terrace/internal/pki"
 )
 
@@ -109,7 +111,11 @@ func deleteRunnerPod(ctx context.Context, e *env, w *workload) error {
 	if err != nil {
 		return err
 	}
-	return e.cs.CoreV1().Pods(w.ns).Delete(ctx, r.pod, metav1.DeleteOptions{})
+	// NotFound: the delete was done, its answer lost to a restart.
+	if err := e.cs.CoreV1().Pods(w.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 // fillWorkDir writes zeros into the runner pod's work volume until the
@@ -308,7 +314,9 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 	defer func() { in.logTo = e.markLogs() }()
 	in.logFrom = e.markLogs()
 	begin := time.Now()
-	w.pad = maxStateBytes * 3 / 4 // twice in the state: over the maximum
+	// The input alone is over the maximum, so the plan says the state
+	// would be: refused before anything is applied (StateTooLarge).
+	w.pad = maxStateBytes + 256<<10
 	if err := w.bump(ctx); err != nil {
 		in.err = err.Error()
 		return in
@@ -321,7 +329,7 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 		}
 		for _, c := range s.Status.Conditions {
 			if c.Type == terracev1.ReadyCondition && c.Status == metav1.ConditionFalse && c.ObservedGeneration == s.Generation &&
-				(strings.Contains(c.Message, "413") || strings.Contains(c.Message, "limit") || strings.Contains(c.Message, "maximum")) {
+				c.Reason == stack.StateTooLargeReason && strings.Contains(c.Message, "limit") {
 				message = c.Message
 				return nil
 			}

@@ -1,9 +1,15 @@
 package chaos
 
 import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,10 +22,12 @@ import (
 
 func TestReleasesAgree(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	rec := func(rev int, status release.Status, add int, finished time.Time) release.Release {
-		return release.Release{Revision: rev, Status: status, Plan: release.PlanSummary{Add: add}, FinishedAt: finished}
+	rec := func(rev int, status release.Status, serial int64, finished time.Time) release.Release {
+		return release.Release{Revision: rev, Status: status, Plan: release.PlanSummary{Add: 1}, StateSerial: serial, FinishedAt: finished}
 	}
-	good := []release.Release{rec(1, release.StatusSuperseded, 2, at), rec(2, release.StatusFailed, 0, at.Add(time.Minute)), rec(3, release.StatusDeployed, 1, at.Add(2*time.Minute))}
+	good := []release.Release{rec(1, release.StatusSuperseded, 1, at), rec(2, release.StatusFailed, 2, at.Add(time.Minute)), rec(3, release.StatusDeployed, 4, at.Add(2*time.Minute))}
+	// A drift repaired: a changing apply that wrote no new state.
+	repaired := []release.Release{rec(1, release.StatusSuperseded, 1, at), rec(2, release.StatusSuperseded, 2, at), rec(3, release.StatusDeployed, 2, at)}
 	tests := []struct {
 		name     string
 		records  []release.Release
@@ -29,12 +37,14 @@ func TestReleasesAgree(t *testing.T) {
 		problems string
 	}{
 		{"consistent", good, &terracev1.ReleaseStatus{Revision: 3}, 4, at.Add(2 * time.Minute), ""},
+		{"a drift repaired", repaired, &terracev1.ReleaseStatus{Revision: 3}, 2, at, ""},
 		{"no records", nil, nil, 1, at, "no release record"},
-		{"two deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusDeployed, 1, at)}, &terracev1.ReleaseStatus{Revision: 2}, 2, at, "2 deployed"},
+		{"two deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusDeployed, 2, at)}, &terracev1.ReleaseStatus{Revision: 2}, 2, at, "2 deployed"},
 		{"status names another", good, &terracev1.ReleaseStatus{Revision: 2}, 4, at.Add(2 * time.Minute), "status names release"},
-		{"more applies than serials", good, &terracev1.ReleaseStatus{Revision: 3}, 1, at.Add(2 * time.Minute), "serial is only 1"},
+		{"a state no release left", good, &terracev1.ReleaseStatus{Revision: 3}, 5, at.Add(2 * time.Minute), "the state's serial is 5"},
+		{"serials going back", []release.Release{rec(1, release.StatusSuperseded, 3, at), rec(2, release.StatusDeployed, 2, at)}, &terracev1.ReleaseStatus{Revision: 2}, 2, at, "an earlier one 3"},
 		{"state written after the release", good, &terracev1.ReleaseStatus{Revision: 3}, 4, at.Add(time.Hour), "after deployed release 3"},
-		{"an older one deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusSuperseded, 1, at)}, &terracev1.ReleaseStatus{Revision: 1}, 2, at, "2 is newer"},
+		{"an older one deployed", []release.Release{rec(1, release.StatusDeployed, 1, at), rec(2, release.StatusSuperseded, 2, at)}, &terracev1.ReleaseStatus{Revision: 1}, 1, at, "2 is newer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,5 +104,53 @@ func TestSlugIsAStackName(t *testing.T) {
 		if s == "" || len(s) > 40 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || strings.HasPrefix(s, "-") || strings.HasSuffix(s, "-") {
 			t.Errorf("slug(%q) = %q, not a short DNS label", f, s)
 		}
+	}
+}
+
+// flakyTransport fails its first calls as a restarting kube-apiserver does
+// and records the bodies it was sent.
+type flakyTransport struct {
+	failures []error
+	statuses []int
+	bodies   []string
+}
+
+func (f *flakyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	b, _ := io.ReadAll(req.Body)
+	f.bodies = append(f.bodies, string(b))
+	if len(f.failures) > 0 {
+		err := f.failures[0]
+		f.failures = f.failures[1:]
+		return nil, err
+	}
+	code := http.StatusOK
+	if len(f.statuses) > 0 {
+		code, f.statuses = f.statuses[0], f.statuses[1:]
+	}
+	return &http.Response{StatusCode: code, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+}
+
+func TestHarnessRequestsOutlastControlPlaneRestarts(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	flaky := &flakyTransport{failures: []error{refused, io.EOF}, statuses: []int{http.StatusServiceUnavailable}}
+	rt := &retryingTransport{next: flaky, outage: time.Minute}
+	req, _ := http.NewRequest(http.MethodPut, "https://127.0.0.1:1/api/v1/namespaces/a/pods/b", strings.NewReader(`{"x":1}`))
+	resp, err := rt.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("RoundTrip = %v, %v; want 200 after the restart", resp, err)
+	}
+	if len(flaky.bodies) != 4 || slices.ContainsFunc(flaky.bodies, func(b string) bool { return b != `{"x":1}` }) {
+		t.Errorf("attempts sent bodies %q, want the same body 4 times", flaky.bodies)
+	}
+
+	// A refusal is final once the outage bound has passed, and an answer
+	// of the server's (a conflict) is never retried.
+	gone := &retryingTransport{next: &flakyTransport{failures: []error{refused, refused}}, outage: 0}
+	if _, err := gone.RoundTrip(req); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("after the outage bound: %v, want connection refused", err)
+	}
+	conflict := &flakyTransport{statuses: []int{http.StatusConflict}}
+	if resp, _ := (&retryingTransport{next: conflict, outage: time.Minute}).RoundTrip(req); resp.StatusCode != http.StatusConflict || len(conflict.bodies) != 1 {
+		t.Errorf("a conflict was retried: %d attempts", len(conflict.bodies))
 	}
 }

@@ -97,16 +97,33 @@ type workload struct {
 	lastListed time.Time
 }
 
+// workloadSpec says what a workload's Stack is.
+type workloadSpec struct {
+	name  string
+	files int
+	pad   int
+	// postgres keeps the namespace's state in PostgreSQL.
+	postgres bool
+	// awaitApproval leaves spec.approvePlan empty (plans wait for an id),
+	// instead of auto.
+	awaitApproval bool
+}
+
 // newWorkload creates a namespace, the Program and the Stack at generation
 // 1 (not waiting for it) and starts watching its state.
-func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg bool) (*workload, error) {
+func (e *env) newWorkload(ctx context.Context, spec workloadSpec) (*workload, error) {
+	name, pg := spec.name, spec.postgres
 	ns, err := e.namespace(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	w := &workload{e: e, ns: ns, name: name, dir: filepath.Join(e.dir, "files", ns), files: files, pad: pad, postgres: pg, generation: 1}
+	w := &workload{e: e, ns: ns, name: name, dir: filepath.Join(e.dir, "files", ns), files: spec.files, pad: spec.pad, postgres: pg, generation: 1}
+	approvePlan := terracev1.ApprovePlanAuto
+	if spec.awaitApproval {
+		approvePlan = ""
+	}
 	if pg {
-		if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: ns}, StringData: map[string]string{"url": e.pgURL}}); err != nil {
+		if err := e.createKeep(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: ns}, StringData: map[string]string{"url": e.pgURL}}); err != nil {
 			return nil, err
 		}
 		cfg := &terracev1.TerraceConfig{
@@ -116,7 +133,7 @@ func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg b
 				Postgres: &terracev1.PostgresConfig{ConnectionSecretRef: terracev1.SecretKeyReference{Name: "pg"}},
 			}},
 		}
-		if err := e.c.Create(ctx, cfg); err != nil {
+		if err := e.createKeep(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -124,7 +141,7 @@ func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg b
 		ObjectMeta: metav1.ObjectMeta{Name: "chaos", Namespace: ns},
 		Spec:       terracev1.ProgramSpec{Files: map[string]terracev1.ProgramFile{"main.tf": chaosModule}},
 	}
-	if err := e.c.Create(ctx, program); err != nil {
+	if err := e.createKeep(ctx, program); err != nil {
 		return nil, err
 	}
 	stack := &terracev1.Stack{
@@ -132,13 +149,13 @@ func (e *env) newWorkload(ctx context.Context, name string, files, pad int, pg b
 		Spec: terracev1.StackSpec{
 			Source:          terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "chaos"}},
 			Vars:            w.vars(),
-			ApprovePlan:     terracev1.ApprovePlanAuto,
+			ApprovePlan:     approvePlan,
 			RetryInterval:   &metav1.Duration{Duration: 2 * time.Second},
 			DriftDetection:  &terracev1.DriftDetection{Mode: terracev1.DriftDetectionDisabled},
 			DestroyOnDelete: true,
 		},
 	}
-	if err := e.c.Create(ctx, stack); err != nil {
+	if err := e.createKeep(ctx, stack); err != nil {
 		return nil, err
 	}
 	watchCtx, stop := context.WithCancel(context.Background())

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -83,6 +84,8 @@ func TestInstallationsAPIEveryProtocolOnTheDevCluster(t *testing.T) {
 	}
 	post("/terrace.api.v1.InstallationService/Create", body("by-connect"), http.StatusOK)
 	post("/v1/installations", body("by-rest"), http.StatusCreated)
+	// REST follows it with the watch route (newline-delimited JSON), read below.
+	restLines := restWatch(ctx, t, https, base+"/v1/installations/by-rest/watch", token)
 
 	var phases []string
 	for stream.Receive() {
@@ -103,6 +106,28 @@ func TestInstallationsAPIEveryProtocolOnTheDevCluster(t *testing.T) {
 	t.Logf("phases seen by Watch: %v", phases)
 	if !slices.Contains(phases, "Planning") || phases[len(phases)-1] != "Ready" || slices.Index(phases, "Planning") > slices.Index(phases, "Ready") {
 		t.Fatalf("Watch saw %v, want Planning before Ready", phases)
+	}
+	var restPhases []string
+	for restLines.Scan() {
+		var ev struct {
+			Installation struct {
+				Phase string `json:"phase"`
+				Ready bool   `json:"ready"`
+			} `json:"installation"`
+		}
+		if err := json.Unmarshal(restLines.Bytes(), &ev); err != nil {
+			t.Fatalf("REST watch line %q: %v", restLines.Text(), err)
+		}
+		if len(restPhases) == 0 || restPhases[len(restPhases)-1] != ev.Installation.Phase {
+			restPhases = append(restPhases, ev.Installation.Phase)
+		}
+		if ev.Installation.Ready {
+			break
+		}
+	}
+	t.Logf("phases seen by the REST watch: %v", restPhases)
+	if len(restPhases) == 0 || restPhases[len(restPhases)-1] != "Ready" || !slices.Contains(restPhases, "Planning") {
+		t.Fatalf("the REST watch saw %v (%v), want Planning then Ready", restPhases, restLines.Err())
 	}
 	for _, name := range []string{"by-grpc", "by-connect", "by-rest"} {
 		e.waitStack(t, name, stackTimeout, "the installation applied", readyAt)
@@ -136,11 +161,31 @@ func TestInstallationsAPIEveryProtocolOnTheDevCluster(t *testing.T) {
 	}
 }
 
-// enableAPI installs the API roles and a Program bench, turns the
-// namespace's API server on, and returns the IP of its Ready pod.
+// restWatch starts GET url (a REST watch) and returns its lines; the
+// response is closed when the test ends.
+func restWatch(ctx context.Context, t *testing.T, https *http.Client, url, token string) *bufio.Scanner {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := https.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		raw, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %q: %s", url, resp.StatusCode, resp.Header.Get("Content-Type"), raw)
+	}
+	return bufio.NewScanner(resp.Body)
+}
+
+// enableAPI installs a Program bench, turns the namespace's API server on,
+// and returns the IP of its Ready pod.
 func (e *stackEnv) enableAPI(t *testing.T) string {
 	t.Helper()
-	e.applyAPIRoles(t)
 	e.program(t, "bench", map[string]string{"main.tf": benchModule})
 	e.create(t, &terracev1.TerraceConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,13 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/config"
-	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
 // TestInstallationsAPIOnTheDevCluster enables spec.api in a namespace's
@@ -67,31 +62,6 @@ func TestInstallationsAPIOnTheDevCluster(t *testing.T) {
 	// Without a token, and with one that has no rights here.
 	api.do(t, "", http.MethodGet, "/v1/installations", nil, http.StatusUnauthorized, nil)
 	api.do(t, e.toolTokenWithoutRights(t, "nobody"), http.MethodGet, "/v1/installations", nil, http.StatusForbidden, nil)
-}
-
-// applyAPIRoles installs config/rbac/api_roles.yaml, which the operator's
-// manifests carry and the controller binds.
-func (e *stackEnv) applyAPIRoles(t *testing.T) {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "api_roles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); err == io.EOF {
-			return
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		if err := e.c.Patch(context.Background(), &obj, client.Apply, client.FieldOwner("terrace-e2e"), client.ForceOwnership); err != nil {
-			t.Fatalf("failed to apply %s: %v", obj.GetName(), err)
-		}
-	}
 }
 
 // toolToken returns a token of a new ServiceAccount bound to a Role in the

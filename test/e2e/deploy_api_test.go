@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -19,21 +17,13 @@ import (
 )
 
 // runAPIServerUnderControllerRBAC enables the Installations API in ns and
-// disables it again, with the controller under its generated roles: it
-// creates the API server's objects, adds the namespace to the installed
-// ClusterRoleBinding terrace-api-auth (it may create none), and removes
-// them. waitFor fails the test on any request the roles refuse.
+// deletes the config again, with the controller under its generated roles:
+// it creates the API server's objects, among them a Role and a RoleBinding
+// (it may, holding the Role's one right itself), and removes them.
+// waitFor fails the test on any request the roles refuse.
 func runAPIServerUnderControllerRBAC(t *testing.T, c client.Client, ns string, waitFor func(time.Duration, string, func() error)) {
 	t.Helper()
 	ctx := context.Background()
-	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: config.APIName, Namespace: ns}
-	bound := func() (bool, error) {
-		var crb rbacv1.ClusterRoleBinding
-		if err := c.Get(ctx, client.ObjectKey{Name: config.APIAuthBindingName}, &crb); err != nil {
-			return false, fmt.Errorf("the installed ClusterRoleBinding: %w", err)
-		}
-		return slices.Contains(crb.Subjects, subject), nil
-	}
 	cfg := &terracev1.TerraceConfig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: terracev1.TerraceConfigName},
 		Spec:       terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}},
@@ -41,24 +31,32 @@ func runAPIServerUnderControllerRBAC(t *testing.T, c client.Client, ns string, w
 	if err := c.Create(ctx, cfg); err != nil {
 		t.Fatalf("failed to enable the API in %s: %v", ns, err)
 	}
-	waitFor(time.Minute, "the API server's Deployment and its cluster-wide binding", func() error {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: config.APIName}, &appsv1.Deployment{}); err != nil {
+	key := client.ObjectKey{Namespace: ns, Name: config.APIName}
+	waitFor(time.Minute, "the API server's Deployment, Role and RoleBinding", func() error {
+		if err := c.Get(ctx, key, &appsv1.Deployment{}); err != nil {
 			return err
 		}
-		if ok, err := bound(); err != nil || !ok {
-			return fmt.Errorf("ServiceAccount %s/%s not among the subjects of %s (%v)", ns, config.APIName, config.APIAuthBindingName, err)
+		if err := c.Get(ctx, key, &rbacv1.Role{}); err != nil {
+			return err
+		}
+		rb := &rbacv1.RoleBinding{}
+		if err := c.Get(ctx, key, rb); err != nil {
+			return err
+		}
+		if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != config.APIName {
+			return fmt.Errorf("RoleBinding %s grants %+v", config.APIName, rb.RoleRef)
 		}
 		return nil
 	})
 	if err := c.Delete(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(time.Minute, "the config gone and its namespace out of the binding", func() error {
+	waitFor(time.Minute, "the config gone, and the API server's Role with it", func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(cfg), &terracev1.TerraceConfig{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the TerraceConfig is still there (%v)", err)
 		}
-		if ok, err := bound(); err != nil || ok {
-			return errors.Join(err, fmt.Errorf("ServiceAccount %s/%s still bound", ns, config.APIName))
+		if err := c.Get(ctx, key, &rbacv1.Role{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the Role is still there (%v)", err)
 		}
 		return nil
 	})

@@ -121,7 +121,6 @@ func TestRunnerPolicyRefusesHostileStacks(t *testing.T) {
 // since the operator's floor does not allow it.
 func TestNamespaceRunnerImageStaysOutOfTheAPIServer(t *testing.T) {
 	e := newStackEnv(t)
-	e.applyAPIRoles(t)
 	created := e.watchRunnerPods(t)
 	e.program(t, "bench", map[string]string{"main.tf": benchModule})
 	e.create(t, &terracev1.TerraceConfig{

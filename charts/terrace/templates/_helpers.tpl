@@ -26,10 +26,11 @@ app.kubernetes.io/component: controller
 {{/*
 The generated roles (config/rbac, copied into files/ by make generate), one
 object per document, with this chart's labels and the Role in the release
-namespace. Their names are fixed: the controller binds the API roles by name.
+namespace. The Installations API servers need no installed role: the
+controller makes a Role in each namespace that runs one.
 */}}
 {{- define "terrace.generatedRoles" -}}
-{{- range $file := list "files/role.yaml" "files/api_roles.yaml" }}
+{{- range $file := list "files/role.yaml" }}
 {{- range $doc := regexSplit "(?m)^---\\s*$" ($.Files.Get $file) -1 }}
 {{- $obj := fromYaml $doc }}
 {{- if $obj.kind }}

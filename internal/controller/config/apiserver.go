@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/util/retry"
 	kptr "k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -28,30 +26,19 @@ import (
 )
 
 // The Installations API server of a namespace (spec.api.enabled): a
-// Deployment of `terrace api` under its own ServiceAccount, a Service, and
-// a serving certificate from the controller's CA. Its namespaced objects
-// are owned by the TerraceConfig. Its one cluster-wide right (reading the
-// operator namespace's default TerraceConfig; it acts with its callers'
-// tokens for everything else) comes from the one
-// ClusterRoleBinding installed with the controller, whose subjects the
-// controller keeps to the running API servers: it may create or delete no
-// ClusterRoleBinding (docs/security.md, "Controller RBAC"). The finalizer
-// takes the namespace's subject out again.
+// Deployment of `terrace api` under its own ServiceAccount, a Service, a
+// serving certificate from the controller's CA, and a Role with its
+// RoleBinding that let that ServiceAccount read the namespace's
+// TerraceConfig and nothing else: it acts with its callers' tokens for
+// everything else, and the operator namespace's storage settings reach it
+// as a flag (apiserver_rbac.go). Every object is in the namespace and owned
+// by the TerraceConfig; the API server holds no cluster-wide right.
 const (
-	// APIName names the Deployment, Service, ServiceAccount and RoleBinding.
+	// APIName names the Deployment, Service, ServiceAccount, Role and RoleBinding.
 	APIName = "terrace-api"
 	// APITLSSecretName holds tls.crt, tls.key and ca.crt (the CA to trust).
 	APITLSSecretName = "terrace-api-tls"
-	// APIClusterRole is granted in the namespace: reading its TerraceConfig.
-	APIClusterRole = "terrace-api"
-	// APIAuthClusterRole is granted cluster-wide: reading TerraceConfigs
-	// named default (for the operator namespace's), nothing else.
-	APIAuthClusterRole = "terrace-api-auth"
-	// APIAuthBindingName is the ClusterRoleBinding of APIAuthClusterRole,
-	// installed with the controller (config/rbac/api_roles.yaml) without
-	// subjects; the controller adds each API server's ServiceAccount.
-	APIAuthBindingName = "terrace-api-auth"
-	// APIFinalizer removes the namespace from the cluster-wide binding when the config goes.
+	// APIFinalizer removes the API server's objects before the config goes.
 	APIFinalizer = "terrace.dev/api-server"
 	// APIPort is the container's HTTPS port; the Service serves 443.
 	APIPort = 8443
@@ -92,16 +79,16 @@ func (a *APIServerSettings) now() time.Time {
 
 // Every object of an API server is named terrace-api, so reading, changing
 // and deleting are restricted to that name; create cannot be restricted by
-// name in Kubernetes RBAC. The Deployments are watched (metadata only) to
-// repair them. The cluster-wide binding is only read and updated.
+// name in Kubernetes RBAC. The Deployments, Roles and RoleBindings are
+// watched (metadata only) to repair them. The Role grants only what the
+// controller holds itself (reading TerraceConfigs), so creating and
+// binding it needs neither `escalate` nor `bind`.
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list;watch;create
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;update;delete,resourceNames=terrace-api
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=create
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;update;delete,resourceNames=terrace-api
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;update;delete,resourceNames=terrace-api
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;update,resourceNames=terrace-api-auth
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=terrace-api;terrace-api-auth
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=list;watch;create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;update;delete,resourceNames=terrace-api
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=patch
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs/finalizers,verbs=update
 
@@ -131,14 +118,11 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 	if err := r.createOrUpdateOwned(ctx, cfg, sa, func() {}); err != nil {
 		return err
 	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
-	if err := r.createOrUpdateOwned(ctx, cfg, rb, func() {
-		rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIClusterRole}
-		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}}
-	}); err != nil {
+	if err := r.ensureAPIRBAC(ctx, cfg); err != nil {
 		return err
 	}
-	if err := r.bindAPIAuth(ctx, ns, true); err != nil {
+	operatorState, err := r.operatorState(ctx, ns)
+	if err != nil {
 		return err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
@@ -155,49 +139,14 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 		dep.Spec.Replicas = kptr.To(kptr.Deref(cfg.Spec.API.Replicas, 1))
 		dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: apiLabels()}
 		dep.Spec.Template = apiPodTemplate(apiPod{
-			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, image: r.API.image(),
-			tokenAudiences: cfg.Spec.API.TokenAudiences, configHash: configHash(cfg), tlsHash: tlsHash,
+			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, operatorState: operatorState,
+			image: r.API.image(), tokenAudiences: cfg.Spec.API.TokenAudiences, configHash: configHash(cfg), tlsHash: tlsHash,
 		})
 	})
 }
 
 func apiLabels() map[string]string {
 	return map[string]string{"app.kubernetes.io/name": APIName, "app.kubernetes.io/managed-by": "terrace"}
-}
-
-// bindAPIAuth adds (bound) or removes the namespace's API ServiceAccount
-// among the subjects of the installed binding APIAuthBindingName, with a
-// compare-and-swap update that is retried on conflict.
-func (r *Reconciler) bindAPIAuth(ctx context.Context, namespace string, bound bool) error {
-	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: namespace}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		crb := &rbacv1.ClusterRoleBinding{}
-		err := r.Client.Get(ctx, client.ObjectKey{Name: APIAuthBindingName}, crb)
-		switch {
-		case apierrors.IsNotFound(err) && !bound:
-			return nil
-		case apierrors.IsNotFound(err):
-			return fmt.Errorf("ClusterRoleBinding %s is missing: install it with the controller (config/rbac/api_roles.yaml) so API servers may check their callers", APIAuthBindingName)
-		case err != nil:
-			return fmt.Errorf("failed to read ClusterRoleBinding %s: %w", APIAuthBindingName, err)
-		}
-		if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != APIAuthClusterRole {
-			return fmt.Errorf("ClusterRoleBinding %s grants %s %s, not ClusterRole %s: reinstall it from config/rbac/api_roles.yaml", APIAuthBindingName, crb.RoleRef.Kind, crb.RoleRef.Name, APIAuthClusterRole)
-		}
-		i := slices.Index(crb.Subjects, subject)
-		switch {
-		case bound == (i >= 0):
-			return nil
-		case bound:
-			crb.Subjects = append(crb.Subjects, subject)
-		default:
-			crb.Subjects = slices.Delete(crb.Subjects, i, i+1)
-		}
-		if err := r.Client.Update(ctx, crb); err != nil {
-			return fmt.Errorf("failed to update the subjects of ClusterRoleBinding %s: %w", APIAuthBindingName, err)
-		}
-		return nil
-	})
 }
 
 // configHash changes with the config's spec, so a change rolls the API pods.
@@ -208,6 +157,9 @@ func configHash(cfg *terracev1.TerraceConfig) string {
 // apiPod is what an API server's pod template is made from.
 type apiPod struct {
 	namespace, operatorNamespace string
+	// operatorState is the JSON of the operator namespace's spec.state
+	// (apiOperatorStateFlag).
+	operatorState string
 	// image is the controller's own (APIServerSettings.Image).
 	image          string
 	tokenAudiences []string
@@ -216,10 +168,13 @@ type apiPod struct {
 }
 
 // apiPodTemplate runs `terrace api` from the controller's own image,
-// restricted, with its certificate mounted.
+// restricted, with its certificate mounted. It listens on the pod's own IP
+// (downward API), not on every address: on a node whose pods share the
+// host's network, as devnode's do, two API servers would collide on :8443.
 func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
 	args := []string{"api", "--namespace=" + p.namespace, "--operator-namespace=" + p.operatorNamespace,
-		fmt.Sprintf("--listen=:%d", APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"}
+		apiOperatorStateFlag + "=" + p.operatorState,
+		fmt.Sprintf("--listen=$(%s):%d", apiPodIPEnv, APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"}
 	if len(p.tokenAudiences) > 0 {
 		args = append(args, "--token-audiences="+strings.Join(p.tokenAudiences, ","))
 	}
@@ -235,6 +190,9 @@ func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
 				Name:  "api",
 				Image: p.image,
 				Args:  args,
+				Env: []corev1.EnvVar{{Name: apiPodIPEnv, ValueFrom: &corev1.EnvVarSource{
+					FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"},
+				}}},
 				Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
@@ -337,15 +295,13 @@ func (r *Reconciler) removeAPI(ctx context.Context, cfg *terracev1.TerraceConfig
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APITLSSecretName}},
 	} {
 		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to remove %T %s of the API server: %w", obj, obj.GetName(), err)
 		}
-	}
-	if err := r.bindAPIAuth(ctx, ns, false); err != nil {
-		return err
 	}
 	return r.patchFinalizer(ctx, cfg, controllerutil.RemoveFinalizer)
 }

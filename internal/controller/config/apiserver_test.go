@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 )
 
@@ -71,34 +71,7 @@ func updateConfig(t *testing.T, ns string, change func(*terracev1.TerraceConfig)
 	}
 }
 
-// installAPIAuthBinding creates the ClusterRoleBinding that
-// config/rbac/api_roles.yaml installs (without subjects), when missing.
-func installAPIAuthBinding(t *testing.T) *rbacv1.ClusterRoleBinding {
-	t.Helper()
-	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: APIAuthClusterRole},
-	}
-	if err := env.Client.Create(context.Background(), crb); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName}}
-}
-
-// apiSubject is the check that the binding names (or, with want false,
-// does not name) the API ServiceAccount of ns.
-func apiSubject(crb *rbacv1.ClusterRoleBinding, ns string, want bool) func() error {
-	return func() error {
-		subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}
-		if got := slices.Contains(crb.Subjects, subject); got != want {
-			return fmt.Errorf("ClusterRoleBinding %s names %s/%s: %v, want %v (subjects %v)", crb.Name, ns, APIName, got, want, crb.Subjects)
-		}
-		return nil
-	}
-}
-
 func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
-	crb := installAPIAuthBinding(t)
 	ns := env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, Replicas: ptr(int32(2))}})
 
@@ -114,6 +87,11 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 	if pod.ServiceAccountName != APIName || c.Image != controllerImage || !slices.Contains(c.Args, "--namespace="+ns) ||
 		!slices.Contains(c.Args, "--tls-cert-file=/etc/terrace/tls/tls.crt") || c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 		t.Errorf("pod template: sa %q image %q args %v", pod.ServiceAccountName, c.Image, c.Args)
+	}
+	// It listens on the pod's own IP: pods sharing the host's network (devnode) would collide on :8443.
+	if !slices.Contains(c.Args, "--listen=$(POD_IP):8443") || len(c.Env) != 1 || c.Env[0].Name != "POD_IP" ||
+		c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("listen address: args %v env %+v", c.Args, c.Env)
 	}
 	if ref := metav1.GetControllerOf(dep); ref == nil || ref.Kind != "TerraceConfig" {
 		t.Errorf("Deployment not owned by the config: %v", dep.OwnerReferences)
@@ -138,11 +116,16 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 	if svc.Spec.Ports[0].Port != 443 || svc.Spec.Selector["app.kubernetes.io/name"] != APIName {
 		t.Errorf("service: %+v", svc.Spec)
 	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the API Role", role, nil)
+	if ref := metav1.GetControllerOf(role); ref == nil || ref.Kind != "TerraceConfig" || !reflect.DeepEqual(role.Rules, APIServerRole(ns).Rules) {
+		t.Errorf("Role: owners %v rules %+v", role.OwnerReferences, role.Rules)
+	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
 	eventuallyObject(t, "the API RoleBinding", rb, nil)
-	eventuallyObject(t, "the API ServiceAccount among the subjects of the cluster-wide binding", crb, apiSubject(crb, ns, true))
-	if rb.RoleRef.Name != APIClusterRole {
-		t.Errorf("RoleBinding grants %+v", rb.RoleRef)
+	if rb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: APIName}) || metav1.GetControllerOf(rb) == nil ||
+		!slices.Equal(rb.Subjects, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: APIName, Namespace: ns}}) {
+		t.Errorf("RoleBinding grants %+v to %+v (owners %v)", rb.RoleRef, rb.Subjects, rb.OwnerReferences)
 	}
 	waitForConfig(t, ns, "Ready naming the API server", func(c *terracev1.TerraceConfig) bool {
 		return strings.Contains(readyMessage(c), "https://terrace-api."+ns+".svc")
@@ -168,59 +151,14 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 		return nil
 	})
 
-	// Disabled: everything goes, and the namespace leaves the cluster-wide
-	// binding, which stays for the other namespaces.
+	// Disabled: everything goes.
 	setAPI(t, ns, &terracev1.APIConfig{Enabled: false})
-	for _, obj := range []client.Object{dep, svc, rb, secret, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}} {
+	for _, obj := range []client.Object{dep, svc, role, rb, secret, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}} {
 		eventuallyGone(t, fmt.Sprintf("%T", obj), obj)
 	}
-	eventuallyObject(t, "the API ServiceAccount out of the cluster-wide binding", crb, apiSubject(crb, ns, false))
 	waitForConfig(t, ns, "without the finalizer", func(c *terracev1.TerraceConfig) bool {
 		return !slices.Contains(c.Finalizers, APIFinalizer)
 	})
-}
-
-func TestDeletingTheConfigRemovesTheAPIClusterBinding(t *testing.T) {
-	crb := installAPIAuthBinding(t)
-	ns, other := env.Namespace(t), env.Namespace(t)
-	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
-	createConfig(t, other, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
-	eventuallyObject(t, "both API ServiceAccounts in the cluster-wide binding", crb, func() error {
-		if err := apiSubject(crb, ns, true)(); err != nil {
-			return err
-		}
-		return apiSubject(crb, other, true)()
-	})
-	if err := env.Client.Delete(context.Background(), tcfg(ns, terracev1.TerraceConfigSpec{})); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyGone(t, "the TerraceConfig", &terracev1.TerraceConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: terracev1.TerraceConfigName}})
-	eventuallyObject(t, "only the deleted config's ServiceAccount out of the binding", crb, func() error {
-		if err := apiSubject(crb, ns, false)(); err != nil {
-			return err
-		}
-		return apiSubject(crb, other, true)()
-	})
-}
-
-func TestAPIServerWithoutTheInstalledBindingSaysWhatToInstall(t *testing.T) {
-	crb := installAPIAuthBinding(t)
-	if err := env.Client.Delete(context.Background(), crb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { installAPIAuthBinding(t) })
-	ns := env.Namespace(t)
-	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
-	waitForConfig(t, ns, "a Ready message naming the missing binding", func(c *terracev1.TerraceConfig) bool {
-		ready := reconcile.Get(c, terracev1.ReadyCondition)
-		return ready != nil && ready.Status == metav1.ConditionFalse && strings.Contains(ready.Message, "ClusterRoleBinding "+APIAuthBindingName+" is missing")
-	})
-	// The controller never creates ClusterRoleBindings.
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(crb), crb); !apierrors.IsNotFound(err) {
-		t.Fatalf("the binding was recreated: %v", err)
-	}
-	installAPIAuthBinding(t)
-	eventuallyObject(t, "the API ServiceAccount bound once the binding is installed", crb, apiSubject(crb, ns, true))
 }
 
 // TestAPIServerRunsTheControllersImage: a namespace admin who names a

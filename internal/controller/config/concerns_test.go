@@ -3,13 +3,17 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,14 +31,13 @@ func conditionIs(c *terracev1.TerraceConfig, condType string, status metav1.Cond
 // but the API server is still deployed and the state backend reported,
 // each with its own condition.
 func TestMissingKeySecretDoesNotBlockTheAPIServer(t *testing.T) {
-	crb := installAPIAuthBinding(t)
 	ns := env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{
 		State: &terracev1.StateConfig{Encryption: &terracev1.EncryptionConfig{KeySecretRef: terracev1.SecretKeyReference{Name: "state-key"}}},
 		API:   &terracev1.APIConfig{Enabled: true},
 	})
 	eventuallyObject(t, "the API Deployment despite the missing Secret", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}, nil)
-	eventuallyObject(t, "the API ServiceAccount bound despite the missing Secret", crb, apiSubject(crb, ns, true))
+	eventuallyObject(t, "the API RoleBinding despite the missing Secret", &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}, nil)
 	c := waitForConfig(t, ns, "stalled on the Secret, with the API server and backend reported", func(c *terracev1.TerraceConfig) bool {
 		return stalledWith(SecretNotFoundReason)(c) &&
 			conditionIs(c, SecretsReadyCondition, metav1.ConditionFalse, SecretNotFoundReason) &&
@@ -51,57 +54,90 @@ func TestMissingKeySecretDoesNotBlockTheAPIServer(t *testing.T) {
 
 // TestDeleteFailureReachesStatus: when removing a deleted config's API
 // server fails, the config, kept by its finalizer, says why; once the
-// cause is fixed it goes.
+// cause is fixed it goes. An admission policy (CEL, in the API server)
+// refuses to delete the API server's Service in the namespace.
 func TestDeleteFailureReachesStatus(t *testing.T) {
-	installAPIAuthBinding(t)
 	ns := env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
 	waitForConfig(t, ns, "Ready with the API server finalizer", func(c *terracev1.TerraceConfig) bool {
 		return reconcile.IsTrue(c, terracev1.ReadyCondition) && slices.Contains(c.Finalizers, APIFinalizer)
 	})
+	allow := refuseServiceDeletion(t, ns)
 
-	// Replace the installed binding with one granting another role: the
-	// controller refuses to edit it, so taking the namespace out fails.
-	ctx := context.Background()
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName}}
-	if err := env.Client.Delete(ctx, binding); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyGone(t, "the installed binding", binding)
-	wrong := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
-	}
-	if err := env.Client.Create(ctx, wrong); err != nil {
-		t.Fatal(err)
-	}
-	restore := func() {
-		_ = env.Client.Delete(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName}})
-		eventuallyGone(t, "the wrong binding", &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: APIAuthBindingName}})
-		installAPIAuthBinding(t)
-	}
-	t.Cleanup(func() {
-		if wrong != nil {
-			restore()
-		}
-	})
-
-	if err := env.Client.Delete(ctx, tcfg(ns, terracev1.TerraceConfigSpec{})); err != nil {
+	if err := env.Client.Delete(context.Background(), tcfg(ns, terracev1.TerraceConfigSpec{})); err != nil {
 		t.Fatal(err)
 	}
 	c := waitForConfig(t, ns, "deleting, Ready=False naming the failed removal", func(c *terracev1.TerraceConfig) bool {
 		ready := reconcile.Get(c, terracev1.ReadyCondition)
 		return !c.DeletionTimestamp.IsZero() && ready != nil && ready.Status == metav1.ConditionFalse &&
-			strings.Contains(ready.Message, "reinstall it from config/rbac/api_roles.yaml") &&
+			strings.Contains(ready.Message, "failed to remove *v1.Service terrace-api of the API server") &&
+			strings.Contains(ready.Message, "the test keeps the API Service") &&
 			conditionIs(c, APIServerReadyCondition, metav1.ConditionFalse, "")
 	})
 	if !reconcile.IsTrue(c, terracev1.ReconcilingCondition) {
 		t.Errorf("a failed removal is retried, so the config should be Reconciling: %+v", c.Status.Conditions)
 	}
 
-	restore()
-	wrong = nil
-	eventuallyGone(t, "the deleted TerraceConfig once the binding is fixed", tcfg(ns, terracev1.TerraceConfigSpec{}))
+	allow()
+	eventuallyGone(t, "the deleted TerraceConfig once deleting works", tcfg(ns, terracev1.TerraceConfigSpec{}))
+}
+
+// refuseServiceDeletion makes the API server refuse to delete the Service
+// terrace-api in ns until the returned function (also run at cleanup)
+// removes the policy.
+func refuseServiceDeletion(t *testing.T, ns string) func() {
+	t.Helper()
+	ctx := context.Background()
+	name := "keep-api-service-" + ns
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"services"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "oldObject.metadata.name != '" + APIName + "'",
+				Message:    "the test keeps the API Service",
+			}},
+		},
+	}
+	deny := admissionregistrationv1.Deny
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: ns},
+			}},
+		},
+	}
+	for _, obj := range []client.Object{policy, binding} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allow := func() {
+		for _, obj := range []client.Object{binding, policy} {
+			if err := env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(allow)
+	// The policy takes effect a moment after it is created: wait until a
+	// dry-run delete is refused.
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the policy in force", svc, func() error {
+		if err := env.Client.Delete(ctx, svc, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "the test keeps the API Service") {
+			return fmt.Errorf("a dry-run delete: %v", err)
+		}
+		return nil
+	})
+	return allow
 }
 
 // TestAddingTheFinalizerKeepsLastHandledReconcileAt: a config created with
@@ -109,7 +145,6 @@ func TestDeleteFailureReachesStatus(t *testing.T) {
 // that handles the request; the first status it reports must echo the
 // request, which is how `terrace reconcile` knows it was acted on.
 func TestAddingTheFinalizerKeepsLastHandledReconcileAt(t *testing.T) {
-	installAPIAuthBinding(t)
 	ns := env.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -154,6 +155,9 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(configForSecret(mgr.GetClient()))).
 		// The API server's Deployment: repaired when changed or deleted by hand.
 		WatchesMetadata(&appsv1.Deployment{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &terracev1.TerraceConfig{}, handler.OnlyControllerOwner())).
+		// Its Role and RoleBinding: restored when changed or deleted by hand.
+		WatchesMetadata(&rbacv1.Role{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &terracev1.TerraceConfig{}, handler.OnlyControllerOwner())).
+		WatchesMetadata(&rbacv1.RoleBinding{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &terracev1.TerraceConfig{}, handler.OnlyControllerOwner())).
 		Complete(r)
 }
 
@@ -235,8 +239,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	return
 }
 
-// reconcileDelete removes what the config's owner references do not: the
-// API server's place in the cluster-wide binding, and then the finalizer.
+// reconcileDelete removes the API server's objects, and then the finalizer.
 // Its error reaches the status of the config, which stays until it works.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *configScope) error {
 	if r.API == nil {

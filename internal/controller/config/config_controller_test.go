@@ -78,8 +78,12 @@ func readyWithBackend(backend terracev1.StateBackend) func(c *terracev1.TerraceC
 	}
 }
 
+// readyMessage is the Ready condition's message; "" before there is one.
 func readyMessage(c *terracev1.TerraceConfig) string {
-	return reconcile.Get(c, terracev1.ReadyCondition).Message
+	if ready := reconcile.Get(c, terracev1.ReadyCondition); ready != nil {
+		return ready.Message
+	}
+	return ""
 }
 
 func TestEncryptionKeySecretMissingThenFixed(t *testing.T) {

@@ -73,13 +73,11 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 // the outputs and a deployed release.
 func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, applyErr error) error {
 	run := s.run
-	rel := r.newRelease(s, p)
+	if runner.Reason(applyErr) == runner.ReasonStateTooLarge {
+		return r.keepErroredState(context.WithoutCancel(ctx), s, p, applyErr)
+	}
 	if applyErr != nil {
-		rel.Status, rel.FinishedAt = release.StatusFailed, r.now()
-		rel.Message = "apply failed; see the Stack's Ready condition"
-		if recorded, recErr := run.stores.History.Record(context.WithoutCancel(ctx), rel); recErr == nil {
-			s.observed.release = recorded // numbered as stored
-		}
+		r.recordFailedRelease(context.WithoutCancel(ctx), s, p, "apply failed; see the Stack's Ready condition")
 		if runner.Reason(applyErr) == runner.ReasonPlanStale {
 			// Another write to the state came between plan and apply (a
 			// run whose controller died, finishing): this plan can never
@@ -100,17 +98,15 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 	}
 	outputsDone()
 	defer run.timings.Start(runphase.Records)()
-	for name, o := range outputs {
-		rel.Outputs = append(rel.Outputs, release.Output{Name: name, Sensitive: o.Sensitive, Value: o.Value})
-	}
-	slices.SortFunc(rel.Outputs, func(a, b release.Output) int { return strings.Compare(a.Name, b.Name) })
+	rel := r.newRelease(s, p)
+	rel.Outputs = releaseOutputs(outputs)
 	names := make([]string, len(rel.Outputs))
 	for i, o := range rel.Outputs {
 		names[i] = o.Name
 	}
 	rel.HealthChecks = r.runHealthChecks(ctx, s)
 	rel.Status, rel.FinishedAt = release.StatusDeployed, r.now()
-	recorded, err := run.stores.History.Record(ctx, rel)
+	recorded, err := r.recordRelease(ctx, s, rel)
 	if err != nil {
 		return fmt.Errorf("failed to record the release: %w", err)
 	}
@@ -130,6 +126,27 @@ func (r *Reconciler) newRelease(s *scope, p planRecord) release.Release {
 		SecretInputs: s.inputs.secretValues(),
 		Policy:       appliedPolicy(s),
 	}
+}
+
+// recordFailedRelease records a failed apply of p; the failure itself is
+// reported by the Ready condition, so a record that cannot be written is
+// not an error of its own.
+func (r *Reconciler) recordFailedRelease(ctx context.Context, s *scope, p planRecord, message string) {
+	rel := r.newRelease(s, p)
+	rel.Status, rel.FinishedAt, rel.Message = release.StatusFailed, r.now(), message
+	if recorded, err := r.recordRelease(ctx, s, rel); err == nil {
+		s.observed.release = recorded // numbered as stored
+	}
+}
+
+// releaseOutputs are a run's outputs as a release keeps them, by name.
+func releaseOutputs(outputs map[string]runner.Output) []release.Output {
+	out := make([]release.Output, 0, len(outputs))
+	for name, o := range outputs {
+		out = append(out, release.Output{Name: name, Sensitive: o.Sensitive, Value: o.Value})
+	}
+	slices.SortFunc(out, func(a, b release.Output) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 func mergeMaps(base, extra, forced map[string]string) map[string]string {

@@ -46,6 +46,9 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// DependencyRequeue is how often a Stack waiting on dependencies looks again.
 	DependencyRequeue time.Duration
+	// MaxStateBytes is the state server's limit on a state: a plan whose
+	// state would be larger is not applied (0: no limit).
+	MaxStateBytes int64
 }
 
 // Reconciler reconciles Stacks.
@@ -118,6 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.resolveConfig,
 		r.gatherInputs,
 		r.gatherRunOptions,
+		r.resolveBackend,
 		r.checkOutputsSecret,
 		r.reconcileRun,
 	)

@@ -88,8 +88,10 @@ func (r *Reconciler) removeStoredData(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	if err := stores.States.Delete(ctx, stateKey(s.stack)); err != nil {
-		return fmt.Errorf("failed to delete state: %w", err)
+	if !ownsBackend(s.stack) {
+		if err := stores.States.Delete(ctx, stateKey(s.stack)); err != nil {
+			return fmt.Errorf("failed to delete state: %w", err)
+		}
 	}
 	plans, err := stores.Plans.ListPlans(ctx, s.stack.Namespace, s.stack.Name)
 	if err != nil {

@@ -30,6 +30,8 @@ func classify(sess runSession, err error, reason, what string) error {
 	case runner.ReasonCommandFailed, runner.ReasonInvalidArgument, runner.ReasonDigestMismatch,
 		runner.ReasonUnsafeArchive, runner.ReasonTooLarge:
 		return reconcile.Terminalf(reason, "%s: %s", what, runnerMessage(err))
+	case runner.ReasonStateTooLarge:
+		return reconcile.Terminalf(StateTooLargeReason, "%s: %s", what, runnerMessage(err))
 	case runner.ReasonStateLocked:
 		return fmt.Errorf("%s: the state is locked: %s", what, runnerMessage(err))
 	}

@@ -28,8 +28,14 @@ func inventorySecretName(stack *terracev1.Stack) string {
 // recordInventory reads the resources in the Stack's state, as the store
 // holds it after the run, into the observations: the addresses themselves
 // when there are few, else a Secret of the Stack's own. A state that
-// cannot be read (encrypted by tofu) leaves the inventory as it was.
+// cannot be read (encrypted by tofu, or in the Stack's own backend)
+// leaves the inventory as it was.
 func (r *Reconciler) recordInventory(ctx context.Context, s *scope) error {
+	if s.stack.Spec.Backend != nil {
+		// The state is in the Stack's own backend, which the controller
+		// never reads: no inventory (rather than a wrong empty one).
+		return nil
+	}
 	st, err := s.run.stores.States.Get(ctx, stateKey(s.stack))
 	var data []byte
 	switch {

@@ -21,7 +21,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	req := &runnerv1.PlanRequest{Variables: vars, PlanId: planID}
+	req := &runnerv1.PlanRequest{Variables: vars, PlanId: planID, MaxStateBytes: r.Options.MaxStateBytes}
 	applyPlanOptions(s, req)
 	if r.inOnePass(s) {
 		return r.planAndApply(ctx, s, req)
@@ -57,6 +57,9 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 		if _, requested := requestedReconcile(s.stack); !requested {
 			return nil // reported, never repaired unless a person asks
 		}
+	}
+	if err := r.checkStateSize(p.PlanResult); err != nil {
+		return err
 	}
 	if approved(s.stack.Spec.ApprovePlan, "") {
 		return r.apply(ctx, s, planRecord{id: planID, summary: p.GetSummary(), started: started})

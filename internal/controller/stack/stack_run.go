@@ -152,7 +152,15 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 		return classify(sess, err, failureReason(run.kind), "init failed")
 	}
 	s.observed.tool = r.runTool(ctx, sess, initResult)
-	return r.afterRun(rctx, s, r.stepFor(run.kind)(rctx, s))
+	if err := r.stepFor(run.kind)(rctx, s); err != nil {
+		return err
+	}
+	if p := s.observed.plan; p != nil && p.upToDate && !s.stack.Spec.PlanOnly {
+		if err := r.reconcileRelease(rctx, s); err != nil {
+			return err
+		}
+	}
+	return r.afterRun(rctx, s, nil)
 }
 
 // closeRun removes the run's runner pod (unless the config retains it)
@@ -212,6 +220,9 @@ func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
 	}
 	if err := r.Runs.Cleanup(ctx, s.stack.Namespace, s.stack.Name); err != nil {
 		return fmt.Errorf("failed to remove runner pods of earlier runs: %w", err)
+	}
+	if ownsBackend(s.stack) {
+		return nil // its lock is the backend's: Terrace cannot tell whose it is
 	}
 	states := s.run.stores.States
 	key := stateKey(s.stack)
@@ -278,6 +289,9 @@ func (r *Reconciler) uploadFluxArtifact(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) initRequest(s *scope) *runnerv1.InitRequest {
+	if s.backend != nil {
+		return &runnerv1.InitRequest{Path: s.stack.Spec.Path, Workspace: s.stack.Spec.Workspace, OwnBackend: s.backend}
+	}
 	addr := fmt.Sprintf("%s/state/%s/%s/%s", strings.TrimRight(r.Options.StateServerURL, "/"), s.stack.Namespace, s.stack.Name, s.stack.Spec.Workspace)
 	return &runnerv1.InitRequest{
 		Path:      s.stack.Spec.Path,

@@ -30,6 +30,9 @@ type scope struct {
 	inputs *inputs
 	// options are the run options, mapped files and plan policies.
 	options *runOptions
+	// backend is spec.backend with its credentials, as the runner takes it;
+	// nil when the state is on Terrace's state server.
+	backend *runnerv1.OwnBackend
 	// run is the run in progress, while a runner is in use.
 	run      *runScope
 	observed observations

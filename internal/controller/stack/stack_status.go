@@ -167,7 +167,7 @@ func recordRun(s *scope) {
 		st.Inventory = o.inventory
 	}
 	if rel := o.release; rel != nil {
-		st.Release = &terracev1.ReleaseStatus{Revision: int64(rel.Revision), Status: string(rel.Status), UpdatedAt: ptrTime(rel.FinishedAt)}
+		st.Release = &terracev1.ReleaseStatus{Revision: int64(rel.Revision), Status: string(rel.Status), UpdatedAt: ptrTime(rel.FinishedAt), StateSerial: rel.StateSerial}
 	}
 }
 

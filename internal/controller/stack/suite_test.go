@@ -45,6 +45,10 @@ var suite struct {
 
 const suiteOperatorNS = "terrace-system"
 
+// suiteMaxStateBytes is the suite's state server limit, far above the
+// scenarios' states but for the one that goes over it.
+const suiteMaxStateBytes = 256 << 10
+
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
@@ -99,7 +103,7 @@ func startSuiteManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	state := httpbackend.NewServer(httpbackend.Options{ListenAddress: "127.0.0.1:0"}, &backend.Router{Backends: backends},
+	state := httpbackend.NewServer(httpbackend.Options{ListenAddress: "127.0.0.1:0", MaxStateBytes: suiteMaxStateBytes}, &backend.Router{Backends: backends},
 		currentRunChecker{live: mgr.GetAPIReader()}, pki.ServerTLSConfig(pki.StaticCertificate(servingCert), pki.TrustFunc(authority.TrustPool), nil))
 	if err := state.Listen(); err != nil {
 		return err
@@ -117,7 +121,7 @@ func startSuiteManager(ctx context.Context) error {
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: suite.events,
 		Configs: resolver, Runs: suite.runs, Stores: backends,
-		Options: Options{OperatorNamespace: suiteOperatorNS, StateServerURL: suite.stateURL, MaxConcurrentReconciles: 4, DependencyRequeue: time.Second},
+		Options: Options{OperatorNamespace: suiteOperatorNS, StateServerURL: suite.stateURL, MaxConcurrentReconciles: 4, DependencyRequeue: time.Second, MaxStateBytes: suiteMaxStateBytes},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

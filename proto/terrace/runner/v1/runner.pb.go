@@ -641,9 +641,12 @@ type InitRequest struct {
 	HttpBackend *HTTPBackend `protobuf:"bytes,3,opt,name=http_backend,json=httpBackend,proto3" json:"http_backend,omitempty"`
 	// upgrade passes -upgrade to init.
 	Upgrade bool `protobuf:"varint,4,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
+	// own_backend, when set, replaces the module's backend block with the
+	// Stack's own (spec.backend); http_backend must then be unset.
+	OwnBackend *OwnBackend `protobuf:"bytes,5,opt,name=own_backend,json=ownBackend,proto3" json:"own_backend,omitempty"`
 	// files are written before init (spec.fileMappings). Their contents are
 	// redacted from everything the runner prints.
-	Files         []*MappedFile `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`
+	Files         []*MappedFile `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -706,11 +709,146 @@ func (x *InitRequest) GetUpgrade() bool {
 	return false
 }
 
+func (x *InitRequest) GetOwnBackend() *OwnBackend {
+	if x != nil {
+		return x.OwnBackend
+	}
+	return nil
+}
+
 func (x *InitRequest) GetFiles() []*MappedFile {
 	if x != nil {
 		return x.Files
 	}
 	return nil
+}
+
+// OwnBackend is a backend block of the Stack's own. Credentials go through
+// the environment of every later command (as the http backend's key does),
+// are redacted from everything the runner sends, and never land in
+// .terraform or in a plan file.
+type OwnBackend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type of the backend block, e.g. "pg" or "s3"; never "local".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// config_json is a JSON object of the block's attributes.
+	ConfigJson    []byte               `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	Credentials   []*BackendCredential `protobuf:"bytes,3,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnBackend) Reset() {
+	*x = OwnBackend{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnBackend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnBackend) ProtoMessage() {}
+
+func (x *OwnBackend) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnBackend.ProtoReflect.Descriptor instead.
+func (*OwnBackend) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *OwnBackend) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *OwnBackend) GetConfigJson() []byte {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return nil
+}
+
+func (x *OwnBackend) GetCredentials() []*BackendCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// BackendCredential is one environment variable of tofu.
+type BackendCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Env   string                 `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
+	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// as_file writes value to a 0600 file in the work dir and sets env to its path.
+	AsFile        bool `protobuf:"varint,3,opt,name=as_file,json=asFile,proto3" json:"as_file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendCredential) Reset() {
+	*x = BackendCredential{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendCredential) ProtoMessage() {}
+
+func (x *BackendCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendCredential.ProtoReflect.Descriptor instead.
+func (*BackendCredential) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BackendCredential) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *BackendCredential) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *BackendCredential) GetAsFile() bool {
+	if x != nil {
+		return x.AsFile
+	}
+	return false
 }
 
 // MappedFile is one file written into the module directory or the home
@@ -727,7 +865,7 @@ type MappedFile struct {
 
 func (x *MappedFile) Reset() {
 	*x = MappedFile{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +877,7 @@ func (x *MappedFile) String() string {
 func (*MappedFile) ProtoMessage() {}
 
 func (x *MappedFile) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +890,7 @@ func (x *MappedFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MappedFile.ProtoReflect.Descriptor instead.
 func (*MappedFile) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{8}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MappedFile) GetLocation() FileLocation {
@@ -795,7 +933,7 @@ type HTTPBackend struct {
 
 func (x *HTTPBackend) Reset() {
 	*x = HTTPBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +945,7 @@ func (x *HTTPBackend) String() string {
 func (*HTTPBackend) ProtoMessage() {}
 
 func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +958,7 @@ func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPBackend.ProtoReflect.Descriptor instead.
 func (*HTTPBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HTTPBackend) GetAddress() string {
@@ -878,7 +1016,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1028,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1041,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InitResponse) GetEvent() isInitResponse_Event {
@@ -959,7 +1097,7 @@ type InitResult struct {
 
 func (x *InitResult) Reset() {
 	*x = InitResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1109,7 @@ func (x *InitResult) String() string {
 func (*InitResult) ProtoMessage() {}
 
 func (x *InitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1122,7 @@ func (x *InitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResult.ProtoReflect.Descriptor instead.
 func (*InitResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InitResult) GetVersion() string {
@@ -1019,7 +1157,7 @@ type Variables struct {
 
 func (x *Variables) Reset() {
 	*x = Variables{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1169,7 @@ func (x *Variables) String() string {
 func (*Variables) ProtoMessage() {}
 
 func (x *Variables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1182,7 @@ func (x *Variables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variables.ProtoReflect.Descriptor instead.
 func (*Variables) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Variables) GetJson() []byte {
@@ -1080,20 +1218,24 @@ type PlanRequest struct {
 	// plan_id names the plan; empty lets the runner pick one. Letters,
 	// digits, '.', '_' and '-', at most 128.
 	PlanId string `protobuf:"bytes,5,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	// max_state_bytes, when set, is the state server's limit: PlanAndApply
+	// does not apply a plan whose planned values alone are larger (the
+	// state could not be saved), and fails with STATE_TOO_LARGE.
+	MaxStateBytes int64 `protobuf:"varint,6,opt,name=max_state_bytes,json=maxStateBytes,proto3" json:"max_state_bytes,omitempty"`
 	// parallelism passes -parallelism (0: tofu's default), to the apply of
 	// PlanAndApply too.
-	Parallelism int32 `protobuf:"varint,6,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	Parallelism int32 `protobuf:"varint,7,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
 	// skip_refresh passes -refresh=false.
-	SkipRefresh bool `protobuf:"varint,7,opt,name=skip_refresh,json=skipRefresh,proto3" json:"skip_refresh,omitempty"`
+	SkipRefresh bool `protobuf:"varint,8,opt,name=skip_refresh,json=skipRefresh,proto3" json:"skip_refresh,omitempty"`
 	// replace passes -replace for each address.
-	Replace       []string `protobuf:"bytes,8,rep,name=replace,proto3" json:"replace,omitempty"`
+	Replace       []string `protobuf:"bytes,9,rep,name=replace,proto3" json:"replace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1247,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1260,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlanRequest) GetVariables() *Variables {
@@ -1156,6 +1298,13 @@ func (x *PlanRequest) GetPlanId() string {
 	return ""
 }
 
+func (x *PlanRequest) GetMaxStateBytes() int64 {
+	if x != nil {
+		return x.MaxStateBytes
+	}
+	return 0
+}
+
 func (x *PlanRequest) GetParallelism() int32 {
 	if x != nil {
 		return x.Parallelism
@@ -1191,7 +1340,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1352,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1365,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -1287,14 +1436,18 @@ type PlanResult struct {
 	// json_size is the size of the redacted plan JSON sent in json_chunk.
 	JsonSize int64 `protobuf:"varint,4,opt,name=json_size,json=jsonSize,proto3" json:"json_size,omitempty"`
 	// plan_file_size is the size of the binary plan file (see DownloadPlan).
-	PlanFileSize  int64 `protobuf:"varint,5,opt,name=plan_file_size,json=planFileSize,proto3" json:"plan_file_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PlanFileSize int64 `protobuf:"varint,5,opt,name=plan_file_size,json=planFileSize,proto3" json:"plan_file_size,omitempty"`
+	// planned_state_bytes is the size of the plan's planned values (JSON):
+	// a lower bound of the state the apply would save (values known only
+	// after the apply come on top).
+	PlannedStateBytes int64 `protobuf:"varint,6,opt,name=planned_state_bytes,json=plannedStateBytes,proto3" json:"planned_state_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PlanResult) Reset() {
 	*x = PlanResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1459,7 @@ func (x *PlanResult) String() string {
 func (*PlanResult) ProtoMessage() {}
 
 func (x *PlanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1472,7 @@ func (x *PlanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResult.ProtoReflect.Descriptor instead.
 func (*PlanResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlanResult) GetPlanId() string {
@@ -1357,6 +1510,13 @@ func (x *PlanResult) GetPlanFileSize() int64 {
 	return 0
 }
 
+func (x *PlanResult) GetPlannedStateBytes() int64 {
+	if x != nil {
+		return x.PlannedStateBytes
+	}
+	return 0
+}
+
 type PlanSummary struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Add     int32                  `protobuf:"varint,1,opt,name=add,proto3" json:"add,omitempty"`
@@ -1374,7 +1534,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1546,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1559,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -1461,7 +1621,7 @@ type ShowPlanRequest struct {
 
 func (x *ShowPlanRequest) Reset() {
 	*x = ShowPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1633,7 @@ func (x *ShowPlanRequest) String() string {
 func (*ShowPlanRequest) ProtoMessage() {}
 
 func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1646,7 @@ func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanRequest.ProtoReflect.Descriptor instead.
 func (*ShowPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ShowPlanRequest) GetPlanId() string {
@@ -1512,7 +1672,7 @@ type ShowPlanResponse struct {
 
 func (x *ShowPlanResponse) Reset() {
 	*x = ShowPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1684,7 @@ func (x *ShowPlanResponse) String() string {
 func (*ShowPlanResponse) ProtoMessage() {}
 
 func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1697,7 @@ func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanResponse.ProtoReflect.Descriptor instead.
 func (*ShowPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ShowPlanResponse) GetChunk() []byte {
@@ -1558,7 +1718,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1730,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1743,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApplyRequest) GetPlanId() string {
@@ -1613,7 +1773,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1785,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1798,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -1691,7 +1851,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1863,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1876,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyResult) GetPlanId() string {
@@ -1741,7 +1901,7 @@ type PlanAndApplyResponse struct {
 
 func (x *PlanAndApplyResponse) Reset() {
 	*x = PlanAndApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1913,7 @@ func (x *PlanAndApplyResponse) String() string {
 func (*PlanAndApplyResponse) ProtoMessage() {}
 
 func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1926,7 @@ func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanAndApplyResponse.ProtoReflect.Descriptor instead.
 func (*PlanAndApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PlanAndApplyResponse) GetEvent() isPlanAndApplyResponse_Event {
@@ -1852,7 +2012,7 @@ type OutputRequest struct {
 
 func (x *OutputRequest) Reset() {
 	*x = OutputRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2024,7 @@ func (x *OutputRequest) String() string {
 func (*OutputRequest) ProtoMessage() {}
 
 func (x *OutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2037,7 @@ func (x *OutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRequest.ProtoReflect.Descriptor instead.
 func (*OutputRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
 }
 
 // OutputResponse carries a piece of one output. The pieces of an output
@@ -1898,7 +2058,7 @@ type OutputResponse struct {
 
 func (x *OutputResponse) Reset() {
 	*x = OutputResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2070,7 @@ func (x *OutputResponse) String() string {
 func (*OutputResponse) ProtoMessage() {}
 
 func (x *OutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2083,7 @@ func (x *OutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputResponse.ProtoReflect.Descriptor instead.
 func (*OutputResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OutputResponse) GetName() string {
@@ -1971,7 +2131,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2143,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2156,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DestroyRequest) GetVariables() *Variables {
@@ -2026,7 +2186,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2198,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2211,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -2103,7 +2263,7 @@ type DestroyResult struct {
 
 func (x *DestroyResult) Reset() {
 	*x = DestroyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2275,7 @@ func (x *DestroyResult) String() string {
 func (*DestroyResult) ProtoMessage() {}
 
 func (x *DestroyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2288,7 @@ func (x *DestroyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResult.ProtoReflect.Descriptor instead.
 func (*DestroyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
 }
 
 type ForceUnlockRequest struct {
@@ -2140,7 +2300,7 @@ type ForceUnlockRequest struct {
 
 func (x *ForceUnlockRequest) Reset() {
 	*x = ForceUnlockRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2312,7 @@ func (x *ForceUnlockRequest) String() string {
 func (*ForceUnlockRequest) ProtoMessage() {}
 
 func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2325,7 @@ func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
 func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForceUnlockRequest) GetLockId() string {
@@ -2183,7 +2343,7 @@ type ForceUnlockResponse struct {
 
 func (x *ForceUnlockResponse) Reset() {
 	*x = ForceUnlockResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2355,7 @@ func (x *ForceUnlockResponse) String() string {
 func (*ForceUnlockResponse) ProtoMessage() {}
 
 func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2368,7 @@ func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockResponse.ProtoReflect.Descriptor instead.
 func (*ForceUnlockResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
 }
 
 type DownloadPlanRequest struct {
@@ -2220,7 +2380,7 @@ type DownloadPlanRequest struct {
 
 func (x *DownloadPlanRequest) Reset() {
 	*x = DownloadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2392,7 @@ func (x *DownloadPlanRequest) String() string {
 func (*DownloadPlanRequest) ProtoMessage() {}
 
 func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2405,7 @@ func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanRequest.ProtoReflect.Descriptor instead.
 func (*DownloadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DownloadPlanRequest) GetPlanId() string {
@@ -2268,7 +2428,7 @@ type DownloadPlanResponse struct {
 
 func (x *DownloadPlanResponse) Reset() {
 	*x = DownloadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2440,7 @@ func (x *DownloadPlanResponse) String() string {
 func (*DownloadPlanResponse) ProtoMessage() {}
 
 func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2453,7 @@ func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanResponse.ProtoReflect.Descriptor instead.
 func (*DownloadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DownloadPlanResponse) GetPart() isDownloadPlanResponse_Part {
@@ -2350,7 +2510,7 @@ type PlanFileHeader struct {
 
 func (x *PlanFileHeader) Reset() {
 	*x = PlanFileHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2522,7 @@ func (x *PlanFileHeader) String() string {
 func (*PlanFileHeader) ProtoMessage() {}
 
 func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2535,7 @@ func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanFileHeader.ProtoReflect.Descriptor instead.
 func (*PlanFileHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PlanFileHeader) GetPlanId() string {
@@ -2412,7 +2572,7 @@ type UploadPlanRequest struct {
 
 func (x *UploadPlanRequest) Reset() {
 	*x = UploadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2584,7 @@ func (x *UploadPlanRequest) String() string {
 func (*UploadPlanRequest) ProtoMessage() {}
 
 func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2597,7 @@ func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanRequest.ProtoReflect.Descriptor instead.
 func (*UploadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UploadPlanRequest) GetPart() isUploadPlanRequest_Part {
@@ -2491,7 +2651,7 @@ type UploadPlanResponse struct {
 
 func (x *UploadPlanResponse) Reset() {
 	*x = UploadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2663,7 @@ func (x *UploadPlanResponse) String() string {
 func (*UploadPlanResponse) ProtoMessage() {}
 
 func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2676,7 @@ func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanResponse.ProtoReflect.Descriptor instead.
 func (*UploadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UploadPlanResponse) GetPlanId() string {
@@ -2535,7 +2695,7 @@ type SetSensitiveVariablesRequest struct {
 
 func (x *SetSensitiveVariablesRequest) Reset() {
 	*x = SetSensitiveVariablesRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2707,7 @@ func (x *SetSensitiveVariablesRequest) String() string {
 func (*SetSensitiveVariablesRequest) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2720,7 @@ func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetSensitiveVariablesRequest) GetNames() []string {
@@ -2578,7 +2738,7 @@ type SetSensitiveVariablesResponse struct {
 
 func (x *SetSensitiveVariablesResponse) Reset() {
 	*x = SetSensitiveVariablesResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2750,7 @@ func (x *SetSensitiveVariablesResponse) String() string {
 func (*SetSensitiveVariablesResponse) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2763,7 @@ func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
 }
 
 type CheckHealthRequest struct {
@@ -2615,7 +2775,7 @@ type CheckHealthRequest struct {
 
 func (x *CheckHealthRequest) Reset() {
 	*x = CheckHealthRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2787,7 @@ func (x *CheckHealthRequest) String() string {
 func (*CheckHealthRequest) ProtoMessage() {}
 
 func (x *CheckHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2800,7 @@ func (x *CheckHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckHealthRequest.ProtoReflect.Descriptor instead.
 func (*CheckHealthRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CheckHealthRequest) GetChecks() []*HealthCheck {
@@ -2669,7 +2829,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2841,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2854,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HealthCheck) GetName() string {
@@ -2748,7 +2908,7 @@ type CheckHealthResponse struct {
 
 func (x *CheckHealthResponse) Reset() {
 	*x = CheckHealthResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2920,7 @@ func (x *CheckHealthResponse) String() string {
 func (*CheckHealthResponse) ProtoMessage() {}
 
 func (x *CheckHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2933,7 @@ func (x *CheckHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckHealthResponse.ProtoReflect.Descriptor instead.
 func (*CheckHealthResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CheckHealthResponse) GetResults() []*HealthCheckResult {
@@ -2798,7 +2958,7 @@ type HealthCheckResult struct {
 
 func (x *HealthCheckResult) Reset() {
 	*x = HealthCheckResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2970,7 @@ func (x *HealthCheckResult) String() string {
 func (*HealthCheckResult) ProtoMessage() {}
 
 func (x *HealthCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2983,7 @@ func (x *HealthCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResult.ProtoReflect.Descriptor instead.
 func (*HealthCheckResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{40}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HealthCheckResult) GetName() string {
@@ -2886,13 +3046,25 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1a\n" +
 	"\bexternal\x18\x03 \x01(\bR\bexternal\"F\n" +
 	"\rFetchResponse\x125\n" +
-	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\xd1\x01\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\x91\x02\n" +
 	"\vInitRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12A\n" +
 	"\fhttp_backend\x18\x03 \x01(\v2\x1e.terrace.runner.v1.HTTPBackendR\vhttpBackend\x12\x18\n" +
-	"\aupgrade\x18\x04 \x01(\bR\aupgrade\x123\n" +
-	"\x05files\x18\x05 \x03(\v2\x1d.terrace.runner.v1.MappedFileR\x05files\"w\n" +
+	"\aupgrade\x18\x04 \x01(\bR\aupgrade\x12>\n" +
+	"\vown_backend\x18\x05 \x01(\v2\x1d.terrace.runner.v1.OwnBackendR\n" +
+	"ownBackend\x123\n" +
+	"\x05files\x18\x06 \x03(\v2\x1d.terrace.runner.v1.MappedFileR\x05files\"\x89\x01\n" +
+	"\n" +
+	"OwnBackend\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
+	"\vconfig_json\x18\x02 \x01(\fR\n" +
+	"configJson\x12F\n" +
+	"\vcredentials\x18\x03 \x03(\v2$.terrace.runner.v1.BackendCredentialR\vcredentials\"T\n" +
+	"\x11BackendCredential\x12\x10\n" +
+	"\x03env\x18\x01 \x01(\tR\x03env\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x17\n" +
+	"\aas_file\x18\x03 \x01(\bR\x06asFile\"w\n" +
 	"\n" +
 	"MappedFile\x12;\n" +
 	"\blocation\x18\x01 \x01(\x0e2\x1f.terrace.runner.v1.FileLocationR\blocation\x12\x12\n" +
@@ -2920,22 +3092,23 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\tVariables\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x1c\n" +
 	"\tsensitive\x18\x02 \x03(\tR\tsensitive\x12\x14\n" +
-	"\x05files\x18\x03 \x03(\tR\x05files\"\x98\x02\n" +
+	"\x05files\x18\x03 \x03(\tR\x05files\"\xc0\x02\n" +
 	"\vPlanRequest\x12:\n" +
 	"\tvariables\x18\x01 \x01(\v2\x1c.terrace.runner.v1.VariablesR\tvariables\x12\x18\n" +
 	"\adestroy\x18\x02 \x01(\bR\adestroy\x12!\n" +
 	"\frefresh_only\x18\x03 \x01(\bR\vrefreshOnly\x12\x18\n" +
 	"\atargets\x18\x04 \x03(\tR\atargets\x12\x17\n" +
-	"\aplan_id\x18\x05 \x01(\tR\x06planId\x12 \n" +
-	"\vparallelism\x18\x06 \x01(\x05R\vparallelism\x12!\n" +
-	"\fskip_refresh\x18\a \x01(\bR\vskipRefresh\x12\x18\n" +
-	"\areplace\x18\b \x03(\tR\areplace\"\xa1\x01\n" +
+	"\aplan_id\x18\x05 \x01(\tR\x06planId\x12&\n" +
+	"\x0fmax_state_bytes\x18\x06 \x01(\x03R\rmaxStateBytes\x12 \n" +
+	"\vparallelism\x18\a \x01(\x05R\vparallelism\x12!\n" +
+	"\fskip_refresh\x18\b \x01(\bR\vskipRefresh\x12\x18\n" +
+	"\areplace\x18\t \x03(\tR\areplace\"\xa1\x01\n" +
 	"\fPlanResponse\x12.\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x12\x1f\n" +
 	"\n" +
 	"json_chunk\x18\x02 \x01(\fH\x00R\tjsonChunk\x127\n" +
 	"\x06result\x18\x03 \x01(\v2\x1d.terrace.runner.v1.PlanResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\xc3\x01\n" +
+	"\x05event\"\xf3\x01\n" +
 	"\n" +
 	"PlanResult\x12\x17\n" +
 	"\aplan_id\x18\x01 \x01(\tR\x06planId\x12\x1f\n" +
@@ -2943,7 +3116,8 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"hasChanges\x128\n" +
 	"\asummary\x18\x03 \x01(\v2\x1e.terrace.runner.v1.PlanSummaryR\asummary\x12\x1b\n" +
 	"\tjson_size\x18\x04 \x01(\x03R\bjsonSize\x12$\n" +
-	"\x0eplan_file_size\x18\x05 \x01(\x03R\fplanFileSize\"\xbe\x01\n" +
+	"\x0eplan_file_size\x18\x05 \x01(\x03R\fplanFileSize\x12.\n" +
+	"\x13planned_state_bytes\x18\x06 \x01(\x03R\x11plannedStateBytes\"\xbe\x01\n" +
 	"\vPlanSummary\x12\x10\n" +
 	"\x03add\x18\x01 \x01(\x05R\x03add\x12\x16\n" +
 	"\x06change\x18\x02 \x01(\x05R\x06change\x12\x18\n" +
@@ -3078,7 +3252,7 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
 	(FileLocation)(0),                     // 1: terrace.runner.v1.FileLocation
@@ -3092,103 +3266,107 @@ var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(*FetchRequest)(nil),                  // 9: terrace.runner.v1.FetchRequest
 	(*FetchResponse)(nil),                 // 10: terrace.runner.v1.FetchResponse
 	(*InitRequest)(nil),                   // 11: terrace.runner.v1.InitRequest
-	(*MappedFile)(nil),                    // 12: terrace.runner.v1.MappedFile
-	(*HTTPBackend)(nil),                   // 13: terrace.runner.v1.HTTPBackend
-	(*InitResponse)(nil),                  // 14: terrace.runner.v1.InitResponse
-	(*InitResult)(nil),                    // 15: terrace.runner.v1.InitResult
-	(*Variables)(nil),                     // 16: terrace.runner.v1.Variables
-	(*PlanRequest)(nil),                   // 17: terrace.runner.v1.PlanRequest
-	(*PlanResponse)(nil),                  // 18: terrace.runner.v1.PlanResponse
-	(*PlanResult)(nil),                    // 19: terrace.runner.v1.PlanResult
-	(*PlanSummary)(nil),                   // 20: terrace.runner.v1.PlanSummary
-	(*ShowPlanRequest)(nil),               // 21: terrace.runner.v1.ShowPlanRequest
-	(*ShowPlanResponse)(nil),              // 22: terrace.runner.v1.ShowPlanResponse
-	(*ApplyRequest)(nil),                  // 23: terrace.runner.v1.ApplyRequest
-	(*ApplyResponse)(nil),                 // 24: terrace.runner.v1.ApplyResponse
-	(*ApplyResult)(nil),                   // 25: terrace.runner.v1.ApplyResult
-	(*PlanAndApplyResponse)(nil),          // 26: terrace.runner.v1.PlanAndApplyResponse
-	(*OutputRequest)(nil),                 // 27: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),                // 28: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),                // 29: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),               // 30: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),                 // 31: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),            // 32: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),           // 33: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),           // 34: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil),          // 35: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),                // 36: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),             // 37: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),            // 38: terrace.runner.v1.UploadPlanResponse
-	(*SetSensitiveVariablesRequest)(nil),  // 39: terrace.runner.v1.SetSensitiveVariablesRequest
-	(*SetSensitiveVariablesResponse)(nil), // 40: terrace.runner.v1.SetSensitiveVariablesResponse
-	(*CheckHealthRequest)(nil),            // 41: terrace.runner.v1.CheckHealthRequest
-	(*HealthCheck)(nil),                   // 42: terrace.runner.v1.HealthCheck
-	(*CheckHealthResponse)(nil),           // 43: terrace.runner.v1.CheckHealthResponse
-	(*HealthCheckResult)(nil),             // 44: terrace.runner.v1.HealthCheckResult
-	nil,                                   // 45: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(*OwnBackend)(nil),                    // 12: terrace.runner.v1.OwnBackend
+	(*BackendCredential)(nil),             // 13: terrace.runner.v1.BackendCredential
+	(*MappedFile)(nil),                    // 14: terrace.runner.v1.MappedFile
+	(*HTTPBackend)(nil),                   // 15: terrace.runner.v1.HTTPBackend
+	(*InitResponse)(nil),                  // 16: terrace.runner.v1.InitResponse
+	(*InitResult)(nil),                    // 17: terrace.runner.v1.InitResult
+	(*Variables)(nil),                     // 18: terrace.runner.v1.Variables
+	(*PlanRequest)(nil),                   // 19: terrace.runner.v1.PlanRequest
+	(*PlanResponse)(nil),                  // 20: terrace.runner.v1.PlanResponse
+	(*PlanResult)(nil),                    // 21: terrace.runner.v1.PlanResult
+	(*PlanSummary)(nil),                   // 22: terrace.runner.v1.PlanSummary
+	(*ShowPlanRequest)(nil),               // 23: terrace.runner.v1.ShowPlanRequest
+	(*ShowPlanResponse)(nil),              // 24: terrace.runner.v1.ShowPlanResponse
+	(*ApplyRequest)(nil),                  // 25: terrace.runner.v1.ApplyRequest
+	(*ApplyResponse)(nil),                 // 26: terrace.runner.v1.ApplyResponse
+	(*ApplyResult)(nil),                   // 27: terrace.runner.v1.ApplyResult
+	(*PlanAndApplyResponse)(nil),          // 28: terrace.runner.v1.PlanAndApplyResponse
+	(*OutputRequest)(nil),                 // 29: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                // 30: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                // 31: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),               // 32: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                 // 33: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),            // 34: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),           // 35: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),           // 36: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),          // 37: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                // 38: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),             // 39: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),            // 40: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),  // 41: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil), // 42: terrace.runner.v1.SetSensitiveVariablesResponse
+	(*CheckHealthRequest)(nil),            // 43: terrace.runner.v1.CheckHealthRequest
+	(*HealthCheck)(nil),                   // 44: terrace.runner.v1.HealthCheck
+	(*CheckHealthResponse)(nil),           // 45: terrace.runner.v1.CheckHealthResponse
+	(*HealthCheckResult)(nil),             // 46: terrace.runner.v1.HealthCheckResult
+	nil,                                   // 47: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
 	7,  // 1: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
 	5,  // 2: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
 	5,  // 3: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	13, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
-	12, // 5: terrace.runner.v1.InitRequest.files:type_name -> terrace.runner.v1.MappedFile
-	1,  // 6: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
-	4,  // 7: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
-	15, // 8: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	45, // 9: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
-	16, // 10: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
-	4,  // 11: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
-	19, // 12: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
-	20, // 13: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
-	2,  // 14: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
-	4,  // 15: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	25, // 16: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
-	4,  // 17: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	19, // 18: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
-	25, // 19: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
-	16, // 20: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
-	4,  // 21: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
-	31, // 22: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
-	36, // 23: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
-	36, // 24: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
-	42, // 25: terrace.runner.v1.CheckHealthRequest.checks:type_name -> terrace.runner.v1.HealthCheck
-	3,  // 26: terrace.runner.v1.HealthCheck.type:type_name -> terrace.runner.v1.HealthCheckType
-	44, // 27: terrace.runner.v1.CheckHealthResponse.results:type_name -> terrace.runner.v1.HealthCheckResult
-	6,  // 28: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
-	9,  // 29: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
-	11, // 30: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
-	17, // 31: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
-	21, // 32: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
-	23, // 33: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
-	17, // 34: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
-	27, // 35: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
-	29, // 36: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
-	32, // 37: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
-	34, // 38: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
-	37, // 39: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	39, // 40: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
-	41, // 41: terrace.runner.v1.RunnerService.CheckHealth:input_type -> terrace.runner.v1.CheckHealthRequest
-	8,  // 42: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	10, // 43: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	14, // 44: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	18, // 45: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	22, // 46: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	24, // 47: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	26, // 48: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
-	28, // 49: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	30, // 50: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	33, // 51: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	35, // 52: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	38, // 53: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	40, // 54: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	43, // 55: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
-	42, // [42:56] is the sub-list for method output_type
-	28, // [28:42] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	15, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
+	12, // 5: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
+	14, // 6: terrace.runner.v1.InitRequest.files:type_name -> terrace.runner.v1.MappedFile
+	13, // 7: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
+	1,  // 8: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
+	4,  // 9: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
+	17, // 10: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
+	47, // 11: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	18, // 12: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
+	4,  // 13: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
+	21, // 14: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
+	22, // 15: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
+	2,  // 16: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
+	4,  // 17: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	27, // 18: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
+	4,  // 19: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	21, // 20: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
+	27, // 21: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
+	18, // 22: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
+	4,  // 23: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
+	33, // 24: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
+	38, // 25: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
+	38, // 26: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
+	44, // 27: terrace.runner.v1.CheckHealthRequest.checks:type_name -> terrace.runner.v1.HealthCheck
+	3,  // 28: terrace.runner.v1.HealthCheck.type:type_name -> terrace.runner.v1.HealthCheckType
+	46, // 29: terrace.runner.v1.CheckHealthResponse.results:type_name -> terrace.runner.v1.HealthCheckResult
+	6,  // 30: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
+	9,  // 31: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
+	11, // 32: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
+	19, // 33: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
+	23, // 34: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
+	25, // 35: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
+	19, // 36: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
+	29, // 37: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
+	31, // 38: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
+	34, // 39: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
+	36, // 40: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
+	39, // 41: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
+	41, // 42: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	43, // 43: terrace.runner.v1.RunnerService.CheckHealth:input_type -> terrace.runner.v1.CheckHealthRequest
+	8,  // 44: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	10, // 45: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	16, // 46: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	20, // 47: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	24, // 48: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	26, // 49: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	28, // 50: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	30, // 51: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	32, // 52: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	35, // 53: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	37, // 54: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	40, // 55: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	42, // 56: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	45, // 57: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
+	44, // [44:58] is the sub-list for method output_type
+	30, // [30:44] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_terrace_runner_v1_runner_proto_init() }
@@ -3200,34 +3378,34 @@ func file_terrace_runner_v1_runner_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[10].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[12].OneofWrappers = []any{
 		(*InitResponse_Log)(nil),
 		(*InitResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[14].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[16].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_JsonChunk)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[20].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[22].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[22].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[24].OneofWrappers = []any{
 		(*PlanAndApplyResponse_Log)(nil),
 		(*PlanAndApplyResponse_JsonChunk)(nil),
 		(*PlanAndApplyResponse_PlanResult)(nil),
 		(*PlanAndApplyResponse_ApplyResult)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[26].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[28].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[31].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[33].OneofWrappers = []any{
 		(*DownloadPlanResponse_Header)(nil),
 		(*DownloadPlanResponse_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[33].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[35].OneofWrappers = []any{
 		(*UploadPlanRequest_Header)(nil),
 		(*UploadPlanRequest_Chunk)(nil),
 	}
@@ -3237,7 +3415,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/config"
+	"github.com/terrace-dev/terrace/internal/devcluster"
+	"github.com/terrace-dev/terrace/internal/operator"
+	"github.com/terrace-dev/terrace/internal/scheme"
+	"github.com/terrace-dev/terrace/internal/testenv"
+	terraceclient "github.com/terrace-dev/terrace/pkg/client"
+	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
+)
+
+// TestInstallationsAPIOnASecondCluster is issue 14's "second dev control
+// plane": a second dev cluster (its own control plane, devnode, registry,
+// ports and directory) with its own Terrace controller is registered in the
+// namespace's TerraceConfig as `second`. An installation created through
+// the API server of the first cluster with cluster: second, with the
+// caller's token of that cluster, is applied by that cluster's controller;
+// nothing is created in the first. An unknown cluster name is
+// INVALID_ARGUMENT naming the known one, and nothing is created anywhere.
+func TestInstallationsAPIOnASecondCluster(t *testing.T) {
+	first := newStackEnv(t)
+	second := startSecondCluster(t, first)
+	ctx, cancel := context.WithTimeout(context.Background(), stackTimeout)
+	defer cancel()
+
+	// The second cluster: the namespace of the same name, the Program, and
+	// a tool's identity there, allowed Stacks and Secrets as docs/api.md says.
+	if err := second.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: second.ns}}); err != nil {
+		t.Fatal(err)
+	}
+	second.program(t, "bench", map[string]string{"main.tf": benchModule})
+	tokenThere := second.toolToken(t, "installer")
+
+	// The first cluster runs the API server, which knows the second.
+	first.create(t, &terracev1.TerraceConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
+		Spec: terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, Clusters: []terracev1.APICluster{{
+			Name: "second", Server: second.dev.Cluster.Config.Host, CABundle: string(second.dev.Cluster.Config.CAData),
+		}}}},
+	})
+	podIP := first.readyAPIPod(t)
+	api, err := terraceclient.New(fmt.Sprintf("https://%s:%d", podIP, config.APIPort),
+		terraceclient.Options{Token: terraceclient.StaticToken(tokenThere), HTTPClient: first.apiHTTPClient(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretsBefore := map[string]int{"first": len(secretNames(t, first)), "second": len(secretNames(t, second))}
+
+	created, err := api.Create(ctx, connect.NewRequest(&apiv1.CreateRequest{
+		Cluster: "second", Name: "web", Source: &apiv1.Source{ProgramRef: "bench"},
+		ApprovePlan: terracev1.ApprovePlanAuto, Values: mustStructE2E(t, map[string]any{"n": 2}),
+	}))
+	if err != nil {
+		t.Fatalf("create in cluster second: %v", err)
+	}
+	if created.Msg.Cluster != "second" {
+		t.Errorf("created: %v", created.Msg)
+	}
+	second.waitStack(t, "web", stackTimeout, "applied by the second cluster's controller", readyAt)
+	got, err := api.Get(ctx, connect.NewRequest(&apiv1.GetRequest{Cluster: "second", Name: "web"}))
+	if err != nil || !got.Msg.Ready || got.Msg.Release != 1 {
+		t.Errorf("the installation through the API: %v (%v)", got, err)
+	}
+	// Nothing in the first cluster: no Stack, no values Secret.
+	if err := first.c.Get(ctx, client.ObjectKey{Namespace: first.ns, Name: "web"}, &terracev1.Stack{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a Stack web in the first cluster: %v", err)
+	}
+	if n := len(secretNames(t, first)); n != secretsBefore["first"] {
+		t.Errorf("the first cluster has %d Secrets in %s, %d before: %v", n, first.ns, secretsBefore["first"], secretNames(t, first))
+	}
+	if values := created.Msg.GetValuesSecret(); values == "" || second.c.Get(ctx, client.ObjectKey{Namespace: second.ns, Name: values}, &corev1.Secret{}) != nil {
+		t.Errorf("values Secret %q is not in the second cluster", values)
+	}
+
+	// An unknown cluster: refused, naming the known one, before anything is made.
+	secretsBefore = map[string]int{"first": len(secretNames(t, first)), "second": len(secretNames(t, second))}
+	_, err = api.Create(ctx, connect.NewRequest(&apiv1.CreateRequest{
+		Cluster: "nowhere", Name: "lost", Source: &apiv1.Source{ProgramRef: "bench"}, Values: mustStructE2E(t, map[string]any{"n": 3}),
+	}))
+	var cerr *connect.Error
+	if !errors.As(err, &cerr) || cerr.Code() != connect.CodeInvalidArgument || terraceclient.Reason(err) != "UNKNOWN_CLUSTER" ||
+		!strings.Contains(cerr.Message(), "the known ones are second") {
+		t.Fatalf("an unknown cluster: %v", err)
+	}
+	for _, env := range []*stackEnv{first, second} {
+		if err := env.c.Get(ctx, client.ObjectKey{Namespace: env.ns, Name: "lost"}, &terracev1.Stack{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a Stack lost in %s: %v", env.dev.Cluster.Config.Host, err)
+		}
+	}
+	if n := len(secretNames(t, first)); n != secretsBefore["first"] {
+		t.Errorf("the refused create left Secrets in the first cluster: %v", secretNames(t, first))
+	}
+	if n := len(secretNames(t, second)); n != secretsBefore["second"] {
+		t.Errorf("the refused create left Secrets in the second cluster: %v", secretNames(t, second))
+	}
+}
+
+// secretNames lists the Secrets of the env's namespace.
+func secretNames(t *testing.T, e *stackEnv) []string {
+	t.Helper()
+	list := &corev1.SecretList{}
+	if err := e.c.List(context.Background(), list, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, s := range list.Items {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// startSecondCluster starts a second dev cluster beside the shared one,
+// with its own directory, free ports, pod addresses, registry and a
+// Terrace controller of its own, for the test's life; it acts in the
+// namespace of first's name.
+func startSecondCluster(t *testing.T, first *stackEnv) *stackEnv {
+	t.Helper()
+	tools, err := testenv.FindTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "terrace-e2e-second-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subnet := "127.250.250.0/24"
+	if first.dev.Node.PodSubnet() == subnet {
+		subnet = "127.250.251.0/24"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), devcluster.StartupTimeout)
+	defer cancel()
+	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
+		Dir:           dir,
+		BinDir:        tools.KubebuilderAssets,
+		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
+		TerraceBinary: terraceBinary,
+		NodeName:      "e2e-devnode-second",
+		PodSubnet:     subnet,
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("failed to start the second dev cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := dev.Stop(); err != nil {
+			t.Errorf("failed to stop the second dev cluster: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	cs, err := kubernetes.NewForConfig(dev.Cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(dev.Cluster.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := &stackEnv{dev: dev, cs: cs, c: c, ns: first.ns}
+	second.installOperatorConfig(t)
+	startClusterController(t, dev)
+	return second
+}
+
+// startClusterController runs a Terrace controller against dev until the
+// test ends, on free ports of its own.
+func startClusterController(t *testing.T, dev *devcluster.Dev) {
+	t.Helper()
+	ports := freePorts(t, 2)
+	mgr, err := operator.NewManager(dev.Cluster.Config, operator.LocalOptions(operatorNamespace, ports[0], ports[1]))
+	if err != nil {
+		t.Fatalf("failed to create the second cluster's controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the second cluster's controller: %v", err)
+		}
+	})
+}
