@@ -367,6 +367,53 @@ type StackSpec struct {
 	// +optional
 	// +kubebuilder:default=none
 	StoreReadablePlan ReadablePlanFormat `json:"storeReadablePlan,omitempty"`
+
+	// Targets limits plans to these resource addresses (tofu -target).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=512
+	Targets []string `json:"targets,omitempty"`
+
+	// Parallelism bounds tofu's concurrent operations (-parallelism);
+	// tofu's default (10) when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	Parallelism *int32 `json:"parallelism,omitempty"`
+
+	// VarsFiles are .tfvars or .tfvars.json files inside the source,
+	// relative to spec.path, read in order before vars and varsFrom (which
+	// win). A path that leaves the source is refused.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=1024
+	VarsFiles []string `json:"varsFiles,omitempty"`
+
+	// FileMappings write Secret keys as files in the module directory or
+	// the home directory before init.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	FileMappings []FileMapping `json:"fileMappings,omitempty"`
+
+	// Refresh: false plans without refreshing the state against the world
+	// (-refresh=false). Default true.
+	// +optional
+	Refresh *bool `json:"refresh,omitempty"`
+
+	// Replace forces the replacement of these resource addresses in every
+	// plan (-replace); remove them once applied.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=512
+	Replace []string `json:"replace,omitempty"`
+
+	// HealthChecks are run by the runner pod after each apply; the result
+	// is the HealthCheckPassed condition and part of the release record.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
 }
 
 // PlanStatus summarises the latest plan.
@@ -407,6 +454,11 @@ type PlanStatus struct {
 	// plan was made from; a pending plan is applied only while they are unchanged.
 	// +optional
 	InputsDigest string `json:"inputsDigest,omitempty"`
+
+	// Policy is the plan policies' decision on this plan, when the
+	// TerraceConfig names any.
+	// +optional
+	Policy *PlanPolicyStatus `json:"policy,omitempty"`
 }
 
 // ReleaseStatus is the latest release record's summary.
@@ -497,6 +549,11 @@ type StackStatus struct {
 	// removed one is cleaned up without searching the namespace.
 	// +optional
 	OutputsSecret string `json:"outputsSecret,omitempty"`
+
+	// Inventory lists the resources in the state after the last run that
+	// applied or found no changes.
+	// +optional
+	Inventory *Inventory `json:"inventory,omitempty"`
 
 	ReconcileRequestStatus `json:",inline"`
 }

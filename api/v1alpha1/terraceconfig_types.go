@@ -274,6 +274,12 @@ type TerraceConfigSpec struct {
 	// Defaults for Stacks.
 	// +optional
 	Defaults *StackDefaults `json:"defaults,omitempty"`
+
+	// PlanPolicy checks every plan of the governed Stacks against Rego
+	// policies before it is applied. The operator namespace's policies and
+	// the namespace's own both apply.
+	// +optional
+	PlanPolicy *PlanPolicyConfig `json:"planPolicy,omitempty"`
 }
 
 // StateBackendStatus reports which backend is in use and any migration.

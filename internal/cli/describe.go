@@ -28,6 +28,8 @@ type description struct {
 	Stack    *terracev1.Stack  `json:"stack"`
 	Releases []release.Release `json:"releases"`
 	Events   []describedEvent  `json:"events"`
+	// Inventory is every resource address in the state.
+	Inventory []string `json:"inventory,omitempty"`
 	// Notes say what could not be read (a store, the events).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -97,6 +99,9 @@ func gatherDescription(ctx context.Context, k *kube, stack *terracev1.Stack) *de
 		d.Events = append(d.Events, describedEvent{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count, Last: last})
 	}
 	sort.SliceStable(d.Events, func(i, j int) bool { return d.Events[i].Last.Before(d.Events[j].Last) })
+	if d.Inventory, err = inventoryAddresses(ctx, k, stack); err != nil {
+		d.Notes = append(d.Notes, err.Error())
+	}
 	return d
 }
 
@@ -146,6 +151,7 @@ func printDescription(out io.Writer, d *description, now time.Time) error {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(c.LastTransitionTime, now), oneLine(c.Message))
 		}
 	})
+	printPolicyAndInventory(out, d)
 	section(out, "Last runs (releases)", len(d.Releases), func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "  REVISION\tSTATUS\tSOURCE REVISION\tPLAN\tSTARTED\tDURATION\tTOOL")
 		for _, r := range d.Releases {

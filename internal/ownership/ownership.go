@@ -29,6 +29,8 @@ const (
 	ComponentOutputs = "outputs"
 	// ComponentValues marks an installation's values Secret.
 	ComponentValues = "values"
+	// ComponentInventory marks a Stack's inventory Secret (status.inventory.secretRef).
+	ComponentInventory = "inventory"
 )
 
 // Claim marks obj as made by Terrace for owner in the given role: the

@@ -59,6 +59,20 @@ type Output struct {
 	FromSecret bool `json:"fromSecret,omitempty"`
 }
 
+// PolicyDecision is what the plan policies said about the applied plan.
+type PolicyDecision struct {
+	Decision       string   `json:"decision"`
+	Warnings       []string `json:"warnings,omitempty"`
+	PoliciesDigest string   `json:"policiesDigest,omitempty"`
+}
+
+// HealthCheckResult is one health check after an apply.
+type HealthCheckResult struct {
+	Name    string `json:"name"`
+	Passed  bool   `json:"passed"`
+	Message string `json:"message,omitempty"`
+}
+
 // SecretValues recognises values that came from Secrets (*tf.Redactor is one).
 type SecretValues interface {
 	ContainsSecret(value json.RawMessage) bool
@@ -84,6 +98,10 @@ type Release struct {
 	// Message says why a failed release failed (no secrets), or how a
 	// release was recorded when no run of this controller applied it.
 	Message string `json:"message,omitempty"`
+	// Policy is the plan policies' decision on the applied plan, when any apply.
+	Policy *PolicyDecision `json:"policy,omitempty"`
+	// HealthChecks are the results of spec.healthChecks after the apply.
+	HealthChecks []HealthCheckResult `json:"healthChecks,omitempty"`
 	// StateSerial is the serial of the state the apply left (0: not known,
 	// records from before it was kept). An apply that only puts back what
 	// the state records (a drift repaired) leaves the serial as it was.

@@ -153,7 +153,12 @@ func (c *Client) ShowPlan(ctx context.Context, planID string, format runnerv1.Pl
 
 // Apply applies exactly the saved plan planID.
 func (c *Client) Apply(ctx context.Context, planID string, logf LogFunc) error {
-	stream, err := c.rpc.Apply(ctx, &runnerv1.ApplyRequest{PlanId: planID})
+	return c.ApplyWith(ctx, &runnerv1.ApplyRequest{PlanId: planID}, logf)
+}
+
+// ApplyWith is Apply with the request's options (parallelism).
+func (c *Client) ApplyWith(ctx context.Context, req *runnerv1.ApplyRequest, logf LogFunc) error {
+	stream, err := c.rpc.Apply(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 		return err
 	}
 	defer release()
-	opts := tf.InitOptions{Path: req.GetPath(), Workspace: req.GetWorkspace(), Upgrade: req.GetUpgrade()}
+	opts := tf.InitOptions{Path: req.GetPath(), Workspace: req.GetWorkspace(), Upgrade: req.GetUpgrade(), Files: mappedFiles(req.GetFiles())}
 	if b := req.GetHttpBackend(); b != nil {
 		leaf, err := s.backendLeaf()
 		if err != nil {
@@ -71,7 +71,23 @@ func planOptions(req *runnerv1.PlanRequest) tf.PlanOptions {
 	return tf.PlanOptions{
 		Variables: variables(req.GetVariables()), Destroy: req.GetDestroy(), RefreshOnly: req.GetRefreshOnly(),
 		Targets: req.GetTargets(), PlanID: req.GetPlanId(),
+		Parallelism: int(req.GetParallelism()), SkipRefresh: req.GetSkipRefresh(), Replace: req.GetReplace(),
 	}
+}
+
+func mappedFiles(files []*runnerv1.MappedFile) []tf.MappedFile {
+	out := make([]tf.MappedFile, 0, len(files))
+	for _, f := range files {
+		var loc tf.FileLocation // unspecified stays 0: refused by tf
+		switch f.GetLocation() {
+		case runnerv1.FileLocation_FILE_LOCATION_MODULE:
+			loc = tf.InModule
+		case runnerv1.FileLocation_FILE_LOCATION_HOME:
+			loc = tf.InHome
+		}
+		out = append(out, tf.MappedFile{Location: loc, Path: f.GetPath(), Content: f.GetContent()})
+	}
+	return out
 }
 
 func planResult(res *tf.PlanResult) *runnerv1.PlanResult {
@@ -160,7 +176,8 @@ func (s *Server) PlanAndApply(req *runnerv1.PlanRequest, stream runnerv1.RunnerS
 	if err := stateTooLarge(res, req.GetMaxStateBytes()); err != nil {
 		return err
 	}
-	if _, err := timed(s, runphase.Apply, func() (struct{}, error) { return struct{}{}, s.exec.Apply(stream.Context(), res.PlanID, logf) }); err != nil {
+	applyOpts := tf.ApplyOptions{PlanID: res.PlanID, Parallelism: int(req.GetParallelism())}
+	if _, err := timed(s, runphase.Apply, func() (struct{}, error) { return struct{}{}, s.exec.ApplyWith(stream.Context(), applyOpts, logf) }); err != nil {
 		return s.toStatus(err)
 	}
 	release()
@@ -199,7 +216,7 @@ func (s *Server) Apply(req *runnerv1.ApplyRequest, stream runnerv1.RunnerService
 	logf, mu := s.logSender(func(l *runnerv1.LogLine) error {
 		return stream.Send(&runnerv1.ApplyResponse{Event: &runnerv1.ApplyResponse_Log{Log: l}})
 	})
-	if err := s.exec.Apply(stream.Context(), req.GetPlanId(), logf); err != nil {
+	if err := s.exec.ApplyWith(stream.Context(), tf.ApplyOptions{PlanID: req.GetPlanId(), Parallelism: int(req.GetParallelism())}, logf); err != nil {
 		return s.toStatus(err)
 	}
 	release()

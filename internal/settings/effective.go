@@ -104,6 +104,19 @@ type Effective struct {
 	// "namespace/default" for a TerraceConfig, "built-in" for the defaults.
 	// It is not part of Hash.
 	Sources []string `json:"-"`
+
+	// PlanPolicies are the ConfigMaps of Rego policies every plan is
+	// checked against: the operator namespace's config's and the
+	// namespace's own, all of them. Not part of Hash (the policies'
+	// contents are part of a Stack's inputs instead).
+	PlanPolicies []PolicyConfigMap `json:"-"`
+}
+
+// PolicyConfigMap is a ConfigMap holding plan policies.
+type PolicyConfigMap struct {
+	Namespace, Name string
+	// Source names the config that references it ("ns/default").
+	Source string
 }
 
 // BuiltinDefaults returns the built-in settings, with the controller's own

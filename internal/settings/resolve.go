@@ -162,7 +162,23 @@ func (r *Resolver) merge(layers []layer) Effective {
 	}
 	eff.Sources = m.sources()
 	r.resolveRunnerPolicy(&eff, layers)
+	eff.PlanPolicies = planPolicies(layers)
 	return eff
+}
+
+// planPolicies collects the policy ConfigMaps of every config layer: a
+// namespace's config adds to the operator's, never replaces them.
+func planPolicies(layers []layer) []PolicyConfigMap {
+	var out []PolicyConfigMap
+	for _, l := range layers {
+		if l.source == "" || l.spec.PlanPolicy == nil {
+			continue
+		}
+		for _, ref := range l.spec.PlanPolicy.ConfigMapRefs {
+			out = append(out, PolicyConfigMap{Namespace: l.namespace, Name: ref.Name, Source: l.source})
+		}
+	}
+	return out
 }
 
 // resolveRunnerPolicy sets the runner policy, which is not taken field by

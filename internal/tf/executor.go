@@ -67,6 +67,8 @@ type Executor struct {
 	// moduleDir is set by Init; the backend environment with it.
 	moduleDir  string
 	backendEnv map[string]string
+	// home is HOME for tofu once a file mapping wrote into it.
+	home string
 
 	redactor *Redactor
 	// extraSensitive are variables the caller named sensitive.
@@ -212,6 +214,9 @@ func (e *Executor) environment() map[string]string {
 	}
 	for k, v := range e.backendEnv {
 		env[k] = v
+	}
+	if e.home != "" {
+		env["HOME"] = e.home
 	}
 	return env
 }

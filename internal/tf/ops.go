@@ -38,6 +38,8 @@ type InitOptions struct {
 	// Stack's own; it excludes HTTPBackend.
 	OwnBackend *OwnBackend
 	Upgrade    bool
+	// Files are written before init (spec.fileMappings).
+	Files []MappedFile
 }
 
 // InitResult reports the tool and provider versions in use.
@@ -53,6 +55,9 @@ func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*I
 		return nil, err
 	}
 	e.moduleDir = ""
+	if err := e.writeMappedFiles(dir, opts.Files); err != nil {
+		return nil, err
+	}
 	if err := e.configureBackend(dir, opts); err != nil {
 		return nil, err
 	}
@@ -165,6 +170,12 @@ type PlanOptions struct {
 	Targets     []string
 	// PlanID names the plan; empty derives one from the plan file's digest.
 	PlanID string
+	// Parallelism passes -parallelism when positive.
+	Parallelism int
+	// SkipRefresh passes -refresh=false.
+	SkipRefresh bool
+	// Replace passes -replace for each address.
+	Replace []string
 }
 
 // PlanResult is a saved plan and what it would do.
@@ -212,13 +223,7 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 		return nil, err
 	}
 
-	planOpts := []tfexec.PlanOption{tfexec.Out(out), tfexec.Destroy(opts.Destroy), tfexec.RefreshOnly(opts.RefreshOnly)}
-	for _, f := range varFiles {
-		planOpts = append(planOpts, tfexec.VarFile(f))
-	}
-	for _, t := range opts.Targets {
-		planOpts = append(planOpts, tfexec.Target(t))
-	}
+	planOpts := planFlags(opts, out, varFiles)
 	// The -json stream gives the summary as tofu counts it; its messages
 	// reach the log as the lines a person reads.
 	stream := newUIStream(newLineWriter(e.redactor, func(l string) { logIfSet(logf, Stdout, l) }))
@@ -353,6 +358,12 @@ func (e *Executor) ShowPlanHuman(ctx context.Context, planID string) ([]byte, er
 
 // Apply applies exactly the saved plan planID.
 func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error {
+	return e.ApplyWith(ctx, ApplyOptions{PlanID: planID}, logf)
+}
+
+// ApplyWith applies exactly the saved plan opts.PlanID.
+func (e *Executor) ApplyWith(ctx context.Context, opts ApplyOptions, logf LogFunc) error {
+	planID := opts.PlanID
 	path, err := e.existingPlanPath(planID)
 	if err != nil {
 		return err
@@ -368,7 +379,11 @@ func (e *Executor) Apply(ctx context.Context, planID string, logf LogFunc) error
 	if err != nil {
 		return err
 	}
-	err = tf.Apply(ctx, tfexec.DirOrPlan(path))
+	applyOpts := []tfexec.ApplyOption{tfexec.DirOrPlan(path)}
+	if opts.Parallelism > 0 {
+		applyOpts = append(applyOpts, tfexec.Parallelism(opts.Parallelism))
+	}
+	err = tf.Apply(ctx, applyOpts...)
 	flush()
 	if err != nil {
 		applyErr := e.commandError("apply", ctx, err)

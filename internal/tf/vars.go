@@ -123,18 +123,19 @@ func (e *Executor) insideModule(rel string) (string, error) {
 	if rel == "" || filepath.IsAbs(rel) {
 		return "", fmt.Errorf("%w: var file %q must be a relative path inside the source", ErrInvalidArgument, rel)
 	}
+	// moduleDir is resolved (Init follows symlinks), so the source dir
+	// it is compared with must be too: the work dir may sit below a link.
+	realSrc, err := filepath.EvalSymlinks(e.SourceDir())
+	if err != nil {
+		return "", fmt.Errorf("failed to resolve the source directory: %w", err)
+	}
 	p := filepath.Join(e.moduleDir, rel)
-	src := e.SourceDir()
-	if p != src && !strings.HasPrefix(p, src+string(filepath.Separator)) {
+	if p != realSrc && !strings.HasPrefix(p, realSrc+string(filepath.Separator)) {
 		return "", fmt.Errorf("%w: var file %q is outside the source", ErrInvalidArgument, rel)
 	}
 	resolved, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return "", fmt.Errorf("%w: var file %q: %v", ErrInvalidArgument, rel, err)
-	}
-	realSrc, err := filepath.EvalSymlinks(src)
-	if err != nil {
-		return "", fmt.Errorf("failed to resolve the source directory: %w", err)
 	}
 	if !strings.HasPrefix(resolved, realSrc+string(filepath.Separator)) {
 		return "", fmt.Errorf("%w: var file %q is outside the source", ErrInvalidArgument, rel)

@@ -61,7 +61,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 		return fmt.Errorf("failed to tell the runner which variables came from Secrets: %w", err)
 	}
 	applyDone := run.timings.Start(runphase.Apply)
-	err := run.client.Apply(ctx, p.id, run.logf)
+	err := run.client.ApplyWith(ctx, applyRequest(s, p.id), run.logf)
 	applyDone()
 	return r.afterApply(ctx, s, p, err)
 }
@@ -104,6 +104,7 @@ func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, app
 	for i, o := range rel.Outputs {
 		names[i] = o.Name
 	}
+	rel.HealthChecks = r.runHealthChecks(ctx, s)
 	rel.Status, rel.FinishedAt = release.StatusDeployed, r.now()
 	recorded, err := r.recordRelease(ctx, s, rel)
 	if err != nil {
@@ -123,6 +124,7 @@ func (r *Reconciler) newRelease(s *scope, p planRecord) release.Release {
 		ToolVersion: s.observed.tool.version, RunnerImage: s.observed.tool.image,
 		Plan:         release.PlanSummary{Add: int(p.summary.GetAdd()), Change: int(p.summary.GetChange()), Destroy: int(p.summary.GetDestroy())},
 		SecretInputs: s.inputs.secretValues(),
+		Policy:       appliedPolicy(s),
 	}
 }
 

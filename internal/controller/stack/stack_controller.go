@@ -120,6 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.resolveSource,
 		r.resolveConfig,
 		r.gatherInputs,
+		r.gatherRunOptions,
 		r.resolveBackend,
 		r.checkOutputsSecret,
 		r.reconcileRun,

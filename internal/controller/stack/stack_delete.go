@@ -41,7 +41,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	applied := s.recorded().LastAppliedInputsDigest != ""
 	switch {
 	case stack.Spec.DestroyOnDelete && applied:
-		if err := runSteps(ctx, s, r.resolveSource, r.resolveConfig, r.gatherInputs, r.executeDestroy, r.removeStoredData); err != nil {
+		if err := runSteps(ctx, s, r.resolveSource, r.resolveConfig, r.gatherInputs, r.gatherDestroyOptions, r.executeDestroy, r.removeStoredData); err != nil {
 			return deletionBlocked(err)
 		}
 		r.normalEvent(stack, "Destroyed", "destroyed the Stack's resources and removed its state, plans, releases and outputs")

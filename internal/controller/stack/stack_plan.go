@@ -22,6 +22,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 		return err
 	}
 	req := &runnerv1.PlanRequest{Variables: vars, PlanId: planID, MaxStateBytes: r.Options.MaxStateBytes}
+	applyPlanOptions(s, req)
 	if r.inOnePass(s) {
 		return r.planAndApply(ctx, s, req)
 	}
@@ -37,6 +38,9 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 	made := &planObservation{id: planID, summary: p.GetSummary(), hasChanges: p.GetHasChanges(), at: r.now()}
 	s.observed.plan = made
 	r.checkDrift(s, made)
+	if err := r.checkPolicies(ctx, s, made, p); err != nil {
+		return err
+	}
 	if !made.hasChanges {
 		defer run.timings.Start(runphase.Outputs)()
 		if err := r.syncOutputs(ctx, s); err != nil {
@@ -65,11 +69,12 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 
 // inOnePass says whether the plan is applied in the same runner operation:
 // approvePlan auto, new inputs (so the plan cannot be drift that warn mode
-// must only report), not planOnly. The plan record and summary are kept
+// must only report), not planOnly, and no plan policies (the controller
+// decides the plan between plan and apply). The plan record and summary are kept
 // just the same.
 func (r *Reconciler) inOnePass(s *scope) bool {
 	return s.run.kind == runPlan && s.stack.Spec.ApprovePlan == terracev1.ApprovePlanAuto && !s.stack.Spec.PlanOnly &&
-		s.recorded().LastAppliedInputsDigest != s.inputs.digest
+		s.recorded().LastAppliedInputsDigest != s.inputs.digest && !s.hasPolicies()
 }
 
 // planAndApply plans and, when there are changes, applies in one runner

@@ -156,9 +156,11 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
 		return err
 	}
 	if p := s.observed.plan; p != nil && p.upToDate && !s.stack.Spec.PlanOnly {
-		return r.reconcileRelease(rctx, s)
+		if err := r.reconcileRelease(rctx, s); err != nil {
+			return err
+		}
 	}
-	return nil
+	return r.afterRun(rctx, s, nil)
 }
 
 // closeRun removes the run's runner pod (unless the config retains it)
@@ -294,6 +296,7 @@ func (r *Reconciler) initRequest(s *scope) *runnerv1.InitRequest {
 	return &runnerv1.InitRequest{
 		Path:      s.stack.Spec.Path,
 		Workspace: s.stack.Spec.Workspace,
+		Files:     s.mappedFiles(),
 		HttpBackend: &runnerv1.HTTPBackend{
 			Address: addr, LockAddress: addr, UnlockAddress: addr,
 		},
@@ -306,7 +309,7 @@ func (s *scope) variables() (*runnerv1.Variables, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode variables: %w", err)
 	}
-	return &runnerv1.Variables{Json: js, Sensitive: s.inputs.sensitive}, nil
+	return &runnerv1.Variables{Json: js, Sensitive: s.inputs.sensitive, Files: s.stack.Spec.VarsFiles}, nil
 }
 
 // newPlanID names a plan after the generation it belongs to, unique per run.

@@ -28,6 +28,8 @@ type scope struct {
 	config settings.Effective
 	source *source
 	inputs *inputs
+	// options are the run options, mapped files and plan policies.
+	options *runOptions
 	// backend is spec.backend with its credentials, as the runner takes it;
 	// nil when the state is on Terrace's state server.
 	backend *runnerv1.OwnBackend
@@ -94,6 +96,10 @@ type observations struct {
 	// nil when outputs were not touched.
 	outputsSecret *string
 	drift         driftObservation
+	// health is the outcome of the health checks run in this reconcile.
+	health *healthObservation
+	// inventory is the state's resources after this reconcile's run.
+	inventory *terracev1.Inventory
 }
 
 // runAnnouncement is what a run says while it runs.
@@ -114,6 +120,8 @@ type planObservation struct {
 	keptForApproval bool
 	// planOnly: spec.planOnly; reported, never applied.
 	planOnly bool
+	// policy is the plan policies' decision, when they were asked.
+	policy *terracev1.PlanPolicyStatus
 }
 
 // applyObservation is a successful apply.

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -76,6 +77,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(readyChanged{})).
 		Watches(&terracev1.TerraceConfig{}, handler.EnqueueRequestsFromMapFunc(settings.StacksForConfig(mgr.GetClient(), r.Options.OperatorNamespace)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.stacksForPolicyConfigMap),
+			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: newRetryLimiter(mgr.GetClient())}).
 		Build(r)
 	if err != nil {

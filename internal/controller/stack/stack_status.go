@@ -22,7 +22,7 @@ import (
 var ownedConditions = []string{
 	terracev1.ReadyCondition, terracev1.ReconcilingCondition, terracev1.StalledCondition,
 	terracev1.PlannedCondition, terracev1.AppliedCondition, terracev1.DriftedCondition,
-	terracev1.DependenciesReadyCondition,
+	terracev1.DependenciesReadyCondition, terracev1.HealthCheckPassedCondition, terracev1.PolicyDeniedCondition,
 }
 
 // progressConditions are the conditions a run's announcement writes.
@@ -84,6 +84,8 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	if stack.DeletionTimestamp == nil {
 		r.setDependenciesCondition(s)
 		r.setPlanConditions(s)
+		setPolicyCondition(s)
+		setHealthCondition(s)
 	}
 	err := stepErr
 	if err == nil && o.awaitingApproval() {
@@ -131,7 +133,7 @@ func recordRun(s *scope) {
 		sum := p.summary
 		st.Plan = &terracev1.PlanStatus{
 			ID: p.id, Add: sum.GetAdd(), Change: sum.GetChange(), Destroy: sum.GetDestroy(),
-			Drift: sum.GetDrift(), CreatedAt: &at, InputsDigest: s.inputs.digest,
+			Drift: sum.GetDrift(), CreatedAt: &at, InputsDigest: s.inputs.digest, Policy: p.policy,
 		}
 		if p.keptForApproval {
 			st.Plan.Pending = p.id
@@ -160,6 +162,9 @@ func recordRun(s *scope) {
 	}
 	if o.outputsSecret != nil {
 		st.OutputsSecret = *o.outputsSecret
+	}
+	if o.inventory != nil {
+		st.Inventory = o.inventory
 	}
 	if rel := o.release; rel != nil {
 		st.Release = &terracev1.ReleaseStatus{Revision: int64(rel.Revision), Status: string(rel.Status), UpdatedAt: ptrTime(rel.FinishedAt), StateSerial: rel.StateSerial}

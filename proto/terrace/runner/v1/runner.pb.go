@@ -87,6 +87,58 @@ func (LogStream) EnumDescriptor() ([]byte, []int) {
 	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{0}
 }
 
+type FileLocation int32
+
+const (
+	FileLocation_FILE_LOCATION_UNSPECIFIED FileLocation = 0
+	// FILE_LOCATION_MODULE is the module directory.
+	FileLocation_FILE_LOCATION_MODULE FileLocation = 1
+	// FILE_LOCATION_HOME is a home directory of the runner's own, set as
+	// HOME for tofu.
+	FileLocation_FILE_LOCATION_HOME FileLocation = 2
+)
+
+// Enum value maps for FileLocation.
+var (
+	FileLocation_name = map[int32]string{
+		0: "FILE_LOCATION_UNSPECIFIED",
+		1: "FILE_LOCATION_MODULE",
+		2: "FILE_LOCATION_HOME",
+	}
+	FileLocation_value = map[string]int32{
+		"FILE_LOCATION_UNSPECIFIED": 0,
+		"FILE_LOCATION_MODULE":      1,
+		"FILE_LOCATION_HOME":        2,
+	}
+)
+
+func (x FileLocation) Enum() *FileLocation {
+	p := new(FileLocation)
+	*p = x
+	return p
+}
+
+func (x FileLocation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileLocation) Descriptor() protoreflect.EnumDescriptor {
+	return file_terrace_runner_v1_runner_proto_enumTypes[1].Descriptor()
+}
+
+func (FileLocation) Type() protoreflect.EnumType {
+	return &file_terrace_runner_v1_runner_proto_enumTypes[1]
+}
+
+func (x FileLocation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileLocation.Descriptor instead.
+func (FileLocation) EnumDescriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{1}
+}
+
 type PlanFormat int32
 
 const (
@@ -120,11 +172,11 @@ func (x PlanFormat) String() string {
 }
 
 func (PlanFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_terrace_runner_v1_runner_proto_enumTypes[1].Descriptor()
+	return file_terrace_runner_v1_runner_proto_enumTypes[2].Descriptor()
 }
 
 func (PlanFormat) Type() protoreflect.EnumType {
-	return &file_terrace_runner_v1_runner_proto_enumTypes[1]
+	return &file_terrace_runner_v1_runner_proto_enumTypes[2]
 }
 
 func (x PlanFormat) Number() protoreflect.EnumNumber {
@@ -133,7 +185,56 @@ func (x PlanFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PlanFormat.Descriptor instead.
 func (PlanFormat) EnumDescriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{1}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{2}
+}
+
+type HealthCheckType int32
+
+const (
+	HealthCheckType_HEALTH_CHECK_TYPE_UNSPECIFIED HealthCheckType = 0
+	HealthCheckType_HEALTH_CHECK_TYPE_HTTP        HealthCheckType = 1
+	HealthCheckType_HEALTH_CHECK_TYPE_TCP         HealthCheckType = 2
+)
+
+// Enum value maps for HealthCheckType.
+var (
+	HealthCheckType_name = map[int32]string{
+		0: "HEALTH_CHECK_TYPE_UNSPECIFIED",
+		1: "HEALTH_CHECK_TYPE_HTTP",
+		2: "HEALTH_CHECK_TYPE_TCP",
+	}
+	HealthCheckType_value = map[string]int32{
+		"HEALTH_CHECK_TYPE_UNSPECIFIED": 0,
+		"HEALTH_CHECK_TYPE_HTTP":        1,
+		"HEALTH_CHECK_TYPE_TCP":         2,
+	}
+)
+
+func (x HealthCheckType) Enum() *HealthCheckType {
+	p := new(HealthCheckType)
+	*p = x
+	return p
+}
+
+func (x HealthCheckType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HealthCheckType) Descriptor() protoreflect.EnumDescriptor {
+	return file_terrace_runner_v1_runner_proto_enumTypes[3].Descriptor()
+}
+
+func (HealthCheckType) Type() protoreflect.EnumType {
+	return &file_terrace_runner_v1_runner_proto_enumTypes[3]
+}
+
+func (x HealthCheckType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HealthCheckType.Descriptor instead.
+func (HealthCheckType) EnumDescriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{3}
 }
 
 // ClaimRequest carries a run's credentials in PEM.
@@ -649,7 +750,10 @@ type InitRequest struct {
 	Upgrade bool `protobuf:"varint,4,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
 	// own_backend, when set, replaces the module's backend block with the
 	// Stack's own (spec.backend); http_backend must then be unset.
-	OwnBackend    *OwnBackend `protobuf:"bytes,5,opt,name=own_backend,json=ownBackend,proto3" json:"own_backend,omitempty"`
+	OwnBackend *OwnBackend `protobuf:"bytes,5,opt,name=own_backend,json=ownBackend,proto3" json:"own_backend,omitempty"`
+	// files are written before init (spec.fileMappings). Their contents are
+	// redacted from everything the runner prints.
+	Files         []*MappedFile `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +819,13 @@ func (x *InitRequest) GetUpgrade() bool {
 func (x *InitRequest) GetOwnBackend() *OwnBackend {
 	if x != nil {
 		return x.OwnBackend
+	}
+	return nil
+}
+
+func (x *InitRequest) GetFiles() []*MappedFile {
+	if x != nil {
+		return x.Files
 	}
 	return nil
 }
@@ -847,6 +958,69 @@ func (x *BackendCredential) GetAsFile() bool {
 	return false
 }
 
+// MappedFile is one file written into the module directory or the home
+// directory tofu runs with. A path leaving its location is refused.
+type MappedFile struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Location FileLocation           `protobuf:"varint,1,opt,name=location,proto3,enum=terrace.runner.v1.FileLocation" json:"location,omitempty"`
+	// path relative to the location.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Content       []byte `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MappedFile) Reset() {
+	*x = MappedFile{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MappedFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MappedFile) ProtoMessage() {}
+
+func (x *MappedFile) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MappedFile.ProtoReflect.Descriptor instead.
+func (*MappedFile) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MappedFile) GetLocation() FileLocation {
+	if x != nil {
+		return x.Location
+	}
+	return FileLocation_FILE_LOCATION_UNSPECIFIED
+}
+
+func (x *MappedFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MappedFile) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 // HTTPBackend configures tofu's http backend against the controller's state
 // server. The runner authenticates with its own certificate (tls.crt,
 // tls.key) and trusts its ca.crt; all of it is passed through the
@@ -866,7 +1040,7 @@ type HTTPBackend struct {
 
 func (x *HTTPBackend) Reset() {
 	*x = HTTPBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1052,7 @@ func (x *HTTPBackend) String() string {
 func (*HTTPBackend) ProtoMessage() {}
 
 func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1065,7 @@ func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPBackend.ProtoReflect.Descriptor instead.
 func (*HTTPBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HTTPBackend) GetAddress() string {
@@ -949,7 +1123,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1135,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1148,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InitResponse) GetEvent() isInitResponse_Event {
@@ -1030,7 +1204,7 @@ type InitResult struct {
 
 func (x *InitResult) Reset() {
 	*x = InitResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1216,7 @@ func (x *InitResult) String() string {
 func (*InitResult) ProtoMessage() {}
 
 func (x *InitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1229,7 @@ func (x *InitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResult.ProtoReflect.Descriptor instead.
 func (*InitResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InitResult) GetVersion() string {
@@ -1090,7 +1264,7 @@ type Variables struct {
 
 func (x *Variables) Reset() {
 	*x = Variables{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1276,7 @@ func (x *Variables) String() string {
 func (*Variables) ProtoMessage() {}
 
 func (x *Variables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1289,7 @@ func (x *Variables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variables.ProtoReflect.Descriptor instead.
 func (*Variables) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Variables) GetJson() []byte {
@@ -1155,13 +1329,20 @@ type PlanRequest struct {
 	// does not apply a plan whose planned values alone are larger (the
 	// state could not be saved), and fails with STATE_TOO_LARGE.
 	MaxStateBytes int64 `protobuf:"varint,6,opt,name=max_state_bytes,json=maxStateBytes,proto3" json:"max_state_bytes,omitempty"`
+	// parallelism passes -parallelism (0: tofu's default), to the apply of
+	// PlanAndApply too.
+	Parallelism int32 `protobuf:"varint,7,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	// skip_refresh passes -refresh=false.
+	SkipRefresh bool `protobuf:"varint,8,opt,name=skip_refresh,json=skipRefresh,proto3" json:"skip_refresh,omitempty"`
+	// replace passes -replace for each address.
+	Replace       []string `protobuf:"bytes,9,rep,name=replace,proto3" json:"replace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1354,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1367,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlanRequest) GetVariables() *Variables {
@@ -1231,6 +1412,27 @@ func (x *PlanRequest) GetMaxStateBytes() int64 {
 	return 0
 }
 
+func (x *PlanRequest) GetParallelism() int32 {
+	if x != nil {
+		return x.Parallelism
+	}
+	return 0
+}
+
+func (x *PlanRequest) GetSkipRefresh() bool {
+	if x != nil {
+		return x.SkipRefresh
+	}
+	return false
+}
+
+func (x *PlanRequest) GetReplace() []string {
+	if x != nil {
+		return x.Replace
+	}
+	return nil
+}
+
 type PlanResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1245,7 +1447,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1459,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1472,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -1352,7 +1554,7 @@ type PlanResult struct {
 
 func (x *PlanResult) Reset() {
 	*x = PlanResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1566,7 @@ func (x *PlanResult) String() string {
 func (*PlanResult) ProtoMessage() {}
 
 func (x *PlanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1579,7 @@ func (x *PlanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResult.ProtoReflect.Descriptor instead.
 func (*PlanResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlanResult) GetPlanId() string {
@@ -1439,7 +1641,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1653,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1666,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -1526,7 +1728,7 @@ type ShowPlanRequest struct {
 
 func (x *ShowPlanRequest) Reset() {
 	*x = ShowPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1740,7 @@ func (x *ShowPlanRequest) String() string {
 func (*ShowPlanRequest) ProtoMessage() {}
 
 func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1753,7 @@ func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanRequest.ProtoReflect.Descriptor instead.
 func (*ShowPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ShowPlanRequest) GetPlanId() string {
@@ -1577,7 +1779,7 @@ type ShowPlanResponse struct {
 
 func (x *ShowPlanResponse) Reset() {
 	*x = ShowPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1791,7 @@ func (x *ShowPlanResponse) String() string {
 func (*ShowPlanResponse) ProtoMessage() {}
 
 func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1804,7 @@ func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanResponse.ProtoReflect.Descriptor instead.
 func (*ShowPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ShowPlanResponse) GetChunk() []byte {
@@ -1613,15 +1815,17 @@ func (x *ShowPlanResponse) GetChunk() []byte {
 }
 
 type ApplyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PlanId        string                 `protobuf:"bytes,1,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	PlanId string                 `protobuf:"bytes,1,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	// parallelism passes -parallelism (0: tofu's default).
+	Parallelism   int32 `protobuf:"varint,2,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1837,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1850,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyRequest) GetPlanId() string {
@@ -1654,6 +1858,13 @@ func (x *ApplyRequest) GetPlanId() string {
 		return x.PlanId
 	}
 	return ""
+}
+
+func (x *ApplyRequest) GetParallelism() int32 {
+	if x != nil {
+		return x.Parallelism
+	}
+	return 0
 }
 
 type ApplyResponse struct {
@@ -1669,7 +1880,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1892,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1905,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -1747,7 +1958,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1970,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1983,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ApplyResult) GetPlanId() string {
@@ -1797,7 +2008,7 @@ type PlanAndApplyResponse struct {
 
 func (x *PlanAndApplyResponse) Reset() {
 	*x = PlanAndApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2020,7 @@ func (x *PlanAndApplyResponse) String() string {
 func (*PlanAndApplyResponse) ProtoMessage() {}
 
 func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2033,7 @@ func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanAndApplyResponse.ProtoReflect.Descriptor instead.
 func (*PlanAndApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PlanAndApplyResponse) GetEvent() isPlanAndApplyResponse_Event {
@@ -1908,7 +2119,7 @@ type OutputRequest struct {
 
 func (x *OutputRequest) Reset() {
 	*x = OutputRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2131,7 @@ func (x *OutputRequest) String() string {
 func (*OutputRequest) ProtoMessage() {}
 
 func (x *OutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2144,7 @@ func (x *OutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRequest.ProtoReflect.Descriptor instead.
 func (*OutputRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
 }
 
 // OutputResponse carries a piece of one output. The pieces of an output
@@ -1954,7 +2165,7 @@ type OutputResponse struct {
 
 func (x *OutputResponse) Reset() {
 	*x = OutputResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2177,7 @@ func (x *OutputResponse) String() string {
 func (*OutputResponse) ProtoMessage() {}
 
 func (x *OutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2190,7 @@ func (x *OutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputResponse.ProtoReflect.Descriptor instead.
 func (*OutputResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OutputResponse) GetName() string {
@@ -2027,7 +2238,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2250,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2263,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DestroyRequest) GetVariables() *Variables {
@@ -2082,7 +2293,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2305,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2318,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -2159,7 +2370,7 @@ type DestroyResult struct {
 
 func (x *DestroyResult) Reset() {
 	*x = DestroyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2382,7 @@ func (x *DestroyResult) String() string {
 func (*DestroyResult) ProtoMessage() {}
 
 func (x *DestroyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2395,7 @@ func (x *DestroyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResult.ProtoReflect.Descriptor instead.
 func (*DestroyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
 }
 
 type ForceUnlockRequest struct {
@@ -2196,7 +2407,7 @@ type ForceUnlockRequest struct {
 
 func (x *ForceUnlockRequest) Reset() {
 	*x = ForceUnlockRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2419,7 @@ func (x *ForceUnlockRequest) String() string {
 func (*ForceUnlockRequest) ProtoMessage() {}
 
 func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2432,7 @@ func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
 func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForceUnlockRequest) GetLockId() string {
@@ -2239,7 +2450,7 @@ type ForceUnlockResponse struct {
 
 func (x *ForceUnlockResponse) Reset() {
 	*x = ForceUnlockResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2462,7 @@ func (x *ForceUnlockResponse) String() string {
 func (*ForceUnlockResponse) ProtoMessage() {}
 
 func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2475,7 @@ func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockResponse.ProtoReflect.Descriptor instead.
 func (*ForceUnlockResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
 }
 
 type DownloadPlanRequest struct {
@@ -2276,7 +2487,7 @@ type DownloadPlanRequest struct {
 
 func (x *DownloadPlanRequest) Reset() {
 	*x = DownloadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2499,7 @@ func (x *DownloadPlanRequest) String() string {
 func (*DownloadPlanRequest) ProtoMessage() {}
 
 func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2512,7 @@ func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanRequest.ProtoReflect.Descriptor instead.
 func (*DownloadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DownloadPlanRequest) GetPlanId() string {
@@ -2324,7 +2535,7 @@ type DownloadPlanResponse struct {
 
 func (x *DownloadPlanResponse) Reset() {
 	*x = DownloadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2547,7 @@ func (x *DownloadPlanResponse) String() string {
 func (*DownloadPlanResponse) ProtoMessage() {}
 
 func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2560,7 @@ func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanResponse.ProtoReflect.Descriptor instead.
 func (*DownloadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DownloadPlanResponse) GetPart() isDownloadPlanResponse_Part {
@@ -2406,7 +2617,7 @@ type PlanFileHeader struct {
 
 func (x *PlanFileHeader) Reset() {
 	*x = PlanFileHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2629,7 @@ func (x *PlanFileHeader) String() string {
 func (*PlanFileHeader) ProtoMessage() {}
 
 func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2642,7 @@ func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanFileHeader.ProtoReflect.Descriptor instead.
 func (*PlanFileHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PlanFileHeader) GetPlanId() string {
@@ -2468,7 +2679,7 @@ type UploadPlanRequest struct {
 
 func (x *UploadPlanRequest) Reset() {
 	*x = UploadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2691,7 @@ func (x *UploadPlanRequest) String() string {
 func (*UploadPlanRequest) ProtoMessage() {}
 
 func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2704,7 @@ func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanRequest.ProtoReflect.Descriptor instead.
 func (*UploadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UploadPlanRequest) GetPart() isUploadPlanRequest_Part {
@@ -2547,7 +2758,7 @@ type UploadPlanResponse struct {
 
 func (x *UploadPlanResponse) Reset() {
 	*x = UploadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2770,7 @@ func (x *UploadPlanResponse) String() string {
 func (*UploadPlanResponse) ProtoMessage() {}
 
 func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2783,7 @@ func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanResponse.ProtoReflect.Descriptor instead.
 func (*UploadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UploadPlanResponse) GetPlanId() string {
@@ -2591,7 +2802,7 @@ type SetSensitiveVariablesRequest struct {
 
 func (x *SetSensitiveVariablesRequest) Reset() {
 	*x = SetSensitiveVariablesRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2814,7 @@ func (x *SetSensitiveVariablesRequest) String() string {
 func (*SetSensitiveVariablesRequest) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2827,7 @@ func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetSensitiveVariablesRequest) GetNames() []string {
@@ -2634,7 +2845,7 @@ type SetSensitiveVariablesResponse struct {
 
 func (x *SetSensitiveVariablesResponse) Reset() {
 	*x = SetSensitiveVariablesResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2857,7 @@ func (x *SetSensitiveVariablesResponse) String() string {
 func (*SetSensitiveVariablesResponse) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2870,262 @@ func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{40}
+}
+
+type CheckHealthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Checks        []*HealthCheck         `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckHealthRequest) Reset() {
+	*x = CheckHealthRequest{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckHealthRequest) ProtoMessage() {}
+
+func (x *CheckHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckHealthRequest.ProtoReflect.Descriptor instead.
+func (*CheckHealthRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CheckHealthRequest) GetChecks() []*HealthCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+type HealthCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type  HealthCheckType        `protobuf:"varint,2,opt,name=type,proto3,enum=terrace.runner.v1.HealthCheckType" json:"type,omitempty"`
+	// target is the URL (http) or host:port (tcp), a Go template over
+	// {"outputs": {name: value}}.
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// expected_status of an http answer (0: 200).
+	ExpectedStatus int32 `protobuf:"varint,4,opt,name=expected_status,json=expectedStatus,proto3" json:"expected_status,omitempty"`
+	// body_match is an RE2 expression the http body must match.
+	BodyMatch string `protobuf:"bytes,5,opt,name=body_match,json=bodyMatch,proto3" json:"body_match,omitempty"`
+	// timeout_ms bounds the check's attempts (0: 30 s).
+	TimeoutMs     int64 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthCheck) Reset() {
+	*x = HealthCheck{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheck) ProtoMessage() {}
+
+func (x *HealthCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
+func (*HealthCheck) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *HealthCheck) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HealthCheck) GetType() HealthCheckType {
+	if x != nil {
+		return x.Type
+	}
+	return HealthCheckType_HEALTH_CHECK_TYPE_UNSPECIFIED
+}
+
+func (x *HealthCheck) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *HealthCheck) GetExpectedStatus() int32 {
+	if x != nil {
+		return x.ExpectedStatus
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetBodyMatch() string {
+	if x != nil {
+		return x.BodyMatch
+	}
+	return ""
+}
+
+func (x *HealthCheck) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type CheckHealthResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*HealthCheckResult   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckHealthResponse) Reset() {
+	*x = CheckHealthResponse{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckHealthResponse) ProtoMessage() {}
+
+func (x *CheckHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckHealthResponse.ProtoReflect.Descriptor instead.
+func (*CheckHealthResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CheckHealthResponse) GetResults() []*HealthCheckResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type HealthCheckResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Passed bool                   `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
+	// message says what the last attempt saw (redacted, no body quoted).
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// target is the rendered URL or address, redacted.
+	Target        string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	Attempts      int32  `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthCheckResult) Reset() {
+	*x = HealthCheckResult{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheckResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheckResult) ProtoMessage() {}
+
+func (x *HealthCheckResult) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheckResult.ProtoReflect.Descriptor instead.
+func (*HealthCheckResult) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *HealthCheckResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HealthCheckResult) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *HealthCheckResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *HealthCheckResult) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *HealthCheckResult) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
 }
 
 var File_terrace_runner_v1_runner_proto protoreflect.FileDescriptor
@@ -2693,14 +3159,15 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1a\n" +
 	"\bexternal\x18\x03 \x01(\bR\bexternal\"F\n" +
 	"\rFetchResponse\x125\n" +
-	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\xdc\x01\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\x91\x02\n" +
 	"\vInitRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12A\n" +
 	"\fhttp_backend\x18\x03 \x01(\v2\x1e.terrace.runner.v1.HTTPBackendR\vhttpBackend\x12\x18\n" +
 	"\aupgrade\x18\x04 \x01(\bR\aupgrade\x12>\n" +
 	"\vown_backend\x18\x05 \x01(\v2\x1d.terrace.runner.v1.OwnBackendR\n" +
-	"ownBackend\"\x89\x01\n" +
+	"ownBackend\x123\n" +
+	"\x05files\x18\x06 \x03(\v2\x1d.terrace.runner.v1.MappedFileR\x05files\"\x89\x01\n" +
 	"\n" +
 	"OwnBackend\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
@@ -2710,7 +3177,12 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x11BackendCredential\x12\x10\n" +
 	"\x03env\x18\x01 \x01(\tR\x03env\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x17\n" +
-	"\aas_file\x18\x03 \x01(\bR\x06asFile\"\xdc\x01\n" +
+	"\aas_file\x18\x03 \x01(\bR\x06asFile\"w\n" +
+	"\n" +
+	"MappedFile\x12;\n" +
+	"\blocation\x18\x01 \x01(\x0e2\x1f.terrace.runner.v1.FileLocationR\blocation\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\fR\acontent\"\xdc\x01\n" +
 	"\vHTTPBackend\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12!\n" +
 	"\flock_address\x18\x02 \x01(\tR\vlockAddress\x12%\n" +
@@ -2733,14 +3205,17 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\tVariables\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x1c\n" +
 	"\tsensitive\x18\x02 \x03(\tR\tsensitive\x12\x14\n" +
-	"\x05files\x18\x03 \x03(\tR\x05files\"\xe1\x01\n" +
+	"\x05files\x18\x03 \x03(\tR\x05files\"\xc0\x02\n" +
 	"\vPlanRequest\x12:\n" +
 	"\tvariables\x18\x01 \x01(\v2\x1c.terrace.runner.v1.VariablesR\tvariables\x12\x18\n" +
 	"\adestroy\x18\x02 \x01(\bR\adestroy\x12!\n" +
 	"\frefresh_only\x18\x03 \x01(\bR\vrefreshOnly\x12\x18\n" +
 	"\atargets\x18\x04 \x03(\tR\atargets\x12\x17\n" +
 	"\aplan_id\x18\x05 \x01(\tR\x06planId\x12&\n" +
-	"\x0fmax_state_bytes\x18\x06 \x01(\x03R\rmaxStateBytes\"\xa1\x01\n" +
+	"\x0fmax_state_bytes\x18\x06 \x01(\x03R\rmaxStateBytes\x12 \n" +
+	"\vparallelism\x18\a \x01(\x05R\vparallelism\x12!\n" +
+	"\fskip_refresh\x18\b \x01(\bR\vskipRefresh\x12\x18\n" +
+	"\areplace\x18\t \x03(\tR\areplace\"\xa1\x01\n" +
 	"\fPlanResponse\x12.\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x12\x1f\n" +
 	"\n" +
@@ -2768,9 +3243,10 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\aplan_id\x18\x01 \x01(\tR\x06planId\x125\n" +
 	"\x06format\x18\x02 \x01(\x0e2\x1d.terrace.runner.v1.PlanFormatR\x06format\"(\n" +
 	"\x10ShowPlanResponse\x12\x14\n" +
-	"\x05chunk\x18\x01 \x01(\fR\x05chunk\"'\n" +
+	"\x05chunk\x18\x01 \x01(\fR\x05chunk\"I\n" +
 	"\fApplyRequest\x12\x17\n" +
-	"\aplan_id\x18\x01 \x01(\tR\x06planId\"\x82\x01\n" +
+	"\aplan_id\x18\x01 \x01(\tR\x06planId\x12 \n" +
+	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\"\x82\x01\n" +
 	"\rApplyResponse\x12.\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x128\n" +
 	"\x06result\x18\x02 \x01(\v2\x1e.terrace.runner.v1.ApplyResultH\x00R\x06resultB\a\n" +
@@ -2822,16 +3298,44 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\aplan_id\x18\x01 \x01(\tR\x06planId\"4\n" +
 	"\x1cSetSensitiveVariablesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"\x1f\n" +
-	"\x1dSetSensitiveVariablesResponse*U\n" +
+	"\x1dSetSensitiveVariablesResponse\"L\n" +
+	"\x12CheckHealthRequest\x126\n" +
+	"\x06checks\x18\x01 \x03(\v2\x1e.terrace.runner.v1.HealthCheckR\x06checks\"\xd8\x01\n" +
+	"\vHealthCheck\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
+	"\x04type\x18\x02 \x01(\x0e2\".terrace.runner.v1.HealthCheckTypeR\x04type\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12'\n" +
+	"\x0fexpected_status\x18\x04 \x01(\x05R\x0eexpectedStatus\x12\x1d\n" +
+	"\n" +
+	"body_match\x18\x05 \x01(\tR\tbodyMatch\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\"U\n" +
+	"\x13CheckHealthResponse\x12>\n" +
+	"\aresults\x18\x01 \x03(\v2$.terrace.runner.v1.HealthCheckResultR\aresults\"\x8d\x01\n" +
+	"\x11HealthCheckResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x05R\battempts*U\n" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
-	"\x11LOG_STREAM_STDERR\x10\x02*V\n" +
+	"\x11LOG_STREAM_STDERR\x10\x02*_\n" +
+	"\fFileLocation\x12\x1d\n" +
+	"\x19FILE_LOCATION_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14FILE_LOCATION_MODULE\x10\x01\x12\x16\n" +
+	"\x12FILE_LOCATION_HOME\x10\x02*V\n" +
 	"\n" +
 	"PlanFormat\x12\x1b\n" +
 	"\x17PLAN_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PLAN_FORMAT_JSON\x10\x01\x12\x15\n" +
-	"\x11PLAN_FORMAT_HUMAN\x10\x022\xcd\t\n" +
+	"\x11PLAN_FORMAT_HUMAN\x10\x02*k\n" +
+	"\x0fHealthCheckType\x12!\n" +
+	"\x1dHEALTH_CHECK_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16HEALTH_CHECK_TYPE_HTTP\x10\x01\x12\x19\n" +
+	"\x15HEALTH_CHECK_TYPE_TCP\x10\x022\xab\n" +
+	"\n" +
 	"\rRunnerService\x12O\n" +
 	"\x06Upload\x12 .terrace.runner.v1.UploadRequest\x1a!.terrace.runner.v1.UploadResponse(\x01\x12J\n" +
 	"\x05Fetch\x12\x1f.terrace.runner.v1.FetchRequest\x1a .terrace.runner.v1.FetchResponse\x12I\n" +
@@ -2846,7 +3350,8 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\fDownloadPlan\x12&.terrace.runner.v1.DownloadPlanRequest\x1a'.terrace.runner.v1.DownloadPlanResponse0\x01\x12[\n" +
 	"\n" +
 	"UploadPlan\x12$.terrace.runner.v1.UploadPlanRequest\x1a%.terrace.runner.v1.UploadPlanResponse(\x01\x12z\n" +
-	"\x15SetSensitiveVariables\x12/.terrace.runner.v1.SetSensitiveVariablesRequest\x1a0.terrace.runner.v1.SetSensitiveVariablesResponse\x12J\n" +
+	"\x15SetSensitiveVariables\x12/.terrace.runner.v1.SetSensitiveVariablesRequest\x1a0.terrace.runner.v1.SetSensitiveVariablesResponse\x12\\\n" +
+	"\vCheckHealth\x12%.terrace.runner.v1.CheckHealthRequest\x1a&.terrace.runner.v1.CheckHealthResponse\x12J\n" +
 	"\x05Claim\x12\x1f.terrace.runner.v1.ClaimRequest\x1a .terrace.runner.v1.ClaimResponseBAZ?github.com/terrace-dev/terrace/proto/terrace/runner/v1;runnerv1b\x06proto3"
 
 var (
@@ -2861,112 +3366,126 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 	return file_terrace_runner_v1_runner_proto_rawDescData
 }
 
-var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
-	(PlanFormat)(0),                       // 1: terrace.runner.v1.PlanFormat
-	(*ClaimRequest)(nil),                  // 2: terrace.runner.v1.ClaimRequest
-	(*ClaimResponse)(nil),                 // 3: terrace.runner.v1.ClaimResponse
-	(*LogLine)(nil),                       // 4: terrace.runner.v1.LogLine
-	(*SourceInfo)(nil),                    // 5: terrace.runner.v1.SourceInfo
-	(*UploadRequest)(nil),                 // 6: terrace.runner.v1.UploadRequest
-	(*UploadHeader)(nil),                  // 7: terrace.runner.v1.UploadHeader
-	(*UploadResponse)(nil),                // 8: terrace.runner.v1.UploadResponse
-	(*FetchRequest)(nil),                  // 9: terrace.runner.v1.FetchRequest
-	(*FetchResponse)(nil),                 // 10: terrace.runner.v1.FetchResponse
-	(*InitRequest)(nil),                   // 11: terrace.runner.v1.InitRequest
-	(*OwnBackend)(nil),                    // 12: terrace.runner.v1.OwnBackend
-	(*BackendCredential)(nil),             // 13: terrace.runner.v1.BackendCredential
-	(*HTTPBackend)(nil),                   // 14: terrace.runner.v1.HTTPBackend
-	(*InitResponse)(nil),                  // 15: terrace.runner.v1.InitResponse
-	(*InitResult)(nil),                    // 16: terrace.runner.v1.InitResult
-	(*Variables)(nil),                     // 17: terrace.runner.v1.Variables
-	(*PlanRequest)(nil),                   // 18: terrace.runner.v1.PlanRequest
-	(*PlanResponse)(nil),                  // 19: terrace.runner.v1.PlanResponse
-	(*PlanResult)(nil),                    // 20: terrace.runner.v1.PlanResult
-	(*PlanSummary)(nil),                   // 21: terrace.runner.v1.PlanSummary
-	(*ShowPlanRequest)(nil),               // 22: terrace.runner.v1.ShowPlanRequest
-	(*ShowPlanResponse)(nil),              // 23: terrace.runner.v1.ShowPlanResponse
-	(*ApplyRequest)(nil),                  // 24: terrace.runner.v1.ApplyRequest
-	(*ApplyResponse)(nil),                 // 25: terrace.runner.v1.ApplyResponse
-	(*ApplyResult)(nil),                   // 26: terrace.runner.v1.ApplyResult
-	(*PlanAndApplyResponse)(nil),          // 27: terrace.runner.v1.PlanAndApplyResponse
-	(*OutputRequest)(nil),                 // 28: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),                // 29: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),                // 30: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),               // 31: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),                 // 32: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),            // 33: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),           // 34: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),           // 35: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil),          // 36: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),                // 37: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),             // 38: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),            // 39: terrace.runner.v1.UploadPlanResponse
-	(*SetSensitiveVariablesRequest)(nil),  // 40: terrace.runner.v1.SetSensitiveVariablesRequest
-	(*SetSensitiveVariablesResponse)(nil), // 41: terrace.runner.v1.SetSensitiveVariablesResponse
-	nil,                                   // 42: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(FileLocation)(0),                     // 1: terrace.runner.v1.FileLocation
+	(PlanFormat)(0),                       // 2: terrace.runner.v1.PlanFormat
+	(HealthCheckType)(0),                  // 3: terrace.runner.v1.HealthCheckType
+	(*ClaimRequest)(nil),                  // 4: terrace.runner.v1.ClaimRequest
+	(*ClaimResponse)(nil),                 // 5: terrace.runner.v1.ClaimResponse
+	(*LogLine)(nil),                       // 6: terrace.runner.v1.LogLine
+	(*SourceInfo)(nil),                    // 7: terrace.runner.v1.SourceInfo
+	(*UploadRequest)(nil),                 // 8: terrace.runner.v1.UploadRequest
+	(*UploadHeader)(nil),                  // 9: terrace.runner.v1.UploadHeader
+	(*UploadResponse)(nil),                // 10: terrace.runner.v1.UploadResponse
+	(*FetchRequest)(nil),                  // 11: terrace.runner.v1.FetchRequest
+	(*FetchResponse)(nil),                 // 12: terrace.runner.v1.FetchResponse
+	(*InitRequest)(nil),                   // 13: terrace.runner.v1.InitRequest
+	(*OwnBackend)(nil),                    // 14: terrace.runner.v1.OwnBackend
+	(*BackendCredential)(nil),             // 15: terrace.runner.v1.BackendCredential
+	(*MappedFile)(nil),                    // 16: terrace.runner.v1.MappedFile
+	(*HTTPBackend)(nil),                   // 17: terrace.runner.v1.HTTPBackend
+	(*InitResponse)(nil),                  // 18: terrace.runner.v1.InitResponse
+	(*InitResult)(nil),                    // 19: terrace.runner.v1.InitResult
+	(*Variables)(nil),                     // 20: terrace.runner.v1.Variables
+	(*PlanRequest)(nil),                   // 21: terrace.runner.v1.PlanRequest
+	(*PlanResponse)(nil),                  // 22: terrace.runner.v1.PlanResponse
+	(*PlanResult)(nil),                    // 23: terrace.runner.v1.PlanResult
+	(*PlanSummary)(nil),                   // 24: terrace.runner.v1.PlanSummary
+	(*ShowPlanRequest)(nil),               // 25: terrace.runner.v1.ShowPlanRequest
+	(*ShowPlanResponse)(nil),              // 26: terrace.runner.v1.ShowPlanResponse
+	(*ApplyRequest)(nil),                  // 27: terrace.runner.v1.ApplyRequest
+	(*ApplyResponse)(nil),                 // 28: terrace.runner.v1.ApplyResponse
+	(*ApplyResult)(nil),                   // 29: terrace.runner.v1.ApplyResult
+	(*PlanAndApplyResponse)(nil),          // 30: terrace.runner.v1.PlanAndApplyResponse
+	(*OutputRequest)(nil),                 // 31: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                // 32: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                // 33: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),               // 34: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                 // 35: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),            // 36: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),           // 37: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),           // 38: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),          // 39: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                // 40: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),             // 41: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),            // 42: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),  // 43: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil), // 44: terrace.runner.v1.SetSensitiveVariablesResponse
+	(*CheckHealthRequest)(nil),            // 45: terrace.runner.v1.CheckHealthRequest
+	(*HealthCheck)(nil),                   // 46: terrace.runner.v1.HealthCheck
+	(*CheckHealthResponse)(nil),           // 47: terrace.runner.v1.CheckHealthResponse
+	(*HealthCheckResult)(nil),             // 48: terrace.runner.v1.HealthCheckResult
+	nil,                                   // 49: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
-	7,  // 1: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
-	5,  // 2: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	5,  // 3: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	14, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
-	12, // 5: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
-	13, // 6: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
-	4,  // 7: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
-	16, // 8: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	42, // 9: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
-	17, // 10: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
-	4,  // 11: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
-	20, // 12: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
-	21, // 13: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
-	1,  // 14: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
-	4,  // 15: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	26, // 16: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
-	4,  // 17: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	20, // 18: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
-	26, // 19: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
-	17, // 20: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
-	4,  // 21: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
-	32, // 22: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
-	37, // 23: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
-	37, // 24: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
-	6,  // 25: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
-	9,  // 26: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
-	11, // 27: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
-	18, // 28: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
-	22, // 29: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
-	24, // 30: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
-	18, // 31: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
-	28, // 32: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
-	30, // 33: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
-	33, // 34: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
-	35, // 35: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
-	38, // 36: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	40, // 37: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
-	2,  // 38: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
-	8,  // 39: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	10, // 40: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	15, // 41: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	19, // 42: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	23, // 43: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	25, // 44: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	27, // 45: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
-	29, // 46: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	31, // 47: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	34, // 48: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	36, // 49: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	39, // 50: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	41, // 51: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	3,  // 52: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
-	39, // [39:53] is the sub-list for method output_type
-	25, // [25:39] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	9,  // 1: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
+	7,  // 2: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
+	7,  // 3: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
+	17, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
+	14, // 5: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
+	16, // 6: terrace.runner.v1.InitRequest.files:type_name -> terrace.runner.v1.MappedFile
+	15, // 7: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
+	1,  // 8: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
+	6,  // 9: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
+	19, // 10: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
+	49, // 11: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	20, // 12: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
+	6,  // 13: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
+	23, // 14: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
+	24, // 15: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
+	2,  // 16: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
+	6,  // 17: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	29, // 18: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
+	6,  // 19: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	23, // 20: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
+	29, // 21: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
+	20, // 22: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
+	6,  // 23: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
+	35, // 24: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
+	40, // 25: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
+	40, // 26: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
+	46, // 27: terrace.runner.v1.CheckHealthRequest.checks:type_name -> terrace.runner.v1.HealthCheck
+	3,  // 28: terrace.runner.v1.HealthCheck.type:type_name -> terrace.runner.v1.HealthCheckType
+	48, // 29: terrace.runner.v1.CheckHealthResponse.results:type_name -> terrace.runner.v1.HealthCheckResult
+	8,  // 30: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
+	11, // 31: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
+	13, // 32: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
+	21, // 33: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
+	25, // 34: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
+	27, // 35: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
+	21, // 36: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
+	31, // 37: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
+	33, // 38: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
+	36, // 39: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
+	38, // 40: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
+	41, // 41: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
+	43, // 42: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	45, // 43: terrace.runner.v1.RunnerService.CheckHealth:input_type -> terrace.runner.v1.CheckHealthRequest
+	4,  // 44: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
+	10, // 45: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	12, // 46: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	18, // 47: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	22, // 48: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	26, // 49: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	28, // 50: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	30, // 51: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	32, // 52: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	34, // 53: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	37, // 54: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	39, // 55: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	42, // 56: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	44, // 57: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	47, // 58: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
+	5,  // 59: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
+	45, // [45:60] is the sub-list for method output_type
+	30, // [30:45] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_terrace_runner_v1_runner_proto_init() }
@@ -2978,34 +3497,34 @@ func file_terrace_runner_v1_runner_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[13].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[14].OneofWrappers = []any{
 		(*InitResponse_Log)(nil),
 		(*InitResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[17].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[18].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_JsonChunk)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[23].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[24].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[25].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[26].OneofWrappers = []any{
 		(*PlanAndApplyResponse_Log)(nil),
 		(*PlanAndApplyResponse_JsonChunk)(nil),
 		(*PlanAndApplyResponse_PlanResult)(nil),
 		(*PlanAndApplyResponse_ApplyResult)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[29].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[30].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[34].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[35].OneofWrappers = []any{
 		(*DownloadPlanResponse_Header)(nil),
 		(*DownloadPlanResponse_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[36].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[37].OneofWrappers = []any{
 		(*UploadPlanRequest_Header)(nil),
 		(*UploadPlanRequest_Chunk)(nil),
 	}
@@ -3014,8 +3533,8 @@ func file_terrace_runner_v1_runner_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   41,
+			NumEnums:      4,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

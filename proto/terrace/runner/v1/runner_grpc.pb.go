@@ -49,6 +49,7 @@ const (
 	RunnerService_DownloadPlan_FullMethodName          = "/terrace.runner.v1.RunnerService/DownloadPlan"
 	RunnerService_UploadPlan_FullMethodName            = "/terrace.runner.v1.RunnerService/UploadPlan"
 	RunnerService_SetSensitiveVariables_FullMethodName = "/terrace.runner.v1.RunnerService/SetSensitiveVariables"
+	RunnerService_CheckHealth_FullMethodName           = "/terrace.runner.v1.RunnerService/CheckHealth"
 	RunnerService_Claim_FullMethodName                 = "/terrace.runner.v1.RunnerService/Claim"
 )
 
@@ -100,6 +101,11 @@ type RunnerServiceClient interface {
 	// a runner that applies a plan it did not make: their values are read
 	// from the plan file and masked in everything the apply prints.
 	SetSensitiveVariables(ctx context.Context, in *SetSensitiveVariablesRequest, opts ...grpc.CallOption) (*SetSensitiveVariablesResponse, error)
+	// CheckHealth runs health checks from the runner pod's network position,
+	// after an apply: addresses are templates over the root outputs
+	// ({{ .outputs.url }}), which the runner reads itself. Each check keeps
+	// trying until it passes or its timeout ends.
+	CheckHealth(ctx context.Context, in *CheckHealthRequest, opts ...grpc.CallOption) (*CheckHealthResponse, error)
 	// Claim hands a warm runner (started with a runner-class identity, before
 	// its Stack was known) the credentials of the one run that claimed it:
 	// the run's leaf certificate, key and CA bundle, which it presents from
@@ -325,6 +331,16 @@ func (c *runnerServiceClient) SetSensitiveVariables(ctx context.Context, in *Set
 	return out, nil
 }
 
+func (c *runnerServiceClient) CheckHealth(ctx context.Context, in *CheckHealthRequest, opts ...grpc.CallOption) (*CheckHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckHealthResponse)
+	err := c.cc.Invoke(ctx, RunnerService_CheckHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *runnerServiceClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClaimResponse)
@@ -383,6 +399,11 @@ type RunnerServiceServer interface {
 	// a runner that applies a plan it did not make: their values are read
 	// from the plan file and masked in everything the apply prints.
 	SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error)
+	// CheckHealth runs health checks from the runner pod's network position,
+	// after an apply: addresses are templates over the root outputs
+	// ({{ .outputs.url }}), which the runner reads itself. Each check keeps
+	// trying until it passes or its timeout ends.
+	CheckHealth(context.Context, *CheckHealthRequest) (*CheckHealthResponse, error)
 	// Claim hands a warm runner (started with a runner-class identity, before
 	// its Stack was known) the credentials of the one run that claimed it:
 	// the run's leaf certificate, key and CA bundle, which it presents from
@@ -438,6 +459,9 @@ func (UnimplementedRunnerServiceServer) UploadPlan(grpc.ClientStreamingServer[Up
 }
 func (UnimplementedRunnerServiceServer) SetSensitiveVariables(context.Context, *SetSensitiveVariablesRequest) (*SetSensitiveVariablesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetSensitiveVariables not implemented")
+}
+func (UnimplementedRunnerServiceServer) CheckHealth(context.Context, *CheckHealthRequest) (*CheckHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckHealth not implemented")
 }
 func (UnimplementedRunnerServiceServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
@@ -619,6 +643,24 @@ func _RunnerService_SetSensitiveVariables_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunnerService_CheckHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).CheckHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_CheckHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).CheckHealth(ctx, req.(*CheckHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RunnerService_Claim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ClaimRequest)
 	if err := dec(in); err != nil {
@@ -655,6 +697,10 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetSensitiveVariables",
 			Handler:    _RunnerService_SetSensitiveVariables_Handler,
+		},
+		{
+			MethodName: "CheckHealth",
+			Handler:    _RunnerService_CheckHealth_Handler,
 		},
 		{
 			MethodName: "Claim",
