@@ -255,7 +255,7 @@ func TestResolveFieldByField(t *testing.T) {
 
 func TestResolveEverythingFromConfigsNeedsNoBuiltin(t *testing.T) {
 	full := terracev1.TerraceConfigSpec{
-		Runner: &terracev1.RunnerConfig{Image: "i", Binary: terracev1.BinaryTofu, ServiceAccountName: "sa", Resources: resources("1"), Env: []corev1.EnvVar{{Name: "A"}}, Retain: ptr(true)},
+		Runner: &terracev1.RunnerConfig{Image: "i", Binary: terracev1.BinaryTofu, ServiceAccountName: "sa", Resources: resources("1"), Env: []corev1.EnvVar{{Name: "A"}}, Retain: ptr(true), Warm: ptr(int32(1))},
 		State: &terracev1.StateConfig{
 			Backend:    terracev1.StateBackendPostgres,
 			Postgres:   &terracev1.PostgresConfig{ConnectionSecretRef: terracev1.SecretKeyReference{Name: "pg"}},
