@@ -353,12 +353,25 @@ func (c *Client) Destroy(ctx context.Context, req *runnerv1.DestroyRequest, logf
 	if err != nil {
 		return err
 	}
+	return untilResult(stream, logf)
+}
+
+// logOrResult is a streamed message of an operation that ends with a
+// result and carries nothing else: Apply and Destroy.
+type logOrResult[R any] interface {
+	GetLog() *runnerv1.LogLine
+	GetResult() R
+}
+
+// untilResult passes the stream's log lines to logf until its result.
+func untilResult[M logOrResult[R], R comparable](stream interface{ Recv() (M, error) }, logf LogFunc) error {
+	var none R
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			return endOfStream(err)
 		}
-		if msg.GetResult() != nil {
+		if msg.GetResult() != none {
 			return nil
 		}
 		logTo(logf, msg.GetLog())

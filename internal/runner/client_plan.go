@@ -162,16 +162,7 @@ func (c *Client) ApplyWith(ctx context.Context, req *runnerv1.ApplyRequest, logf
 	if err != nil {
 		return err
 	}
-	for {
-		msg, err := stream.Recv()
-		if err != nil {
-			return endOfStream(err)
-		}
-		if msg.GetResult() != nil {
-			return nil
-		}
-		logTo(logf, msg.GetLog())
-	}
+	return untilResult(stream, logf)
 }
 
 // DownloadPlan writes the binary plan file planID to w and returns its
