@@ -1,0 +1,149 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The observed side of a Stack: what its plans, releases and runs left.
+
+// PlanStatus summarises the latest plan.
+type PlanStatus struct {
+	// ID of the latest plan.
+	// +optional
+	ID string `json:"id,omitempty"`
+
+	// Pending is the id of a plan that waits for approval (set approvePlan to it).
+	// +optional
+	Pending string `json:"pending,omitempty"`
+
+	// Add is the number of resources the plan creates.
+	// +optional
+	Add int32 `json:"add,omitempty"`
+
+	// Change is the number of resources the plan updates in place.
+	// +optional
+	Change int32 `json:"change,omitempty"`
+
+	// Destroy is the number of resources the plan destroys.
+	// +optional
+	Destroy int32 `json:"destroy,omitempty"`
+
+	// Drift is the number of resources changed outside Terrace.
+	// +optional
+	Drift int32 `json:"drift,omitempty"`
+
+	// DestroyPlan is true when the plan destroys the whole Stack.
+	// +optional
+	DestroyPlan bool `json:"destroyPlan,omitempty"`
+
+	// CreatedAt is when the plan was made.
+	// +optional
+	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
+
+	// InputsDigest identifies the source, path, workspace and variables the
+	// plan was made from; a pending plan is applied only while they are unchanged.
+	// +optional
+	InputsDigest string `json:"inputsDigest,omitempty"`
+
+	// Policy is the plan policies' decision on this plan, when the
+	// TerraceConfig names any.
+	// +optional
+	Policy *PlanPolicyStatus `json:"policy,omitempty"`
+}
+
+// ReleaseStatus is the latest release record's summary.
+type ReleaseStatus struct {
+	// Revision is the release number, counting from 1.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+
+	// Status of the release: deployed, failed or superseded.
+	// +optional
+	Status string `json:"status,omitempty"`
+
+	// UpdatedAt is when the release last changed.
+	// +optional
+	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+
+	// StateSerial is the serial of the state the release left. A state
+	// with another serial was written by a run whose release was not
+	// recorded here; the controller records it from the history.
+	// +optional
+	StateSerial int64 `json:"stateSerial,omitempty"`
+}
+
+// StackStatus is the observed state of a Stack.
+type StackStatus struct {
+	// ObservedGeneration is the last generation whose outcome is final.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled, Planned, Applied, Drifted, DependenciesReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// LastAppliedRevision is the source revision last applied.
+	// +optional
+	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+
+	// LastAppliedInputsDigest identifies the source, path, workspace and
+	// variables last applied (or planned without changes); a change means a
+	// new plan is due.
+	// +optional
+	LastAppliedInputsDigest string `json:"lastAppliedInputsDigest,omitempty"`
+
+	// LastAttemptedRevision is the source revision of the last run.
+	// +optional
+	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
+
+	// LastPlannedRevision is the source revision of the last plan.
+	// +optional
+	LastPlannedRevision string `json:"lastPlannedRevision,omitempty"`
+
+	// Plan summarises the latest plan.
+	// +optional
+	Plan *PlanStatus `json:"plan,omitempty"`
+
+	// Outputs lists the names of the Stack's outputs (never their values).
+	// +optional
+	Outputs []string `json:"outputs,omitempty"`
+
+	// Release is the latest release record's revision and status; the full
+	// history is in Secrets of type terrace.dev/release.v1.
+	// +optional
+	Release *ReleaseStatus `json:"release,omitempty"`
+
+	// LastDriftCheckAt is when drift was last looked for.
+	// +optional
+	LastDriftCheckAt *metav1.Time `json:"lastDriftCheckAt,omitempty"`
+
+	// LastDriftDetectedAt is when drift was last found.
+	// +optional
+	LastDriftDetectedAt *metav1.Time `json:"lastDriftDetectedAt,omitempty"`
+
+	// Failures counts consecutive failed runs; it drives the retry backoff.
+	// +optional
+	Failures int64 `json:"failures,omitempty"`
+
+	// CurrentRun is the ID of the Stack's latest run, recorded before its
+	// runner starts (it is in the runner pod's name and certificate). The
+	// state server accepts a runner's certificate only for this run, and
+	// only while its pod exists.
+	// +optional
+	CurrentRun string `json:"currentRun,omitempty"`
+
+	// OutputsSecret is the Secret Terrace last wrote the outputs into
+	// (spec.writeOutputsToSecret.name at that time), so a renamed or
+	// removed one is cleaned up without searching the namespace.
+	// +optional
+	OutputsSecret string `json:"outputsSecret,omitempty"`
+
+	// Inventory lists the resources in the state after the last run that
+	// applied or found no changes.
+	// +optional
+	Inventory *Inventory `json:"inventory,omitempty"`
+
+	ReconcileRequestStatus `json:",inline"`
+}
