@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,6 +292,10 @@ func runChaos(t *testing.T, p plan) {
 	}
 }
 
+// clusterSleep is the provisioner's sleep (seconds) of the smoke's
+// cluster-fault Stacks but the first.
+const clusterSleep = 30
+
 // share is part i's share of total shared out over parts.
 func share(total, parts, i int) int {
 	n := total / parts
@@ -352,7 +357,15 @@ func (e *env) createWorkloads(ctx context.Context, t *testing.T, p plan) (map[st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			made[i], errs[i] = e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres})
+			sleep := 0
+			if p.overlap && slices.Contains(clusterFaults, f) && f != clusterFaults[0] {
+				// The cluster faults strike one after the other, each
+				// mid-apply of its own Stack: a long window lets the
+				// next strike in the same run when the one before it
+				// spared it, instead of a run later.
+				sleep = clusterSleep
+			}
+			made[i], errs[i] = e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres, sleep: sleep})
 		}()
 	}
 	wg.Wait()
