@@ -64,6 +64,7 @@ func TestHandshakesTellFailuresFromInterruptions(t *testing.T) {
 		`2026/12/01 20:00:00 http: TLS handshake error from 127.0.0.9:4242: EOF`,
 		`2026/12/01 20:00:01 http: TLS handshake error from 127.0.0.9:4243: remote error: tls: bad certificate`,
 		`{"msg":"failed to apply","error":"transport: authentication handshake failed: x509: certificate signed by unknown authority"}`,
+		`2026-12-02T02:57:20Z	DEBUG	artifact-server	http: TLS handshake error from 127.0.0.1:39288: client sent an HTTP request to an HTTPS server`,
 	}, "\n") + "\n"
 	if err := os.WriteFile(log, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func TestHandshakesTellFailuresFromInterruptions(t *testing.T) {
 	e := &env{nodeDir: filepath.Join(dir, "node"), ctrls: &controllers{replicas: []*replica{{logPath: log}}}}
 	failures, interrupted := e.handshakes(nil, nil)
 	if len(failures) != 2 || interrupted != 1 {
-		t.Errorf("handshakes = %q, %d interrupted; want the two certificate errors and one EOF", failures, interrupted)
+		t.Errorf("handshakes = %q, %d interrupted; want the two certificate errors and one EOF, and not the plain HTTP request", failures, interrupted)
 	}
 	from := e.markLogs()
 	if failures, _ := e.handshakes(from, nil); len(failures) != 0 {
