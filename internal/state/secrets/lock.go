@@ -26,7 +26,7 @@ func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) er
 			return &state.MigratedError{Key: "state " + key.String(), Mark: *x.mark}
 		}
 		if x.lock != nil {
-			if x.lock.ID == info.ID {
+			if state.SameLock(x.lock, info) {
 				return errUnchanged
 			}
 			h := *x.lock
