@@ -84,8 +84,10 @@ func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As `terrace api` runs: the operator's state settings come as a flag.
-	resolver := &settings.Resolver{Reader: SettingsReader(own, "terrace-system", &terracev1.StateConfig{}), OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
+	// As `terrace api` runs: the operator's state settings come as a flag,
+	// another namespace's TerraceConfig is read as the caller.
+	reader := SettingsReader(ConfigReader(own, caller, ns, "terrace-system"), "terrace-system", &terracev1.StateConfig{})
+	resolver := &settings.Resolver{Reader: reader, OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
 	stores := backend.New(caller, resolver.ResolveNamespace)
 	t.Cleanup(stores.Close)
 	srv := &Server{Namespace: ns, Client: own, Caller: caller, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}
