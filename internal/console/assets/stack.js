@@ -32,8 +32,14 @@ function renderStack(namespace, name) {
     }
   }
 
+  let drawnActions = "";
   function drawActions(inst) {
     const why = access.update ? null : "You may not update Stacks in namespace " + inst.namespace + ".";
+    // Made again only when they change: a button replaced under the pointer
+    // or the keyboard's focus would lose the click or the focus.
+    const key = JSON.stringify([!!inst.suspended, why]);
+    if (key === drawnActions) return;
+    drawnActions = key;
     actions.replaceChildren(
       el("button", { type: "button", id: "reconcile", disabled: !access.update, title: why, onclick: () => act("Reconcile", req, "Reconcile requested.") }, "Reconcile"),
       inst.suspended
