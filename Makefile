@@ -125,9 +125,10 @@ console-screenshots: deps ## Retake docs/images/console-*.png with the browser t
 # FLEET_STACKS Stacks to Ready against as many direct tofu applies, with and
 # without warm runners; prints time, ratio, peak heap and RSS, API calls per Stack.
 FLEET_STACKS ?= 1000
-fleet: deps ## Take FLEET_STACKS (1000) Stacks to Ready on the dev cluster and print the benchmark's figures (not in make test).
+FLEET_CONTROLLER ?= process
+fleet: deps ## Take FLEET_STACKS (1000) Stacks to Ready on the dev cluster and print the benchmark's figures, the controller as its own process (FLEET_CONTROLLER=process) for its RSS (not in make test).
 	hack/tools/build.sh >/dev/null
-	TERRACE_BENCH_STACKS=$(FLEET_STACKS) env $$(hack/tools/build.sh --env) \
+	TERRACE_BENCH_STACKS=$(FLEET_STACKS) TERRACE_BENCH_CONTROLLER=$(FLEET_CONTROLLER) env $$(hack/tools/build.sh --env) \
 	  nice go test ./test/e2e/ -run '^$$' -bench '^BenchmarkStackToReady$$' -benchtime 1x -timeout 3h -v
 
 # Every fuzz target, as package:Name. Their seed corpora (testdata/fuzz/)

@@ -165,10 +165,16 @@ func TestRunsShareOneWatch(t *testing.T) {
 		})
 		return p
 	}()
-	secret, err := f.cs.CoreV1().Secrets(other.Namespace).Get(ctx, secretName(pod.Name), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The Secret follows its pod.
+	var secret *corev1.Secret
+	f.eventually(10*time.Second, "the api runner's Secret never appeared", func(ctx context.Context) (bool, error) {
+		got, err := f.cs.CoreV1().Secrets(other.Namespace).Get(ctx, secretName(pod.Name), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		secret = got
+		return err == nil, err
+	})
 	ip := f.nextPodIP()
 	f.serveRunner(secret, ip)
 	pods := f.cs.CoreV1().Pods(other.Namespace)

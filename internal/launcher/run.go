@@ -105,6 +105,17 @@ func (r *Run) Client() *runner.Client {
 	return r.client
 }
 
+// ObservedPod is a copy of the run's pod as the launcher's watch last saw
+// it (its status: phase, container states, image IDs), without an API call.
+func (r *Run) ObservedPod() *corev1.Pod {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return nil
+	}
+	return r.last.DeepCopy()
+}
+
 // StartDuration is how long Start took, from issuing the certificate to a
 // runner answering over mutual TLS.
 func (r *Run) StartDuration() time.Duration {

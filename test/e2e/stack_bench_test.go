@@ -55,15 +55,27 @@ const benchConcurrency = 8
 // started the controller itself, the controller's API requests per Stack
 // (the warm pool's included). With -v it logs the runner's own log of the
 // first Stack's run, which says where that run's time went.
-// TERRACE_BENCH_STACKS=1000 adds that fleet size (make fleet).
+// TERRACE_BENCH_STACKS=1000 runs that fleet size instead (make fleet).
+// TERRACE_BENCH_CONTROLLER=process runs the built controller as its own
+// process and reports its peak RSS (stack_bench_process_test.go);
+// TERRACE_BENCH_TRACE=1 logs each request of a 1-Stack run in order;
+// TERRACE_BENCH_WARM=N measures only with N warm runners (0: cold only).
 func BenchmarkStackToReady(b *testing.B) {
-	startCountedController(b)
+	if benchControllerProcess() {
+		startControllerProcess(b)
+	} else {
+		startCountedController(b)
+	}
 	sizes := []int{1, 100}
 	if n, err := strconv.Atoi(os.Getenv("TERRACE_BENCH_STACKS")); err == nil && n > 0 {
 		sizes = []int{n}
 	}
 	for _, n := range sizes {
-		for _, warm := range []int{0, min(n, benchConcurrency)} {
+		warms := []int{0, min(n, benchConcurrency)}
+		if w, err := strconv.Atoi(os.Getenv("TERRACE_BENCH_WARM")); err == nil && w >= 0 {
+			warms = []int{min(n, w)}
+		}
+		for _, warm := range warms {
 			b.Run(fmt.Sprintf("stacks=%d/warm=%d", n, warm), func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					benchStacksOnce(b, n, warm)
@@ -78,15 +90,27 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	direct := directApplies(b, n, benchConcurrency)
 	e := newStackEnv(b)
 	e.prepareBench(b, warm)
+	e.programReady(b)
 	calls, kinds := controllerRequests.Load(), requestKinds.snapshot()
 	requestKinds.takeTrace()
 	rss := startRSSPeak()
+	var processCalls float64
+	if p := benchController; p != nil {
+		p.resetPeakRSS()
+		processCalls = mustRequests(b, p)
+	}
 	terrace, peak := e.stacksToReady(b, n)
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")
 	b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
-	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
-	b.ReportMetric(float64(rss())/(1<<20), "process-peak-rss-MiB")
+	if p := benchController; p != nil {
+		// The controller as a process of its own: its RSS and requests.
+		b.ReportMetric(float64(p.peakRSS())/(1<<20), "controller-peak-rss-MiB")
+		b.ReportMetric((mustRequests(b, p)-processCalls)/float64(n), "api-calls/stack")
+	} else {
+		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+		b.ReportMetric(float64(rss())/(1<<20), "process-peak-rss-MiB")
+	}
 	if countingRequests.Load() {
 		b.ReportMetric(float64(controllerRequests.Load()-calls)/float64(n), "api-calls/stack")
 		logRequestKinds(b, kinds, n)
@@ -347,10 +371,10 @@ func (e *stackEnv) prepareBench(b *testing.B, warm int) {
 	})
 }
 
-// stacksToReady creates n Stacks of one Program and waits until all are Ready.
-func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
+// programReady waits until the Program's artifact is ready: before the
+// clock starts and the requests are counted, as a Flux source would be.
+func (e *stackEnv) programReady(b *testing.B) {
 	b.Helper()
-	// The Program's artifact is ready before the clock starts, as a Flux source would be.
 	eventually(b, 2*time.Minute, "the Program's artifact", func() error {
 		var p terracev1.Program
 		if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "bench"}, &p); err != nil {
@@ -361,6 +385,20 @@ func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
 		}
 		return nil
 	})
+}
+
+func mustRequests(b *testing.B, p *controllerProcess) float64 {
+	b.Helper()
+	n, err := p.requests()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// stacksToReady creates n Stacks of one Program and waits until all are Ready.
+func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
+	b.Helper()
 	var peak uint64
 	stopSampling := sampleHeap(&peak)
 	defer stopSampling()
@@ -436,17 +474,5 @@ func jsonVarsB(vars map[string]string) map[string]apiextensionsv1.JSON {
 // that reads it.
 func startRSSPeak() func() uint64 {
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0o600)
-	return func() uint64 {
-		data, err := os.ReadFile("/proc/self/status")
-		if err != nil {
-			return 0
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				return kb << 10
-			}
-		}
-		return 0
-	}
+	return func() uint64 { return vmHWM("/proc/self/status") }
 }

@@ -73,6 +73,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 // the outputs and a deployed release.
 func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, applyErr error) error {
 	run := s.run
+	run.after = nil // the apply wrote the state: read it afresh
 	if runner.Reason(applyErr) == runner.ReasonStateTooLarge {
 		return r.keepErroredState(context.WithoutCancel(ctx), s, p, applyErr)
 	}

@@ -110,6 +110,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if err := r.Client.Update(ctx, stack); err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to add finalizer: %w", err)
 		}
+		// The answer is the Stack as stored: status patches start from
+		// it (the snapshot's resourceVersion would conflict), and it is
+		// current, so a run needs no uncached read to trust it.
+		s.patcher = reconcile.NewStatusPatcher(r.Client, stack)
+		s.current = true
 	}
 	if stack.Spec.Suspend {
 		s.observed.suspended = true

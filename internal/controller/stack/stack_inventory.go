@@ -36,7 +36,7 @@ func (r *Reconciler) recordInventory(ctx context.Context, s *scope) error {
 		// never reads: no inventory (rather than a wrong empty one).
 		return nil
 	}
-	st, err := s.run.stores.States.Get(ctx, stateKey(s.stack))
+	st, err := stateAfterRun(ctx, s)
 	var data []byte
 	switch {
 	case errors.Is(err, state.ErrNotFound):

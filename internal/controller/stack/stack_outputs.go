@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/ownership"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/state"
 )
 
 // OutputsSecretConflictReason: spec.writeOutputsToSecret names a Secret
@@ -169,11 +170,22 @@ func runOutputs(ctx context.Context, s *scope) (map[string]runner.Output, error)
 	if ownsBackend(s.stack) {
 		return s.run.client.Outputs(ctx)
 	}
-	st, err := s.run.stores.States.Get(ctx, stateKey(s.stack))
+	st, err := stateAfterRun(ctx, s)
 	if err != nil {
 		return s.run.client.Outputs(ctx)
 	}
 	return s.run.client.OutputsFrom(ctx, st.Data)
+}
+
+// stateAfterRun reads the Stack's state as its run left it, once: the
+// outputs, the release record's serial and the inventory all come from
+// that one read. Call it only once the runner is done with the state.
+func stateAfterRun(ctx context.Context, s *scope) (*state.State, error) {
+	if s.run.after == nil {
+		st, err := s.run.stores.States.Get(ctx, stateKey(s.stack))
+		s.run.after = &stateRead{state: st, err: err}
+	}
+	return s.run.after.state, s.run.after.err
 }
 
 // removeOutputsSecrets deletes the outputs Secrets Terrace made for this

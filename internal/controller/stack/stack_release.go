@@ -42,8 +42,8 @@ func previousRelease(st *terracev1.ReleaseStatus) release.Previous {
 	return release.Previous{Revision: int(st.Revision), Deployed: st.Status == string(release.StatusDeployed)}
 }
 
-// stateSerialAfterRun reads the serial of the Stack's current state from
-// its index (not the state itself); 0 when there is none or it cannot be
+// stateSerialAfterRun reads the serial of the Stack's current state (the
+// run's one read of it, stateAfterRun); 0 when there is none or it cannot be
 // read, which the next run's check repairs.
 func (r *Reconciler) stateSerialAfterRun(ctx context.Context, s *scope) int64 {
 	serial, _, err := currentStateSerial(context.WithoutCancel(ctx), s)
@@ -53,17 +53,20 @@ func (r *Reconciler) stateSerialAfterRun(ctx context.Context, s *scope) int64 {
 	return serial
 }
 
-// currentStateSerial is the serial of the current state; found is false
-// when the Stack has no state yet.
+// currentStateSerial is the serial of the current state as the run left
+// it; found is false when the Stack has no state yet.
 func currentStateSerial(ctx context.Context, s *scope) (serial int64, found bool, err error) {
-	versions, err := s.run.stores.States.ListVersions(ctx, stateKey(s.stack))
-	if errors.Is(err, state.ErrNotFound) || (err == nil && len(versions) == 0) {
+	if ownsBackend(s.stack) {
+		return 0, false, nil // its state is not Terrace's to read
+	}
+	st, err := stateAfterRun(ctx, s)
+	if errors.Is(err, state.ErrNotFound) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("failed to read the state's serial: %w", err)
 	}
-	return versions[0].Serial, true, nil
+	return st.Serial, true, nil
 }
 
 // reconcileRelease runs after a plan without changes: the inputs are

@@ -49,7 +49,7 @@ const maxSourceBytes = 256 << 20
 func (r *Reconciler) reconcileRun(ctx context.Context, s *scope) error {
 	kind, wait := r.decide(s)
 	s.observed.kind = kind
-	if kind.startsRunner() {
+	if kind.startsRunner() && !s.current {
 		current, err := r.cacheIsCurrent(ctx, s.stack)
 		if err != nil {
 			return err
@@ -203,9 +203,17 @@ func failureReason(kind runKind) string {
 // mayHaveDeadRun says whether an earlier run of the Stack may have left a
 // runner pod or a state lock: its reconcile did not settle, or this
 // controller process has not run the Stack yet (the last one may have
-// stopped between the final status patch and removing the pod).
+// stopped between the final status patch and removing the pod). A Stack
+// that never ran (no status.currentRun: a run is recorded there before its
+// pod exists) has nothing to recover. Its state was removed with any
+// earlier Stack of its name; should a lock be left all the same (that
+// Stack's finalizer removed by hand), its first run fails on it and the
+// retry, no longer settled, releases it.
 func (r *Reconciler) mayHaveDeadRun(s *scope) bool {
 	_, seen := r.ranHere.LoadOrStore(client.ObjectKeyFromObject(s.stack), true)
+	if s.stack.Status.CurrentRun == "" {
+		return false
+	}
 	return !seen || !lastRunSettled(s)
 }
 

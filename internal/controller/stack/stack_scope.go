@@ -12,6 +12,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/settings"
+	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -36,6 +37,9 @@ type scope struct {
 	// run is the run in progress, while a runner is in use.
 	run      *runScope
 	observed observations
+	// current: this reconcile wrote the Stack (its finalizer) and holds
+	// the API server's answer, so its cache needs no check before a run.
+	current bool
 }
 
 // step is one sub-reconciler: it resolves or does one thing and records
@@ -59,6 +63,14 @@ type runScope struct {
 	logf     runner.LogFunc
 	// timings say where the run's time went (runphase names the phases).
 	timings runphase.Timings
+	// after is the state as the run left it, read once (stateAfterRun).
+	after *stateRead
+}
+
+// stateRead is one read of a Stack's state.
+type stateRead struct {
+	state *state.State
+	err   error
 }
 
 // runStep is the work of one run kind inside a started, initialised runner.

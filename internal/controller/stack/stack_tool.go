@@ -26,11 +26,26 @@ type podSession interface {
 	Pod() types.NamespacedName
 }
 
+// observedPodSession is a run that knows its pod's latest status from a
+// watch (launcher runs).
+type observedPodSession interface {
+	ObservedPod() *corev1.Pod
+}
+
 // runTool reads the version from the init result and the image from the
-// runner pod's status; what cannot be read stays empty (the release is
-// still recorded).
+// runner pod's status, as the launcher's watch saw it or, when that does
+// not say yet which image runs, from the API server; what cannot be read stays empty (the
+// release is still recorded).
 func (r *Reconciler) runTool(ctx context.Context, sess runSession, init *runnerv1.InitResult) runTool {
 	tool := runTool{version: init.GetVersion()}
+	if observed, ok := sess.(observedPodSession); ok {
+		if pod := observed.ObservedPod(); pod != nil {
+			if reportedImage(pod) {
+				tool.image = runnerImage(pod)
+				return tool
+			}
+		}
+	}
 	named, ok := sess.(podSession)
 	if !ok || r.APIReader == nil {
 		return tool
@@ -66,4 +81,15 @@ func runnerImage(pod *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// reportedImage says the node reported which image the runner container
+// runs (its ImageID), which does not change while the container lives.
+func reportedImage(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == runnerContainerName {
+			return c.ImageID != ""
+		}
+	}
+	return false
 }

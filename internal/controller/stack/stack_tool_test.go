@@ -68,3 +68,31 @@ func TestRunToolReadsTheVersionAndThePodsImage(t *testing.T) {
 		t.Fatalf("runTool without a pod = %+v", tool)
 	}
 }
+
+// observedSession is a run whose launcher watched its pod.
+type observedSession struct {
+	namedSession
+	observed *corev1.Pod
+}
+
+func (o observedSession) ObservedPod() *corev1.Pod { return o.observed }
+
+// The pod the launcher's watch saw running names its image: no API call.
+// A pod seen before its container reported an image is read from the API.
+func TestRunToolTakesTheImageFromTheWatchedPod(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("cd", 32)
+	seen := runnerPodWith(corev1.ContainerStatus{Name: "runner", ImageID: "ghcr.io/terrace-dev/terrace@" + digest})
+	// The API reader has no pod: a read would leave the image empty.
+	r := &Reconciler{APIReader: fake.NewClientBuilder().WithScheme(scheme.New()).Build()}
+	init := &runnerv1.InitResult{Version: "1.12.6"}
+	sess := observedSession{namedSession: namedSession{pod: types.NamespacedName{Namespace: "team", Name: "web-run-1"}}, observed: seen}
+	if tool := r.runTool(context.Background(), sess, init); tool.image != "ghcr.io/terrace-dev/terrace@"+digest {
+		t.Fatalf("runTool = %+v, want the image of the watched pod", tool)
+	}
+	live := runnerPodWith(corev1.ContainerStatus{Name: "runner", ImageID: "ghcr.io/terrace-dev/terrace@" + digest})
+	r.APIReader = fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(live).Build()
+	sess.observed = runnerPodWith()
+	if tool := r.runTool(context.Background(), sess, init); tool.image != "ghcr.io/terrace-dev/terrace@"+digest {
+		t.Fatalf("runTool = %+v, want the image read from the API when the watch had none", tool)
+	}
+}

@@ -29,8 +29,9 @@ import (
 //     bytes against the digest in the (freshly read) index, so a cached
 //     chunk is the chunk.
 
-// maxCachedIndexes bounds indexCache; it starts over when full.
-const maxCachedIndexes = 20000
+// maxCachedIndexes bounds indexCache (an index is a few KiB); it starts
+// over when full.
+const maxCachedIndexes = 5000
 
 // indexCache maps an index Secret's name to its last known object; a nil
 // object means it was found not to exist.
@@ -50,10 +51,12 @@ func (c *indexCache) get(key client.ObjectKey) (*corev1.Secret, bool) {
 	return obj, ok
 }
 
-// put remembers obj (nil: absent) as the latest known index.
+// put remembers obj (nil: absent) as the latest known index, without its
+// managedFields, which an update does not need.
 func (c *indexCache) put(key client.ObjectKey, obj *corev1.Secret) {
 	if obj != nil {
 		obj = obj.DeepCopy()
+		obj.ManagedFields = nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

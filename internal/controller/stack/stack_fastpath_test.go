@@ -1,0 +1,78 @@
+package stack
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/state"
+)
+
+// A Stack that never ran has no dead run to recover from, so its first run
+// reads no lock and lists no pods; one that ran here and settled has none
+// either; one whose last run did not settle, or that this process has not
+// run yet, may.
+func TestOnlyAStackThatRanMayHaveADeadRun(t *testing.T) {
+	r := &Reconciler{}
+	stack := func(name, currentRun string, reconciling bool) *scope {
+		st := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"}}
+		st.Status.CurrentRun = currentRun
+		if reconciling {
+			reconcile.MarkReconciling(st, ProgressingReason, "planning")
+		}
+		return &scope{stack: st}
+	}
+	if r.mayHaveDeadRun(stack("new", "", false)) {
+		t.Error("a Stack that never ran is recovered from a dead run")
+	}
+	if !r.mayHaveDeadRun(stack("ran", "run-1", false)) {
+		t.Error("a Stack this process has not run yet is not checked for a dead run")
+	}
+	if r.mayHaveDeadRun(stack("ran", "run-1", false)) {
+		t.Error("a Stack that ran here and settled is checked again")
+	}
+	if !r.mayHaveDeadRun(stack("ran", "run-2", true)) {
+		t.Error("a Stack whose last run did not settle is not checked for a dead run")
+	}
+}
+
+// countingStates counts reads of the state.
+type countingStates struct {
+	state.Store
+	gets atomic.Int64
+}
+
+func (c *countingStates) Get(context.Context, state.Key) (*state.State, error) {
+	c.gets.Add(1)
+	return &state.State{StateMeta: state.StateMeta{Serial: 7}, Data: []byte(`{"version":4,"serial":7,"lineage":"l","outputs":{},"resources":[]}`)}, nil
+}
+
+// After a run, the release record's serial and the inventory come from one
+// read of the state; an apply makes the next read fresh.
+func TestOneReadOfTheStateAfterARun(t *testing.T) {
+	states := &countingStates{}
+	s := &scope{stack: &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "team"}},
+		run: &runScope{stores: &storeSet{States: states}}}
+	r := &Reconciler{}
+	ctx := context.Background()
+	if serial, found, err := currentStateSerial(ctx, s); err != nil || !found || serial != 7 {
+		t.Fatalf("serial = %d, %v, %v", serial, found, err)
+	}
+	if err := r.recordInventory(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if n := states.gets.Load(); n != 1 {
+		t.Fatalf("%d reads of the state after the run, want 1", n)
+	}
+	if s.observed.inventory == nil {
+		t.Fatal("no inventory recorded from the read")
+	}
+	s.run.after = nil // what afterApply does
+	if _, _, err := currentStateSerial(ctx, s); err != nil || states.gets.Load() != 2 {
+		t.Fatalf("after an apply the state was not read again (%d reads, %v)", states.gets.Load(), err)
+	}
+}

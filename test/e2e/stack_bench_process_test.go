@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/terrace-dev/terrace/internal/operator"
+	"github.com/terrace-dev/terrace/internal/scheme"
+)
+
+// The benchmark runs the controller inside the test process, with devnode
+// and the runners' supervisor: that process's RSS is not the controller's.
+// TERRACE_BENCH_CONTROLLER=process runs the built `terrace controller` as
+// a process of its own instead, with the options startController uses, so
+// the benchmark can report the controller's own peak RSS (VmHWM of its
+// /proc entry, reset before each measurement) and its API requests (from
+// its rest_client_requests_total metric; the breakdown by kind needs the
+// in-process controller).
+func benchControllerProcess() bool { return os.Getenv("TERRACE_BENCH_CONTROLLER") == "process" }
+
+// controllerProcess is the controller as a process of its own.
+type controllerProcess struct {
+	cmd     *exec.Cmd
+	metrics string
+}
+
+// benchController is the process the benchmark started, if any.
+var benchController *controllerProcess
+
+// startControllerProcess starts `terrace controller` against the shared
+// dev cluster and makes it the package's controller.
+func startControllerProcess(b *testing.B) *controllerProcess {
+	b.Helper()
+	dev := sharedDev(b)
+	stackCtl.mu.Lock()
+	defer stackCtl.mu.Unlock()
+	if stackCtl.ctrl != nil {
+		b.Fatal("a controller already runs in the test process")
+	}
+	c, err := client.New(dev.Cluster.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	(&stackEnv{dev: dev, c: c}).installOperatorConfig(b)
+	ports := freePorts(b, 3)
+	local := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
+	args := []string{"controller",
+		"--kubeconfig", dev.KubeconfigPath, "--namespace", operatorNamespace, "--leader-elect=false",
+		"--metrics-addr", ports[2], "--health-addr", "0", "--server-ips", "127.0.0.1", "--image", local.Image,
+		"--max-concurrent-runs", strconv.Itoa(benchConcurrency), "--source-artifact-hosts", fluxArtifactHost,
+		"--artifact-bind-address", ports[0], "--artifact-base-url", local.Artifact.BaseURL,
+		"--state-server-bind-address", ports[1], "--state-server-advertised-url", local.State.AdvertisedURL,
+		// The in-process controller's client limits (the dev cluster's config).
+		"--kube-api-qps", strconv.FormatFloat(float64(dev.Cluster.Config.QPS), 'f', -1, 32), "--kube-api-burst", strconv.Itoa(dev.Cluster.Config.Burst),
+	}
+	logFile, err := os.Create(filepath.Join(b.TempDir(), "controller.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(terraceBinary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &controllerProcess{cmd: cmd, metrics: "http://" + ports[2] + "/metrics"}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); _ = logFile.Close() }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	stackCtl.ctrl = &controller{stop: stop, done: make(chan error, 1), stateURL: local.State.AdvertisedURL}
+	b.Cleanup(func() {
+		stop()
+		if b.Failed() {
+			if data, err := os.ReadFile(logFile.Name()); err == nil {
+				b.Logf("controller log (last 60 lines):\n%s", lastLines(string(data), 60))
+			}
+		}
+	})
+	eventually(b, 2*time.Minute, "the controller's metrics endpoint", func() error {
+		_, err := p.requests()
+		return err
+	})
+	benchController = p
+	return p
+}
+
+// resetPeakRSS starts the process's VmHWM over from its current RSS.
+func (p *controllerProcess) resetPeakRSS() {
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.cmd.Process.Pid), []byte("5"), 0o600)
+}
+
+// peakRSS is the process's VmHWM in bytes.
+func (p *controllerProcess) peakRSS() uint64 {
+	return vmHWM(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+}
+
+// requests is the controller's API requests so far, by its own count.
+func (p *controllerProcess) requests() (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var total float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		total, found = total+v, true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, fmt.Errorf("no rest_client_requests_total at %s", p.metrics)
+	}
+	return total, nil
+}
+
+// vmHWM reads VmHWM from a /proc status file, in bytes (0 if unreadable).
+func vmHWM(path string) uint64 {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
