@@ -84,9 +84,9 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	if stack.DeletionTimestamp == nil {
 		r.setDependenciesCondition(s)
 		r.setPlanConditions(s)
-		setPolicyCondition(s)
 		setHealthCondition(s)
 	}
+	setPolicyCondition(s) // a destroy's plan is decided too
 	err := stepErr
 	if err == nil && o.awaitingApproval() {
 		// Waiting on a person, not on the controller: not Ready (so
@@ -133,7 +133,7 @@ func recordRun(s *scope) {
 		sum := p.summary
 		st.Plan = &terracev1.PlanStatus{
 			ID: p.id, Add: sum.GetAdd(), Change: sum.GetChange(), Destroy: sum.GetDestroy(),
-			Drift: sum.GetDrift(), CreatedAt: &at, InputsDigest: s.inputs.digest, Policy: p.policy,
+			Drift: sum.GetDrift(), CreatedAt: &at, InputsDigest: s.inputs.digest, Policy: p.policy, DestroyPlan: p.destroy,
 		}
 		if p.keptForApproval {
 			st.Plan.Pending = p.id
