@@ -16,8 +16,9 @@ type Router struct {
 }
 
 var (
-	_ state.Store     = (*Router)(nil)
-	_ state.PlanStore = (*Router)(nil)
+	_ state.Store           = (*Router)(nil)
+	_ state.PlanStore       = (*Router)(nil)
+	_ state.AdmittingGetter = (*Router)(nil)
 )
 
 // errAllNamespaces refuses a list over every namespace.
@@ -52,6 +53,15 @@ func (r *Router) Get(ctx context.Context, key state.Key) (*state.State, error) {
 		return nil, err
 	}
 	return st.Get(ctx, key)
+}
+
+// GetAdmitted implements state.AdmittingGetter.
+func (r *Router) GetAdmitted(ctx context.Context, key state.Key, admit func(state.StateMeta) error) (*state.State, error) {
+	st, err := r.states(ctx, key.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return state.GetAdmitted(ctx, st, key, admit)
 }
 
 // Put implements state.Store.

@@ -243,6 +243,10 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 	}
 
 	volumes := newVolumeWriter(w.node.client, pod, ip, w.volumesDir())
+	// A Secret made right after its pod (a runner's TLS Secret) is
+	// usually there by the second look: retry soon, then back off, as the
+	// kubelet does (from 500 ms).
+	retry := 100 * time.Millisecond
 	for {
 		err := volumes.writeAll(ctx)
 		if err == nil {
@@ -258,9 +262,10 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 				c.waitingReason, c.waitingMessage = "ContainerCreating", "MountVolume.SetUp failed: "+err.Error()
 			}
 		})
-		if w.wait(2 * time.Second) {
+		if w.wait(retry) {
 			return
 		}
+		retry = min(2*retry, 2*time.Second)
 	}
 	w.update(func(s *podState) {
 		s.sandboxReady = true

@@ -223,8 +223,9 @@ func TestRunsListNothing(t *testing.T) {
 	if all := log.count("LIST") + log.count("WATCH"); shared < 1 || shared > 2 || all != shared {
 		t.Errorf("%d Lists and watches for three runs, want only the shared watch's:\n%s", all, strings.Join(log.calls, "\n"))
 	}
-	// Per run: create the Secret and the pod, hand the Secret over, delete both.
-	if n := len(log.calls) - log.count("LIST") - log.count("WATCH"); n != 3*5 {
-		t.Errorf("%d other requests for three runs, want 5 a run:\n%s", n, strings.Join(log.calls, "\n"))
+	// Per run: create the pod and its Secret, owned by the pod, and delete
+	// the pod (the Secret goes with it).
+	if n := len(log.calls) - log.count("LIST") - log.count("WATCH"); n != 3*3 {
+		t.Errorf("%d other requests for three runs, want 3 a run:\n%s", n, strings.Join(log.calls, "\n"))
 	}
 }

@@ -236,12 +236,18 @@ func (f *fixture) serveRunnerWarm(secret *corev1.Secret, ip string, warm bool) {
 	f.t.Cleanup(func() { cancel(); <-done })
 }
 
+// secret returns the run's TLS Secret, which follows its pod.
 func (f *fixture) secret(runID string) *corev1.Secret {
 	f.t.Helper()
-	s, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(context.Background(), secretName(PodName(f.stack.Name, runID)), metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatalf("failed to get the run's Secret: %v", err)
-	}
+	var s *corev1.Secret
+	f.eventually(noticeWithin, "the run's Secret", func(ctx context.Context) (bool, error) {
+		var err error
+		s, err = f.cs.CoreV1().Secrets(f.stack.Namespace).Get(ctx, secretName(PodName(f.stack.Name, runID)), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	return s
 }
 
@@ -311,11 +317,31 @@ func (f *fixture) podGone(runID string) {
 	})
 }
 
+// secretGone waits until the run's TLS Secret is gone or goes with its
+// pod, which is gone: owned by that pod alone, so the garbage collector
+// (not run by envtest) removes it.
 func (f *fixture) secretGone(runID string) {
 	f.t.Helper()
-	f.gone("runner Secret", func(ctx context.Context) error {
-		_, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(ctx, secretName(PodName(f.stack.Name, runID)), metav1.GetOptions{})
-		return err
+	f.secretGoesWithPod(PodName(f.stack.Name, runID))
+}
+
+// secretGoesWithPod is secretGone for the pod podName.
+func (f *fixture) secretGoesWithPod(podName string) {
+	f.t.Helper()
+	f.eventually(noticeWithin, "the runner Secret is neither gone nor the deleted pod's", func(ctx context.Context) (bool, error) {
+		s, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(ctx, secretName(podName), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		o := s.OwnerReferences
+		if len(o) != 1 || o[0].Kind != "Pod" || o[0].Name != podName {
+			return false, nil
+		}
+		_, err = f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, o[0].Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
 	})
 }
 

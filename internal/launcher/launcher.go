@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -228,11 +229,8 @@ func runTimeout(ctx context.Context, spec *RunSpec) time.Duration {
 // the connected Run. ctx bounds the start and is the parent of
 // Run.Context(). On failure nothing is left behind (unless Retain).
 //
-// The Secret is created first, owned by the Stack, so the pod never waits
-// on a missing volume (the kubelet backs off for up to two minutes between
-// mount attempts); once the pod exists the pod becomes the Secret's only
-// owner. A crash in between leaves a Secret that the Stack's deletion or
-// Cleanup removes.
+// The Secret is created right after the pod, owned by it, so it goes with
+// the pod (createPodAndSecret).
 func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 	p, err := l.plan(ctx, spec)
 	if err != nil {
@@ -260,31 +258,12 @@ func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 		return nil, fmt.Errorf("failed to issue the runner certificate: %w", err)
 	}
 	secret := buildSecret(p.secretName, p, leaf.SecretData(), runLabels(stack.Name, spec.RunID, ComponentRunnerTLS))
-	secrets := l.opts.Client.CoreV1().Secrets(stack.Namespace)
-	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		l.setActive(key, false)
-		return nil, fmt.Errorf("failed to create the runner's TLS Secret %s: %w", secret.Name, err)
-	}
-	pod, err := l.opts.Client.CoreV1().Pods(stack.Namespace).Create(ctx, buildPod(p), metav1.CreateOptions{})
+	pod, err := l.createPodAndSecret(ctx, buildPod(p), secret, p)
 	if err != nil {
-		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		// A create whose answer was lost (the caller gave up, a timeout)
-		// may still have made the pod: the name is this run's own, so
-		// delete it too, unless the name was someone else's.
-		maybeCreated := podName
-		if apierrors.IsAlreadyExists(err) {
-			maybeCreated = ""
-		}
-		_ = l.deleteObjects(cleanupCtx, stack.Namespace, maybeCreated, "", secret.Name)
 		l.setActive(key, false)
-		return nil, fmt.Errorf("failed to create runner pod %s: %w", podName, explainCreateError(err, p))
+		return nil, err
 	}
 	log.V(1).Info("runner pod created")
-	if err := l.handOverSecret(ctx, secret.Name, pod); err != nil {
-		// Close and Cleanup delete the Secret anyway; only GC-on-pod-deletion is lost.
-		log.Error(err, "failed to make the runner pod own its TLS Secret")
-	}
 
 	run := newRun(l, spec, key, pod, secret.Name, identity, ctx)
 	if err := run.start(ctx, started); err != nil {
@@ -349,12 +328,36 @@ func explainCreateError(err error, p podParams) error {
 	return err
 }
 
-// handOverSecret makes the pod the Secret's only owner, so it goes with the pod.
-func (l *Launcher) handOverSecret(ctx context.Context, name string, pod *corev1.Pod) error {
-	patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%s,"uid":%s,"controller":true,"blockOwnerDeletion":false}]}}`,
-		strconv.Quote(pod.Name), strconv.Quote(string(pod.UID)))
-	_, err := l.opts.Client.CoreV1().Secrets(pod.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
+// createPodAndSecret creates the run's pod and then its TLS Secret, owned
+// by the pod from the start: it goes with the pod (garbage collection),
+// with no patch to hand it over and no delete of its own. The kubelet (and
+// devnode) retries mounting a Secret volume that does not exist yet, and
+// the Secret follows the pod within a round trip, normally before the pod
+// is even bound to a node. On failure nothing is left behind.
+func (l *Launcher) createPodAndSecret(ctx context.Context, pod *corev1.Pod, secret *corev1.Secret, p podParams) (*corev1.Pod, error) {
+	created, err := l.opts.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		// A create whose answer was lost (the caller gave up, a timeout)
+		// may still have made the pod: the name is this run's own, so
+		// delete it too, unless the name was someone else's.
+		if !apierrors.IsAlreadyExists(err) {
+			_ = l.deleteObjects(cleanupCtx, pod.Namespace, pod.Name, "", "")
+		}
+		return nil, fmt.Errorf("failed to create runner pod %s: %w", pod.Name, explainCreateError(err, p))
+	}
+	secret.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: "v1", Kind: "Pod", Name: created.Name, UID: created.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false),
+	}}
+	if _, err := l.opts.Client.CoreV1().Secrets(pod.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = l.deleteObjects(cleanupCtx, pod.Namespace, created.Name, created.UID, "")
+		return nil, fmt.Errorf("failed to create the runner's TLS Secret %s: %w", secret.Name, err)
+	}
+	return created, nil
 }
 
 // dial connects to the runner at ip with the run's expected identity.

@@ -19,7 +19,7 @@ func TestStartCreatesPodAndSecretAndConnects(t *testing.T) {
 	ch := f.startAsync(context.Background(), f.spec("r1"))
 	pod := f.waitForPod("r1")
 
-	// The Secret exists before the pod, holds the run's leaf and ends up owned by the pod.
+	// The Secret holds the run's leaf and is owned by the pod from its creation.
 	secret := f.secret("r1")
 	if secret.Type != corev1.SecretTypeTLS || len(secret.Data["ca.crt"]) == 0 {
 		t.Fatalf("Secret type %s keys %d, want kubernetes.io/tls with ca.crt", secret.Type, len(secret.Data))
@@ -40,14 +40,9 @@ func TestStartCreatesPodAndSecretAndConnects(t *testing.T) {
 			t.Errorf("Secret label %s = %q", k, secret.Labels[k])
 		}
 	}
-	f.eventually(10*time.Second, "the pod never became the Secret's owner", func(ctx context.Context) (bool, error) {
-		s, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		o := s.OwnerReferences
-		return len(o) == 1 && o[0].Kind == "Pod" && o[0].UID == pod.UID, nil
-	})
+	if o := secret.OwnerReferences; len(o) != 1 || o[0].Kind != "Pod" || o[0].UID != pod.UID || o[0].Controller == nil || !*o[0].Controller {
+		t.Errorf("Secret owners = %+v, want the pod alone", o)
+	}
 
 	if pod.Spec.ServiceAccountName != "deployer" || pod.OwnerReferences[0].UID != f.stack.UID || pod.Labels[LabelRun] != "r1" {
 		t.Errorf("pod = sa %q owners %+v labels %v", pod.Spec.ServiceAccountName, pod.OwnerReferences, pod.Labels)

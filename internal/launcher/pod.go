@@ -390,26 +390,18 @@ func deepCopyVolumes(in []corev1.Volume) []corev1.Volume {
 	return out
 }
 
-// buildSecret holds the run's leaf, owned by the Stack until the pod exists.
+// buildSecret holds the run's leaf; createPodAndSecret makes the pod its owner.
 func buildSecret(name string, p podParams, data map[string][]byte, labels map[string]string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            name,
-			Namespace:       p.spec.Stack.Namespace,
-			Labels:          labels,
-			OwnerReferences: []metav1.OwnerReference{nonControllingCopy(p.stackOwner)},
+			Name:      name,
+			Namespace: p.spec.Stack.Namespace,
+			Labels:    labels,
 		},
 		Type:      corev1.SecretTypeTLS,
 		Immutable: ptr.To(true),
 		Data:      data,
 	}
-}
-
-// nonControllingCopy keeps the Stack controller from treating the Secret as
-// one of its own controlled objects while it briefly owns it.
-func nonControllingCopy(ref metav1.OwnerReference) metav1.OwnerReference {
-	ref.Controller = ptr.To(false)
-	return ref
 }
 
 // stackOwnerRef makes the Stack the pod's controller; blockOwnerDeletion is

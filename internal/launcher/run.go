@@ -134,7 +134,7 @@ func (r *Run) Err() error {
 }
 
 // Close ends the run: it stops watching, closes the connection and deletes
-// the pod and its Secret, or, with Retain, marks the pod retained. Deleting
+// the pod (its Secret, owned by it, goes with it), or, with Retain, marks the pod retained. Deleting
 // the pod sends the runner SIGTERM; tofu gets its grace period to release
 // the state lock. Close is idempotent.
 func (r *Run) Close(ctx context.Context) error {
@@ -147,7 +147,8 @@ func (r *Run) Close(ctx context.Context) error {
 		if r.spec.Retain {
 			r.closeErr = r.launcher.retain(ctx, r.pod.Namespace, r.spec.Stack.Name, r.pod.Name)
 		} else {
-			r.closeErr = r.launcher.deleteObjects(ctx, r.pod.Namespace, r.pod.Name, r.uid, r.secret)
+			// The TLS Secret is the pod's: it goes with it.
+			r.closeErr = r.launcher.deleteObjects(ctx, r.pod.Namespace, r.pod.Name, r.uid, "")
 		}
 		r.launcher.setActive(r.key, false)
 	})

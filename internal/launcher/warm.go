@@ -116,19 +116,9 @@ func (l *Launcher) StartWarm(ctx context.Context, spec WarmSpec) (*Run, error) {
 	}
 	secretLabels := map[string]string{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunnerTLS, LabelWarmClass: class}
 	secret := buildSecret(p.secretName, p, leaf.SecretData(), secretLabels)
-	secret.OwnerReferences = nil
-	if _, err := l.opts.Client.CoreV1().Secrets(spec.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("failed to create the warm runner's TLS Secret: %w", err)
-	}
-	pod, err := l.opts.Client.CoreV1().Pods(spec.Namespace).Create(ctx, buildWarmPod(p), metav1.CreateOptions{})
+	pod, err := l.createPodAndSecret(ctx, buildWarmPod(p), secret, p)
 	if err != nil {
-		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_ = l.deleteObjects(cleanupCtx, spec.Namespace, p.podName, "", secret.Name)
-		return nil, fmt.Errorf("failed to create warm runner pod %s: %w", p.podName, explainCreateError(err, p))
-	}
-	if err := l.handOverSecret(ctx, secret.Name, pod); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "failed to make the warm pod own its TLS Secret", "pod", pod.Name)
+		return nil, err
 	}
 	// The warm run lives beyond ctx: its context ends when the pod does.
 	w := newRun(l, run, "", pod, secret.Name, identity, context.Background())

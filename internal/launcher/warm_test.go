@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,10 +36,15 @@ func (f *fixture) startWarmReady() *Run {
 		pod = pods.Items[len(pods.Items)-1]
 		return true, nil
 	})
-	secret, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(context.Background(), secretName(pod.Name), metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	var secret *corev1.Secret
+	f.eventually(noticeWithin, "the warm pod's Secret, which follows the pod", func(ctx context.Context) (bool, error) {
+		var err error
+		secret, err = f.cs.CoreV1().Secrets(f.stack.Namespace).Get(ctx, secretName(pod.Name), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	ip := f.nextPodIP()
 	f.serveRunnerWarm(secret, ip, true)
 	f.setPodStatus(pod.Name, running(ip, true))
@@ -109,10 +116,7 @@ func TestWarmPodIsClaimedOnceWithTheRunsCredentials(t *testing.T) {
 		_, err := pods.Get(ctx, w.Pod().Name, metav1.GetOptions{})
 		return err
 	})
-	f.gone("claimed warm pod's Secret", func(ctx context.Context) error {
-		_, err := f.cs.CoreV1().Secrets(f.stack.Namespace).Get(ctx, secretName(w.Pod().Name), metav1.GetOptions{})
-		return err
-	})
+	f.secretGoesWithPod(w.Pod().Name)
 }
 
 // TestClaimRefusesARunOfAnotherID: the run's ID is the warm pod's (the

@@ -45,7 +45,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // to Start. Tests use it to run the real controller against envtest.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	syncPeriod := opts.SyncPeriod
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                  scheme.New(),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthAddr,
@@ -63,7 +63,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		}}},
 		// Names are validated per process; tests start the controller more than once.
 		Controller: ctrlconfig.Controller{RecoverPanic: ptr(true), SkipNameValidation: ptr(true)},
-	})
+	}
+	opts.LeaderElectionTiming.apply(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create manager: %w", err)
 	}

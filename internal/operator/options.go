@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
@@ -28,6 +29,9 @@ type Options struct {
 	HealthAddr string
 	// LeaderElection makes only one replica run the reconcilers.
 	LeaderElection bool
+	// LeaderElectionTiming is the lease's; zero fields keep
+	// controller-runtime's (15 s lease, 10 s renew deadline, 2 s retry).
+	LeaderElectionTiming LeaderElectionTiming
 	// AllowCrossNamespaceRefs lets Stacks reference sources and dependencies in other namespaces.
 	AllowCrossNamespaceRefs bool
 	// SourceArtifactHosts are the hosts (host or host:port) the controller
@@ -133,6 +137,9 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 disables it")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "run reconcilers on the elected leader only (servers run on every replica)")
+	fs.DurationVar(&o.LeaderElectionTiming.LeaseDuration, "leader-elect-lease-duration", o.LeaderElectionTiming.LeaseDuration, "how long a replica waits after the leader's last renewal before taking the lease (0: 15s); how long a dead leader's work waits")
+	fs.DurationVar(&o.LeaderElectionTiming.RenewDeadline, "leader-elect-renew-deadline", o.LeaderElectionTiming.RenewDeadline, "how long the leader keeps trying to renew before it gives up leading (0: 10s); below the lease duration")
+	fs.DurationVar(&o.LeaderElectionTiming.RetryPeriod, "leader-elect-retry-period", o.LeaderElectionTiming.RetryPeriod, "how often replicas try to take or renew the lease (0: 2s)")
 	fs.BoolVar(&o.AllowCrossNamespaceRefs, "allow-cross-namespace-refs", o.AllowCrossNamespaceRefs, "allow Stacks to reference sources and Stacks in other namespaces")
 	fs.StringSliceVar(&o.SourceArtifactHosts, "source-artifact-hosts", o.SourceArtifactHosts, "hosts (host or host:port) the controller may download Flux artifacts from; a Flux source whose status.artifact.url names another host is refused before connecting")
 	fs.StringVar(&o.CASecretName, "ca-secret", o.CASecretName, "name of the Secret, in --namespace, holding the controller CA")
@@ -170,4 +177,25 @@ func (o Options) maxStateBytes() int64 {
 		return httpbackend.DefaultMaxStateBytes
 	}
 	return o.State.MaxStateBytes
+}
+
+// LeaderElectionTiming is the leader lease's timing (the flags
+// --leader-elect-lease-duration, -renew-deadline, -retry-period, as Flux's
+// controllers have). Zero fields keep controller-runtime's defaults.
+type LeaderElectionTiming struct {
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// apply sets the non-zero fields on the manager's options.
+func (l LeaderElectionTiming) apply(o *ctrl.Options) {
+	for _, f := range []struct {
+		d   time.Duration
+		set **time.Duration
+	}{{l.LeaseDuration, &o.LeaseDuration}, {l.RenewDeadline, &o.RenewDeadline}, {l.RetryPeriod, &o.RetryPeriod}} {
+		if f.d > 0 {
+			*f.set = &f.d
+		}
+	}
 }

@@ -74,9 +74,9 @@ func (h *hostileRunner) DownloadPlan(_ *runnerv1.DownloadPlanRequest, s grpc.Ser
 	})
 }
 
-// startHostileRunner serves h over mutual TLS as the runner identity and
+// startHostileRunner serves h (a hostileRunner, or another fake) over mutual TLS as the runner identity and
 // returns the controller's real client for it.
-func startHostileRunner(t *testing.T, h *hostileRunner) *Client {
+func startHostileRunner(t *testing.T, h runnerv1.RunnerServiceServer) *Client {
 	t.Helper()
 	authority := newAuthority(t)
 	runnerCert := certSource(t, issue(t, authority, testRunnerIdentity))

@@ -166,8 +166,17 @@ func (c *Client) ApplyWith(ctx context.Context, req *runnerv1.ApplyRequest, logf
 }
 
 // DownloadPlan writes the binary plan file planID to w and returns its
-// header (digest and size), after checking both.
+// header (digest and size), after checking both. A file over
+// Limits.PlanFileBytes is refused before any of it is read.
 func (c *Client) DownloadPlan(ctx context.Context, planID string, w io.Writer) (*runnerv1.PlanFileHeader, error) {
+	return c.DownloadPlanUpTo(ctx, planID, c.limits.PlanFileBytes, w)
+}
+
+// DownloadPlanUpTo is DownloadPlan bounded by limit instead of
+// Limits.PlanFileBytes, for a caller that passes the file on as it comes
+// rather than holding it (the state tofu could not save, which is larger
+// than the state server's limit by definition).
+func (c *Client) DownloadPlanUpTo(ctx context.Context, planID string, limit int64, w io.Writer) (*runnerv1.PlanFileHeader, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.rpc.DownloadPlan(ctx, &runnerv1.DownloadPlanRequest{PlanId: planID})
@@ -182,7 +191,6 @@ func (c *Client) DownloadPlan(ctx context.Context, planID string, w io.Writer) (
 	if header == nil {
 		return nil, errors.New("runner sent a plan without header")
 	}
-	limit := c.limits.PlanFileBytes
 	if header.GetSize() > limit {
 		return nil, &TooLargeError{What: "plan file", Limit: limit}
 	}

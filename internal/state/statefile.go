@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Header is what a Store reads from a state JSON: OpenTofu's serial and lineage.
@@ -64,19 +65,54 @@ func CheckVersion(key string, current Version, ifMatch Version) error {
 	return &ConflictError{Reason: ConflictVersion, Key: key, Stored: stored, Offered: offered}
 }
 
-// CheckLock applies the lock rules of a write or unlock naming lockID to the held lock.
+// CheckLock applies the lock rules of a write or unlock naming lockID to
+// the held lock. A lockID made by OwnedLockID also requires the lock to
+// have been taken by its owner.
 func CheckLock(key string, held *LockInfo, lockID string) error {
+	id, owner, owned := splitOwnedLockID(lockID)
 	if held == nil {
-		if lockID != "" {
-			return &LockedError{Key: key, Offered: lockID}
+		if id != "" {
+			return &LockedError{Key: key, Offered: id}
 		}
 		return nil
 	}
-	if held.ID != lockID {
+	if held.ID != id || (owned && held.Owner != owner) {
 		h := *held
-		return &LockedError{Key: key, Holder: &h, Offered: lockID}
+		return &LockedError{Key: key, Holder: &h, Offered: id}
 	}
 	return nil
+}
+
+// ownerSeparator joins a lock ID and its owner in OwnedLockID.
+const ownerSeparator = "\x00owner="
+
+// OwnedLockID is the lock ID to pass to Put (PutOptions.LockID) or Unlock
+// when the lock must not only have id but also have been taken by owner
+// (LockInfo.Owner): the state server passes a runner's lock IDs so, and
+// the store checks both in the same compare-and-swap or transaction as the
+// write, so no read of the lock is needed before it. An empty id or owner
+// returns id unchanged.
+func OwnedLockID(owner, id string) string {
+	if id == "" || owner == "" {
+		return id
+	}
+	return id + ownerSeparator + owner
+}
+
+// splitOwnedLockID undoes OwnedLockID. The owner follows the last
+// separator, so an id that itself contains one cannot name another owner.
+func splitOwnedLockID(lockID string) (id, owner string, owned bool) {
+	i := strings.LastIndex(lockID, ownerSeparator)
+	if i < 0 {
+		return lockID, "", false
+	}
+	return lockID[:i], lockID[i+len(ownerSeparator):], true
+}
+
+// SameLock says whether held is the lock info offers to take again: the
+// same ID, taken by the same owner. Lock succeeds without a change then.
+func SameLock(held *LockInfo, offered LockInfo) bool {
+	return held != nil && held.ID == offered.ID && held.Owner == offered.Owner
 }
 
 // Digest returns "sha256:<hex>" of data.

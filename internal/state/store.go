@@ -166,6 +166,35 @@ type Store interface {
 	MarkMigrated(ctx context.Context, key Key, mark *MigrationMark) error
 }
 
+// AdmittingGetter is a Store that reads the current state with one read
+// of its metadata: admit is called with the state's metadata (its size)
+// before the bytes are loaded, and an error from it ends the read. The
+// state server admits large states into its memory budget so.
+type AdmittingGetter interface {
+	GetAdmitted(ctx context.Context, key Key, admit func(StateMeta) error) (*State, error)
+}
+
+// GetAdmitted reads the current state of key from s, calling admit before
+// the bytes are loaded: in one read of the metadata when s is an
+// AdmittingGetter, else with ListVersions and Get. No state is an error
+// matching [ErrNotFound].
+func GetAdmitted(ctx context.Context, s Store, key Key, admit func(StateMeta) error) (*State, error) {
+	if g, ok := s.(AdmittingGetter); ok {
+		return g.GetAdmitted(ctx, key, admit)
+	}
+	versions, err := s.ListVersions(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(versions) == 0 {
+		return nil, &NotFoundError{What: "state " + key.String()}
+	}
+	if err := admit(versions[0]); err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, key)
+}
+
 // DeleteStack removes every state (all workspaces, with history and locks)
 // and every saved plan of a Stack, e.g. when the Stack is deleted. The
 // stores set no owner references, so this is the way to clean up; release

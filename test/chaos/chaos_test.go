@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,8 @@ import (
 type plan struct {
 	counts map[string]int
 	// lifecycles is how many create/approve/drift rounds the lifecycle
-	// Stack goes through under CA rotation.
+	// Stacks (up to spread of them, side by side) go through under CA
+	// rotation.
 	lifecycles int
 	// rotateEvery is the CA rotation interval.
 	rotateEvery time.Duration
@@ -28,7 +30,26 @@ type plan struct {
 	// creates its Stack: quicker, at the cost of telling apart which fault
 	// a symptom came from. The smoke test overlaps.
 	overlap bool
+	// spread is how many workloads share each runner fault's injections
+	// (spreadFaults), side by side: each still takes one fault at a time.
+	// At most 1 unless set.
+	spread int
+	// injectFor, when set, bounds the time faults are injected in: after
+	// it no fault starts but each kind's first, the runs in flight
+	// recover, and the end checks and table cover what was injected (a
+	// long run on a deadline).
+	injectFor time.Duration
 }
+
+// injecting reports whether p allows another fault to start.
+func (p plan) injecting(begin time.Time) bool {
+	return p.injectFor <= 0 || time.Since(begin) < p.injectFor
+}
+
+// spreadFaults are the faults that hit only their own workload's runner,
+// so several workloads can take them at once. PostgreSQL restarts the one
+// server, and the oversize fault is cheap: one workload each.
+var spreadFaults = map[string]bool{faultKillPlan: true, faultKillApply: true, faultKillUpload: true, faultPodDelete: true}
 
 // issueCounts are the counts of issue 16; faults it gives no count for
 // get a few.
@@ -88,16 +109,35 @@ func runChaos(t *testing.T, p plan) {
 	kinds := faults(e)
 
 	// Every workload starts now and gets Ready at generation 1.
-	workloads, all := e.createWorkloads(ctx, t, p)
-	for f, w := range workloads {
-		if p.overlap {
+	spread, all := e.createWorkloads(ctx, t, p)
+	workloads := map[string]*workload{}
+	for f, ws := range spread {
+		workloads[f] = ws[0]
+		for _, w := range ws {
 			// Hit during the run that creates the Stack: one run fewer.
 			// Disk-full, last, takes a run of its own.
 			w.fresh = f != faultDiskFull
-			continue
 		}
-		if err := w.waitReady(ctx, recoveryTimeout); err != nil {
-			t.Fatalf("workload for %s never got Ready at generation 1: %v", f, err)
+	}
+	if !p.overlap {
+		// Side by side: each wait is a first run.
+		var readyWG sync.WaitGroup
+		for f, w := range workloads {
+			if w.fresh && spreadFaults[f] {
+				continue
+			}
+			w.fresh = false
+			readyWG.Add(1)
+			go func() {
+				defer readyWG.Done()
+				if err := w.waitReady(ctx, recoveryTimeout); err != nil {
+					t.Errorf("workload for %s never got Ready at generation 1: %v", f, err)
+				}
+			}()
+		}
+		readyWG.Wait()
+		if t.Failed() {
+			t.FailNow()
 		}
 	}
 	t.Logf("%d workloads created, those to be hit after their first run Ready, after %s", len(all), time.Since(begin).Round(100*time.Millisecond))
@@ -109,26 +149,15 @@ func runChaos(t *testing.T, p plan) {
 	go func() { rotations <- e.rotateCA(rotateCtx, p.rotateEvery) }()
 	var wg sync.WaitGroup
 	for _, f := range phaseOne {
-		w := workloads[f]
-		if w == nil {
-			continue
+		ws := spread[f]
+		for i, w := range ws {
+			n := share(p.counts[f], len(ws), i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.phaseOneRuns(ctx, t, p, f, w, n, res)
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range p.counts[f] {
-				var in *injection
-				if f == faultOversize {
-					in = e.injectOversize(ctx, w, res)
-				} else {
-					in = e.inject(ctx, kinds[f], w, nil, res)
-				}
-				if in.err != "" {
-					t.Errorf("%s on %s/%s: %s", f, w.ns, w.name, in.err)
-					return
-				}
-			}
-		}()
 	}
 	if p.overlap {
 		// Each cluster fault waits for the one before it to strike, not
@@ -152,12 +181,18 @@ func runChaos(t *testing.T, p plan) {
 			}()
 		}
 	}
-	lifecycle := &lifecycleRuns{}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		lifecycle.run(ctx, t, e, p.lifecycles, res)
-	}()
+	// The lifecycle rounds, shared out like the runner faults: each
+	// lifecycle Stack is created, goes through its rounds and is destroyed.
+	lifecycles := make([]*lifecycleRuns, max(1, min(p.spread, p.lifecycles)))
+	for i := range lifecycles {
+		lifecycle := &lifecycleRuns{}
+		lifecycles[i] = lifecycle
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lifecycle.run(ctx, t, e, share(p.lifecycles, len(lifecycles), i), res)
+		}()
+	}
 	wg.Wait()
 	stopRotating()
 	res.rotations = <-rotations
@@ -170,8 +205,10 @@ func runChaos(t *testing.T, p plan) {
 		}
 	}
 	res.mu.Unlock()
-	res.rotationRuns += lifecycle.runs
-	res.rotationRecovered += lifecycle.ready
+	for _, lifecycle := range lifecycles {
+		res.rotationRuns += lifecycle.runs
+		res.rotationRecovered += lifecycle.ready
+	}
 	t.Logf("phase one (runner faults under %d CA rotations) done after %s", res.rotations, time.Since(begin).Round(100*time.Millisecond))
 
 	if !p.overlap {
@@ -193,8 +230,10 @@ func runChaos(t *testing.T, p plan) {
 		}()
 	}
 	checkWG.Wait()
-	if lifecycle.check != nil {
-		res.checks[lifecycle.w] = lifecycle.check
+	for _, lifecycle := range lifecycles {
+		if lifecycle.check != nil {
+			res.checks[lifecycle.w] = lifecycle.check
+		}
 	}
 	for w, c := range res.checks {
 		f := res.workloadFault[w]
@@ -253,13 +292,53 @@ func runChaos(t *testing.T, p plan) {
 	}
 }
 
-// createWorkloads creates one workload per fault the plan injects, side by
-// side: each waits seconds for its namespace's ServiceAccount.
-func (e *env) createWorkloads(ctx context.Context, t *testing.T, p plan) (map[string]*workload, []*workload) {
+// clusterSleep is the provisioner's sleep (seconds) of the smoke's
+// cluster-fault Stacks but the first.
+const clusterSleep = 30
+
+// share is part i's share of total shared out over parts.
+func share(total, parts, i int) int {
+	n := total / parts
+	if i < total%parts {
+		n++
+	}
+	return n
+}
+
+// phaseOneRuns injects fault f into n runs of w, one after the other.
+func (e *env) phaseOneRuns(ctx context.Context, t *testing.T, p plan, f string, w *workload, n int, res *results) {
+	for i := range n {
+		if i > 0 && !p.injecting(e.begin) {
+			e.logf("%s on %s/%s: no more faults, the time for them is over", f, w.ns, w.name)
+			return
+		}
+		var in *injection
+		if f == faultOversize {
+			in = e.injectOversize(ctx, w, res)
+		} else {
+			in = e.inject(ctx, faults(e)[f], w, nil, res)
+		}
+		if in.err != "" {
+			t.Errorf("%s on %s/%s: %s", f, w.ns, w.name, in.err)
+			return
+		}
+	}
+}
+
+// createWorkloads creates the workloads the plan injects faults into, side
+// by side (each waits seconds for its namespace's ServiceAccount): one per
+// fault, p.spread for each of spreadFaults.
+func (e *env) createWorkloads(ctx context.Context, t *testing.T, p plan) (map[string][]*workload, []*workload) {
 	var kinds []string
 	for _, f := range append(append([]string{}, phaseOne...), phaseTwo...) {
 		if p.counts[f] > 0 && (f != faultDiskFull || e.nodeOnTmpfs) {
-			kinds = append(kinds, f)
+			n := 1
+			if spreadFaults[f] {
+				n = max(1, min(p.spread, p.counts[f]))
+			}
+			for range n {
+				kinds = append(kinds, f)
+			}
 		}
 	}
 	made := make([]*workload, len(kinds))
@@ -267,22 +346,35 @@ func (e *env) createWorkloads(ctx context.Context, t *testing.T, p plan) (map[st
 	var wg sync.WaitGroup
 	for i, f := range kinds {
 		pad := 0
-		if f == faultKillUpload || f == faultPostgres {
+		switch {
+		case f == faultKillUpload || f == faultPostgres:
 			pad = uploadPad
+		case f == faultOversize && p.overlap:
+			// Hit during the run that creates the Stack: created over
+			// the limit.
+			pad = oversizePad
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			made[i], errs[i] = e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres})
+			sleep := 0
+			if p.overlap && slices.Contains(clusterFaults, f) && f != clusterFaults[0] {
+				// The cluster faults strike one after the other, each
+				// mid-apply of its own Stack: a long window lets the
+				// next strike in the same run when the one before it
+				// spared it, instead of a run later.
+				sleep = clusterSleep
+			}
+			made[i], errs[i] = e.newWorkload(ctx, workloadSpec{name: slug(f), files: 2, pad: pad, postgres: f == faultPostgres, sleep: sleep})
 		}()
 	}
 	wg.Wait()
-	workloads := map[string]*workload{}
+	workloads := map[string][]*workload{}
 	for i, f := range kinds {
 		if errs[i] != nil {
 			t.Fatalf("failed to create the workload for %s: %v", f, errs[i])
 		}
-		workloads[f] = made[i]
+		workloads[f] = append(workloads[f], made[i])
 	}
 	return workloads, made
 }
@@ -302,7 +394,11 @@ func (e *env) phaseTwo(ctx context.Context, t *testing.T, p plan, workloads map[
 		if w == nil {
 			continue
 		}
-		for range p.counts[f] {
+		for i := range p.counts[f] {
+			if i > 0 && !p.injecting(e.begin) {
+				e.logf("%s: no more faults, the time for them is over", f)
+				break
+			}
 			var companions []*workload
 			if defs[f].global {
 				for _, o := range group {
@@ -390,11 +486,13 @@ func (l *lifecycleRuns) run(ctx context.Context, t *testing.T, e *env, rounds in
 	res.mu.Unlock()
 	step := func(what string, do func() error) bool {
 		l.runs++
+		begin := time.Now()
 		if err := do(); err != nil {
 			t.Errorf("lifecycle %s/%s: %s: %v", w.ns, w.name, what, err)
 			return false
 		}
 		l.ready++
+		e.logf("lifecycle %s/%s: %s in %s", w.ns, w.name, what, time.Since(begin).Round(100*time.Millisecond))
 		return true
 	}
 	if !step("create, approved by plan id", func() error { return w.approvePending(ctx) }) {

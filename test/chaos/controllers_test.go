@@ -55,6 +55,12 @@ func startControllers(t *testing.T, e *env, n int) *controllers {
 				"--kubeconfig=" + e.cluster.KubeconfigPath,
 				"--namespace=" + operatorNamespace,
 				"--leader-elect=true",
+				// A dead leader's work waits out the lease: 8 s, not
+				// 15. The renew deadline stays above a kube-apiserver
+				// restart on a loaded machine.
+				"--leader-elect-lease-duration=8s",
+				"--leader-elect-renew-deadline=6s",
+				"--leader-elect-retry-period=1s",
 				"--metrics-addr=0",
 				"--health-addr=" + ports[2],
 				"--server-ips=127.0.0.1",

@@ -40,6 +40,9 @@ const (
 	// uploadPad is the pad of the upload-fault Stacks: a state of twice
 	// that, well over uploadThreshold and under maxStateBytes.
 	uploadPad = 640 << 10
+	// oversizePad is the pad of the oversize fault: the input alone is
+	// over maxStateBytes.
+	oversizePad = maxStateBytes + 256<<10
 	// nodeDiskBytes is the size of the tmpfs that holds devnode's pod
 	// directories, so a runner's work directory can be filled.
 	nodeDiskBytes = 768 << 20
@@ -49,6 +52,9 @@ const (
 type env struct {
 	t   testing.TB
 	dir string
+	// begin is when the test started: logf stamps its lines with the time
+	// since, so a run's log shows where the time went.
+	begin time.Time
 
 	cluster *devcluster.Cluster
 	reg     *devcluster.Registry
@@ -86,7 +92,7 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dir: dir, tools: tools, nodeDir: filepath.Join(dir, "node")}
+	e := &env{t: t, dir: dir, begin: time.Now(), tools: tools, nodeDir: filepath.Join(dir, "node")}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -341,10 +347,14 @@ func poll(ctx context.Context, timeout time.Duration, cond func() error) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pollInterval):
 		}
 	}
 }
+
+// pollInterval is poll's: a dozen Stacks polled every 100 ms were a
+// hundred requests a second to an API server short of CPU.
+const pollInterval = 250 * time.Millisecond
 
 // killGroup SIGKILLs a pod process and everything it started (devnode puts
 // each in its own process group), as the kernel's OOM killer ends a
@@ -363,4 +373,10 @@ func cmdline(pid int) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// logf logs with the time since the test began: where its time goes.
+func (e *env) logf(format string, args ...any) {
+	e.t.Helper()
+	e.t.Logf("[%6.1fs] "+format, append([]any{time.Since(e.begin).Seconds()}, args...)...)
 }

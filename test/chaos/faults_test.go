@@ -292,6 +292,7 @@ func (e *env) injectThen(ctx context.Context, f fault, w *workload, all []*workl
 	}
 	in.logFrom = e.markLogs()
 	begin := time.Now()
+	e.logf("%s: %s/%s struck (generation %d)", f.name, w.ns, w.name, w.currentGeneration())
 	if err := f.inject(ctx, e, w); err != nil {
 		in.err = "inject: " + err.Error()
 		return in
@@ -301,7 +302,7 @@ func (e *env) injectThen(ctx context.Context, f fault, w *workload, all []*workl
 		return in
 	}
 	in.recovered, in.recovery = true, time.Since(begin)
-	e.t.Logf("%s: %s/%s recovered in %s", f.name, w.ns, w.name, in.recovery.Round(100*time.Millisecond))
+	e.logf("%s: %s/%s recovered in %s", f.name, w.ns, w.name, in.recovery.Round(100*time.Millisecond))
 	return in
 }
 
@@ -315,11 +316,17 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 	in.logFrom = e.markLogs()
 	begin := time.Now()
 	// The input alone is over the maximum, so the plan says the state
-	// would be: refused before anything is applied (StateTooLarge).
-	w.pad = maxStateBytes + 256<<10
-	if err := w.bump(ctx); err != nil {
-		in.err = err.Error()
-		return in
+	// would be: refused before anything is applied (StateTooLarge). A
+	// fresh workload was created so (createWorkloads): its first run is
+	// the one refused.
+	if w.fresh {
+		w.fresh = false
+	} else {
+		w.pad = oversizePad
+		if err := w.bump(ctx); err != nil {
+			in.err = err.Error()
+			return in
+		}
 	}
 	var message string
 	err := poll(ctx, recoveryTimeout, func() error {
@@ -341,7 +348,7 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 		return in
 	}
 	in.recovery = time.Since(begin)
-	e.t.Logf("%s: %s/%s failed clearly in %s: %s", faultOversize, w.ns, w.name, in.recovery.Round(100*time.Millisecond), message)
+	e.logf("%s: %s/%s failed clearly in %s: %s", faultOversize, w.ns, w.name, in.recovery.Round(100*time.Millisecond), message)
 	// The refused upload comes at the end of an apply: whatever the apply
 	// changed must still be in a stored state, or it is lost.
 	if lost := w.diskAheadOfState(ctx); lost != "" {
@@ -359,6 +366,7 @@ func (e *env) injectOversize(ctx context.Context, w *workload, res *results) *in
 		return in
 	}
 	in.recovered = true
+	e.logf("%s: %s/%s Ready with the input put back", faultOversize, w.ns, w.name)
 	return in
 }
 

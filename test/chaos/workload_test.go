@@ -77,6 +77,7 @@ type workload struct {
 	dir   string
 	files int
 	pad   int
+	sleep int
 	// postgres is set when the namespace keeps state in PostgreSQL.
 	postgres bool
 
@@ -107,6 +108,9 @@ type workloadSpec struct {
 	// awaitApproval leaves spec.approvePlan empty (plans wait for an id),
 	// instead of auto.
 	awaitApproval bool
+	// sleep is the provisioner's sleep in seconds: the mid-apply window
+	// (0: the module's 2).
+	sleep int
 }
 
 // newWorkload creates a namespace, the Program and the Stack at generation
@@ -117,7 +121,7 @@ func (e *env) newWorkload(ctx context.Context, spec workloadSpec) (*workload, er
 	if err != nil {
 		return nil, err
 	}
-	w := &workload{e: e, ns: ns, name: name, dir: filepath.Join(e.dir, "files", ns), files: spec.files, pad: spec.pad, postgres: pg, generation: 1}
+	w := &workload{e: e, ns: ns, name: name, dir: filepath.Join(e.dir, "files", ns), files: spec.files, pad: spec.pad, sleep: spec.sleep, postgres: pg, generation: 1}
 	approvePlan := terracev1.ApprovePlanAuto
 	if spec.awaitApproval {
 		approvePlan = ""
@@ -173,9 +177,20 @@ func (w *workload) vars() map[string]apiextensionsv1.JSON {
 			return apiextensionsv1.JSON{Raw: []byte(fmt.Sprint(v))}
 		}
 	}
-	return map[string]apiextensionsv1.JSON{
+	vars := map[string]apiextensionsv1.JSON{
 		"dir": j(w.dir), "generation": j(w.generation), "files": j(w.files), "pad": j(w.pad),
 	}
+	if w.sleep > 0 {
+		vars["sleep"] = j(w.sleep)
+	}
+	return vars
+}
+
+// currentGeneration is the generation of var.generation asked for now.
+func (w *workload) currentGeneration() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.generation
 }
 
 // bump asks for the next generation: one more run.
@@ -281,10 +296,15 @@ func (w *workload) observeState(ctx context.Context) {
 		return // PostgreSQL or the API server restarting
 	}
 	defer closeStore()
-	st, err := store.Get(ctx, w.key())
-	if err != nil {
+	// The index's record of the current version, not the state itself:
+	// its serial and lineage are what the write recorded, and reading a
+	// megabyte of state twice a second per Stack takes the CPU the runs
+	// need. The end check reads the state.
+	versions, err := store.ListVersions(ctx, w.key())
+	if err != nil || len(versions) == 0 {
 		return
 	}
+	st := versions[0]
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if n := len(w.serials); n > 0 {

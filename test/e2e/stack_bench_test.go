@@ -79,6 +79,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	e := newStackEnv(b)
 	e.prepareBench(b, warm)
 	calls, kinds := controllerRequests.Load(), requestKinds.snapshot()
+	requestKinds.takeTrace()
 	rss := startRSSPeak()
 	terrace, peak := e.stacksToReady(b, n)
 	b.ReportMetric(direct.Seconds(), "direct-s")
@@ -89,6 +90,9 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	if countingRequests.Load() {
 		b.ReportMetric(float64(controllerRequests.Load()-calls)/float64(n), "api-calls/stack")
 		logRequestKinds(b, kinds, n)
+	}
+	if trace := requestKinds.takeTrace(); n == 1 && len(trace) > 0 {
+		b.Logf("API requests in order:\n%s", strings.Join(trace, "\n"))
 	}
 	if n == 1 {
 		logRunnerLog(b, e, warm > 0)
@@ -123,8 +127,15 @@ type countingTransport struct{ next http.RoundTripper }
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	controllerRequests.Add(1)
 	requestKinds.add(requestKind(r))
+	if tracingRequests {
+		requestKinds.trace(r.Method + " " + r.URL.RequestURI())
+	}
 	return c.next.RoundTrip(r)
 }
+
+// tracingRequests (TERRACE_BENCH_TRACE=1) logs every request of a 1-Stack
+// measurement in order, to see which step makes which call.
+var tracingRequests = os.Getenv("TERRACE_BENCH_TRACE") != ""
 
 // requestKinds counts the controller's requests by verb and resource, for
 // the breakdown the benchmark logs.
@@ -133,12 +144,28 @@ var requestKinds = &kindCounter{counts: map[string]int{}}
 type kindCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
+	traced []string
 }
 
 func (k *kindCounter) add(kind string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.counts[kind]++
+}
+
+func (k *kindCounter) trace(request string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.traced = append(k.traced, request)
+}
+
+// takeTrace returns the traced requests and forgets them.
+func (k *kindCounter) takeTrace() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	t := k.traced
+	k.traced = nil
+	return t
 }
 
 func (k *kindCounter) snapshot() map[string]int {

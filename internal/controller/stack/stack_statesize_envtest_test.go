@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -12,7 +13,9 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/tf"
 )
 
 // paddedModule puts pad bytes into the state (the input, and again as the
@@ -117,5 +120,49 @@ func TestEnvtestStateRefusedAfterApplyIsKept(t *testing.T) {
 	}
 	if all := e.releases("big"); len(all) != 2 || all[1].Status != release.StatusFailed || !strings.Contains(all[1].Message, id) {
 		t.Errorf("records %+v: want the apply recorded as failed, naming %s", all, id)
+	}
+}
+
+// A refused state larger than the runner client's plan-file limit (32 MiB)
+// is kept too, in parts the controller holds one at a time: before, it was
+// downloaded whole under that limit and lost.
+func TestEnvtestRefusedStateOverThePlanFileLimitIsKeptInParts(t *testing.T) {
+	e := newSuiteEnv(t)
+	store, _ := suiteStores()
+	key := state.PlanKey{Namespace: e.ns, Stack: "big", ID: tf.ErroredStateID("plan-1")}
+	var want bytes.Buffer
+	want.WriteString(`{"version":4,"serial":2,"lineage":"l","resources":[{"pad":"`)
+	for int64(want.Len()) < runner.DefaultLimits().PlanFileBytes+erroredStatePartBytes/2 {
+		want.WriteString("0123456789abcdef")
+	}
+	want.WriteString(`"}]}`)
+	parts := &planParts{ctx: context.Background(), store: store, key: key, size: erroredStatePartBytes}
+	// As the runner client passes it on: in gRPC-sized writes.
+	for rest := want.Bytes(); len(rest) > 0; {
+		n := min(len(rest), 1<<20+7)
+		if _, err := parts.Write(rest[:n]); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	if err := parts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(parts.ids) != 3 || parts.ids[0] != key.ID || parts.ids[2] != key.ID+"-part-3" {
+		t.Fatalf("kept as %v, want %s and two more parts", parts.ids, key.ID)
+	}
+	var got []byte
+	for _, id := range parts.ids {
+		p, err := store.GetPlan(context.Background(), state.PlanKey{Namespace: e.ns, Stack: "big", ID: id})
+		if err != nil {
+			t.Fatalf("part %s: %v", id, err)
+		}
+		if len(p.Binary) > erroredStatePartBytes {
+			t.Fatalf("part %s holds %d bytes, over %d", id, len(p.Binary), erroredStatePartBytes)
+		}
+		got = append(got, p.Binary...)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("the parts joined are %d bytes, not the %d-byte state", len(got), want.Len())
 	}
 }

@@ -73,21 +73,16 @@ func writeLocked(w http.ResponseWriter, id pki.Identity, holder *state.LockInfo)
 	_, _ = w.Write(body)
 }
 
-// checkRunnerLock refuses a runner's write or unlock under a lock it does
-// not own (taken by another run, a migration or the controller). The store
-// still checks the lock ID; this adds who took it.
-func (h *Handler) checkRunnerLock(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) bool {
+// lockIDOf is the lock ID a request names, as the store is to check it: a
+// runner writes and unlocks under only a lock it took itself (taken by
+// another run, a migration or the controller, its ID opens nothing, however
+// the runner learnt it). The store checks ID and owner in the same
+// compare-and-swap as the write, so no read of the lock comes first; a
+// lock of another owner is a LockedError with its holder, answered 423
+// with a lock info that names nobody.
+func lockIDOf(id pki.Identity, lockID string) string {
 	if id == pki.ControllerIdentity {
-		return true
+		return lockID
 	}
-	held, err := h.Store.GetLock(r.Context(), key)
-	if err != nil {
-		h.fail(w, r, id, key, err)
-		return false
-	}
-	if held != nil && held.Owner != string(id) {
-		writeLocked(w, id, held)
-		return false
-	}
-	return true
+	return state.OwnedLockID(string(id), lockID)
 }

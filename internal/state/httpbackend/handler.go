@@ -201,25 +201,22 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
 	// The size is known before the bytes are loaded: admit them first.
-	versions, err := h.Store.ListVersions(r.Context(), key)
-	if errors.Is(err, state.ErrNotFound) || (err == nil && len(versions) == 0) {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if err != nil {
-		h.fail(w, r, id, key, err)
-		return
-	}
-	release, err := h.admission().acquire(r.Context(), key.Namespace, versions[0].Size)
-	if err != nil {
-		h.fail(w, r, id, key, err)
-		return
-	}
-	defer release()
-	if versions[0].Size > smallBodyBytes {
-		_ = http.NewResponseController(w).SetWriteDeadline(transferDeadline(versions[0].Size))
-	}
-	st, err := h.Store.Get(r.Context(), key)
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	st, err := state.GetAdmitted(r.Context(), h.Store, key, func(meta state.StateMeta) error {
+		var err error
+		if release, err = h.admission().acquire(r.Context(), key.Namespace, meta.Size); err != nil {
+			return err
+		}
+		if meta.Size > smallBodyBytes {
+			_ = http.NewResponseController(w).SetWriteDeadline(transferDeadline(meta.Size))
+		}
+		return nil
+	})
 	if errors.Is(err, state.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -267,9 +264,6 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, id pki.Identity, k
 		tooLarge(w, limit)
 		return
 	}
-	if !h.checkRunnerLock(w, r, id, key) {
-		return
-	}
 	size := r.ContentLength
 	if size < 0 {
 		size = limit // unknown length: admit the worst case
@@ -300,7 +294,7 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, id pki.Identity, k
 			return
 		}
 	}
-	meta, err := h.Store.Put(r.Context(), key, body, state.PutOptions{LockID: r.URL.Query().Get("ID")})
+	meta, err := h.Store.Put(r.Context(), key, body, state.PutOptions{LockID: lockIDOf(id, r.URL.Query().Get("ID"))})
 	if err != nil {
 		h.fail(w, r, id, key, err)
 		return
@@ -361,9 +355,6 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, id pki.Identity, 
 	}
 	// Who took the lock is the server's word, never the client's.
 	info.Owner = string(id)
-	if !h.checkRunnerLock(w, r, id, key) {
-		return
-	}
 	if err := h.Store.Lock(r.Context(), key, info); err != nil {
 		h.fail(w, r, id, key, err)
 		return
@@ -377,10 +368,7 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, id pki.Identity
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if !h.checkRunnerLock(w, r, id, key) {
-		return
-	}
-	if err := h.Store.Unlock(r.Context(), key, info.ID); err != nil {
+	if err := h.Store.Unlock(r.Context(), key, lockIDOf(id, info.ID)); err != nil {
 		h.fail(w, r, id, key, err)
 		return
 	}

@@ -128,7 +128,7 @@ func (m *memStore) Lock(_ context.Context, key state.Key, info state.LockInfo) e
 	m.touch(key)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if held := m.heldLock(key); held != nil && held.ID != info.ID {
+	if held := m.heldLock(key); held != nil && !state.SameLock(held, info) {
 		return &state.LockedError{Key: key.String(), Holder: held, Offered: info.ID}
 	}
 	m.locks[key] = info
@@ -143,8 +143,8 @@ func (m *memStore) Unlock(_ context.Context, key state.Key, id string) error {
 	if held == nil {
 		return nil
 	}
-	if held.ID != id {
-		return &state.LockedError{Key: key.String(), Holder: held, Offered: id}
+	if err := state.CheckLock(key.String(), held, id); err != nil {
+		return err
 	}
 	delete(m.locks, key)
 	return nil

@@ -42,7 +42,7 @@ func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) er
 			return &state.MigratedError{Key: "state " + key.String(), Mark: *h.mark}
 		}
 		if h.lock != nil {
-			if h.lock.ID == info.ID {
+			if state.SameLock(h.lock, info) {
 				return nil
 			}
 			return &state.LockedError{Key: key.String(), Holder: h.lock, Offered: info.ID}

@@ -90,6 +90,11 @@ func (s *Store) writeBlob(ctx context.Context, namespace string, sealed []byte, 
 			return blobRef{}, err
 		}
 	}
+	off = 0
+	for _, c := range ref.Chunks {
+		s.chunks.put(namespace, c.Name, sealed[off:off+c.Size])
+		off += c.Size
+	}
 	return ref, nil
 }
 
@@ -122,6 +127,9 @@ func (s *Store) readBlob(ctx context.Context, namespace string, ref blobRef) ([]
 }
 
 func (s *Store) readChunk(ctx context.Context, namespace string, c chunkRef) ([]byte, error) {
+	if data, ok := s.chunks.get(namespace, c); ok {
+		return data, nil
+	}
 	var obj corev1.Secret
 	if err := s.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: c.Name}, &obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -133,6 +141,7 @@ func (s *Store) readChunk(ctx context.Context, namespace string, c chunkRef) ([]
 	if !ok || len(data) != c.Size || state.Digest(data) != c.Digest {
 		return nil, &state.CorruptError{What: "Secret " + namespace + "/" + c.Name, Reason: "chunk does not match its digest"}
 	}
+	s.chunks.put(namespace, c.Name, data)
 	return data, nil
 }
 
@@ -140,6 +149,7 @@ func (s *Store) readChunk(ctx context.Context, namespace string, c chunkRef) ([]
 // garbage collection: failures leave orphans that a later sweep removes.
 func (s *Store) deleteChunks(ctx context.Context, namespace string, chunks []chunkRef) {
 	for _, c := range chunks {
+		s.chunks.forget(namespace, c.Name)
 		obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: c.Name}}
 		if err := s.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
 			s.log(ctx).V(1).Info("failed to delete chunk secret, a later sweep retries", "secret", namespace+"/"+c.Name, "error", err.Error())

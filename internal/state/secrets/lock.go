@@ -26,7 +26,7 @@ func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) er
 			return &state.MigratedError{Key: "state " + key.String(), Mark: *x.mark}
 		}
 		if x.lock != nil {
-			if x.lock.ID == info.ID {
+			if state.SameLock(x.lock, info) {
 				return errUnchanged
 			}
 			h := *x.lock
@@ -160,7 +160,11 @@ func (s *Store) ReplaceHistory(ctx context.Context, key state.Key, versions []st
 		return nil
 	})
 	if err != nil {
-		cleanup()
+		// Only a write refused before the index was saved may delete its
+		// chunks: a saved index whose answer was lost names them.
+		if refusedBeforeSave(err) {
+			cleanup()
+		}
 		return err
 	}
 	for _, e := range replaced {

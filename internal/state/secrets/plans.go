@@ -129,12 +129,20 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 		Data:       map[string][]byte{planDataKey: raw},
 	}
 	if err := s.client.Create(ctx, obj); err != nil {
-		s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, written)
 		if apierrors.IsAlreadyExists(err) {
-			if obj, existing, err := s.loadPlanIndex(ctx, key); err == nil {
+			obj, existing, loadErr := s.loadPlanIndex(ctx, key)
+			if loadErr == nil && !sameChunks(existing.Binary, idx.Binary) {
+				// Another write's index: these chunks are no one's.
+				s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, written)
+			}
+			if loadErr == nil {
 				return samePlan(key, obj, existing, idx)
 			}
 		}
+		// Any other failure may be a create that was saved with its answer
+		// lost (the caller went away, a timeout): deleting the chunks would
+		// leave that index naming nothing. DeletePlan removes them with the
+		// plan, by label.
 		return state.PlanMeta{}, fmt.Errorf("failed to create plan Secret %s/%s: %w", key.Namespace, obj.Name, err)
 	}
 	return planMeta(key, obj, idx)

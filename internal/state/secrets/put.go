@@ -70,13 +70,24 @@ var errVersionMoved = errors.New("the next version was taken")
 // for that version before the index is swapped, so when another write takes
 // the version first it returns errVersionMoved and Put seals again.
 func (s *Store) putVersion(ctx context.Context, key state.Key, data []byte, header state.Header, encKey *state.EncryptionKey, opts state.PutOptions) (versionEntry, []versionEntry, error) {
-	// Check the preconditions before writing chunks, so a refused write costs one read.
-	x, err := s.loadIndex(ctx, key)
+	// Check the preconditions before writing chunks, on this Store's copy
+	// of the index and, when that refuses, on a fresh read: a refused
+	// write writes nothing. A stale copy that allows the write costs a
+	// chunk written again (errVersionMoved) at worst.
+	x, err := s.indexForChange(ctx, key)
 	if err != nil {
 		return versionEntry{}, nil, err
 	}
 	if err := checkPut(key, x, header, opts); err != nil {
-		return versionEntry{}, nil, err
+		if !x.cached {
+			return versionEntry{}, nil, err
+		}
+		if x, err = s.loadIndex(ctx, key); err != nil {
+			return versionEntry{}, nil, err
+		}
+		if err := checkPut(key, x, header, opts); err != nil {
+			return versionEntry{}, nil, err
+		}
 	}
 	version := x.index.NextVersion
 	sealed, encoding, err := state.SealFor(data, encKey, state.StateBinding(key, state.Version(version)))

@@ -18,7 +18,6 @@ package secrets
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -67,11 +66,14 @@ type Store struct {
 	history   int
 	keys      state.KeySource
 	chunkSize int
+	indexes   indexCache
+	chunks    chunkCache
 }
 
 var (
-	_ state.Store     = (*Store)(nil)
-	_ state.PlanStore = (*Store)(nil)
+	_ state.Store           = (*Store)(nil)
+	_ state.PlanStore       = (*Store)(nil)
+	_ state.AdmittingGetter = (*Store)(nil)
 )
 
 // New returns a Store writing through c.
@@ -91,191 +93,6 @@ func New(c client.Client, opts Options) *Store {
 
 func (s *Store) log(ctx context.Context) logr.Logger {
 	return logf.FromContext(ctx).WithName("state-secrets")
-}
-
-// stateIndex is the JSON in an index Secret.
-type stateIndex struct {
-	// NextVersion is the Version the next Put gets.
-	NextVersion int64 `json:"nextVersion"`
-	// Versions are the kept versions, newest (current) first.
-	Versions []versionEntry `json:"versions"`
-}
-
-type versionEntry struct {
-	Version   int64     `json:"version"`
-	Serial    int64     `json:"serial"`
-	Lineage   string    `json:"lineage"`
-	Digest    string    `json:"digest"`
-	Size      int64     `json:"size"`
-	CreatedAt time.Time `json:"createdAt"`
-	Blob      blobRef   `json:"blob"`
-}
-
-func (e versionEntry) meta(key state.Key) state.StateMeta {
-	return state.StateMeta{Key: key, Version: state.Version(e.Version), Serial: e.Serial, Lineage: e.Lineage, Digest: e.Digest, Size: e.Size, CreatedAt: e.CreatedAt}
-}
-
-// indexObject is a loaded index Secret (or a new one, when obj.ResourceVersion is "").
-type indexObject struct {
-	obj   *corev1.Secret
-	index stateIndex
-	lock  *state.LockInfo
-	mark  *state.MigrationMark
-}
-
-func (x *indexObject) current() *versionEntry {
-	if len(x.index.Versions) == 0 {
-		return nil
-	}
-	return &x.index.Versions[0]
-}
-
-func stateIndexName(key state.Key) string {
-	return ObjectName("terrace-state", key.Stack, key.Workspace)
-}
-
-func stateLabels(key state.Key, kind string) map[string]string {
-	return map[string]string{
-		LabelManagedBy: ManagedByTerrace,
-		LabelKind:      kind,
-		LabelStack:     LabelValue(key.Stack),
-		LabelWorkspace: LabelValue(key.Workspace),
-	}
-}
-
-func stateAnnotations(key state.Key) map[string]string {
-	return map[string]string{AnnotationStack: key.Stack, AnnotationWorkspace: key.Workspace}
-}
-
-// loadIndex reads the index Secret of key; a missing one yields an empty,
-// not yet created index object.
-func (s *Store) loadIndex(ctx context.Context, key state.Key) (*indexObject, error) {
-	name := stateIndexName(key)
-	obj := &corev1.Secret{}
-	err := s.client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, obj)
-	if apierrors.IsNotFound(err) {
-		return &indexObject{obj: &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: name, Labels: stateLabels(key, KindStateIndex), Annotations: stateAnnotations(key)},
-			Type:       TypeStateIndex,
-		}, index: stateIndex{NextVersion: 1}}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to read state index Secret %s/%s: %w", key.Namespace, name, err)
-	}
-	if obj.Annotations[AnnotationStack] != key.Stack || obj.Annotations[AnnotationWorkspace] != key.Workspace {
-		return nil, fmt.Errorf("secret %s/%s belongs to another state (stack %q, workspace %q)", key.Namespace, name, obj.Annotations[AnnotationStack], obj.Annotations[AnnotationWorkspace])
-	}
-	x := &indexObject{obj: obj, index: stateIndex{NextVersion: 1}}
-	if raw, ok := obj.Data[indexDataKey]; ok {
-		if err := json.Unmarshal(raw, &x.index); err != nil {
-			return nil, &state.CorruptError{What: "Secret " + key.Namespace + "/" + name, Reason: "index is not valid JSON"}
-		}
-	}
-	if raw, ok := obj.Data[lockDataKey]; ok {
-		x.lock = &state.LockInfo{}
-		if err := json.Unmarshal(raw, x.lock); err != nil {
-			return nil, &state.CorruptError{What: "Secret " + key.Namespace + "/" + name, Reason: "lock is not valid JSON"}
-		}
-	}
-	mark, err := ParseMark(obj.Annotations)
-	if err != nil {
-		return nil, &state.CorruptError{What: "Secret " + key.Namespace + "/" + name, Reason: err.Error()}
-	}
-	x.mark = mark
-	return x, nil
-}
-
-// ParseMark reads the migration mark annotation, nil when absent.
-func ParseMark(annotations map[string]string) (*state.MigrationMark, error) {
-	raw, ok := annotations[AnnotationMigrated]
-	if !ok {
-		return nil, nil
-	}
-	var m state.MigrationMark
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, errors.New("migration mark is not valid JSON")
-	}
-	return &m, nil
-}
-
-// SetMark sets (or with nil removes) the migration mark annotation.
-func SetMark(obj *corev1.Secret, mark *state.MigrationMark) {
-	if mark == nil {
-		delete(obj.Annotations, AnnotationMigrated)
-		return
-	}
-	raw, _ := json.Marshal(mark)
-	if obj.Annotations == nil {
-		obj.Annotations = map[string]string{}
-	}
-	obj.Annotations[AnnotationMigrated] = string(raw)
-}
-
-// saveIndex writes x back with a compare-and-swap on its resourceVersion. It
-// reports lostRace when another writer changed the Secret first.
-func (s *Store) saveIndex(ctx context.Context, x *indexObject) (lostRace bool, err error) {
-	raw, err := json.Marshal(x.index)
-	if err != nil {
-		return false, fmt.Errorf("failed to encode state index: %w", err)
-	}
-	if x.obj.Data == nil {
-		x.obj.Data = map[string][]byte{}
-	}
-	x.obj.Data[indexDataKey] = raw
-	delete(x.obj.Data, lockDataKey)
-	if x.lock != nil {
-		lockRaw, err := json.Marshal(x.lock)
-		if err != nil {
-			return false, fmt.Errorf("failed to encode lock info: %w", err)
-		}
-		x.obj.Data[lockDataKey] = lockRaw
-	}
-	SetMark(x.obj, x.mark)
-	if x.obj.ResourceVersion == "" {
-		err = s.client.Create(ctx, x.obj)
-	} else {
-		err = s.client.Update(ctx, x.obj)
-	}
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("failed to write state index Secret %s/%s: %w", x.obj.Namespace, x.obj.Name, err)
-	}
-	return false, nil
-}
-
-// errUnchanged, returned by an updateIndex change, ends it successfully without a write.
-var errUnchanged = errors.New("unchanged")
-
-// updateIndex runs change on a freshly read index and saves it, again and
-// again while another writer wins the race. change returns an error to stop.
-// first, when not nil, is a freshly loaded index to try first.
-func (s *Store) updateIndex(ctx context.Context, key state.Key, first *indexObject, change func(x *indexObject) error) error {
-	for range maxAttempts {
-		x := first
-		first = nil
-		if x == nil {
-			var err error
-			if x, err = s.loadIndex(ctx, key); err != nil {
-				return err
-			}
-		}
-		if err := change(x); err != nil {
-			if errors.Is(err, errUnchanged) {
-				return nil
-			}
-			return err
-		}
-		lost, err := s.saveIndex(ctx, x)
-		if err != nil || !lost {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("failed to update state index of %s: %w", key, err)
-		}
-	}
-	return fmt.Errorf("failed to update state index of %s: it kept changing during %d attempts", key, maxAttempts)
 }
 
 // Get implements state.Store.
@@ -301,10 +118,27 @@ func (s *Store) GetVersion(ctx context.Context, key state.Key, version state.Ver
 	}, fmt.Sprintf("state %s version %d", key, version))
 }
 
-// readIndexed reads the version pick chooses from the index. A version
+// GetAdmitted implements state.AdmittingGetter: one read of the index
+// gives the size to admit and the chunks to read.
+func (s *Store) GetAdmitted(ctx context.Context, key state.Key, admit func(state.StateMeta) error) (*state.State, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	admitted := false
+	return s.readIndexed(ctx, key, func(x *indexObject) *versionEntry { return x.current() }, "state "+key.String(), func(e versionEntry) error {
+		if admitted {
+			return nil
+		}
+		admitted = true
+		return admit(e.meta(key))
+	})
+}
+
+// readIndexed reads the version pick chooses from the index, calling
+// before (when not nil) with it before its chunks are read. A version
 // dropped from the history while it was being read has lost its chunks:
 // that is not corruption, so the read starts over from a fresh index.
-func (s *Store) readIndexed(ctx context.Context, key state.Key, pick func(*indexObject) *versionEntry, what string) (*state.State, error) {
+func (s *Store) readIndexed(ctx context.Context, key state.Key, pick func(*indexObject) *versionEntry, what string, before ...func(versionEntry) error) (*state.State, error) {
 	for {
 		x, err := s.loadIndex(ctx, key)
 		if err != nil {
@@ -313,6 +147,11 @@ func (s *Store) readIndexed(ctx context.Context, key state.Key, pick func(*index
 		e := pick(x)
 		if e == nil {
 			return nil, &state.NotFoundError{What: what}
+		}
+		for _, b := range before {
+			if err := b(*e); err != nil {
+				return nil, err
+			}
 		}
 		st, err := s.readVersion(ctx, key, *e)
 		var corrupt *state.CorruptError
@@ -427,6 +266,7 @@ func (s *Store) Delete(ctx context.Context, key state.Key) error {
 		return err
 	}
 	idx := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: stateIndexName(key)}}
+	s.indexes.forget(indexKey(key))
 	if err := s.client.Delete(ctx, idx); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("failed to delete state index Secret %s/%s: %w", key.Namespace, idx.Name, err)
 	}

@@ -160,6 +160,18 @@ func TestEncryptionKeyMustMatch(t *testing.T) {
 type lostAnswerClient struct {
 	client.Client
 	lose bool
+	// loseCreate, when set, loses the answer of the next Create of a
+	// Secret of that type in the same way.
+	loseCreate corev1.SecretType
+}
+
+func (c *lostAnswerClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	err := c.Client.Create(ctx, obj, opts...)
+	if secret, ok := obj.(*corev1.Secret); ok && err == nil && c.loseCreate != "" && secret.Type == c.loseCreate {
+		c.loseCreate = ""
+		return context.Canceled
+	}
+	return err
 }
 
 func (c *lostAnswerClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
@@ -195,5 +207,55 @@ func TestAPutWhoseAnswerIsLostLeavesAReadableState(t *testing.T) {
 	}
 	if got.Serial != 2 || !bytes.Equal(got.Data, second) {
 		t.Fatalf("Get = serial %d, want the saved serial 2", got.Serial)
+	}
+}
+
+// The plan store in the same case: a PutPlan whose index create was saved
+// with its answer lost keeps the chunks that index names, so the plan can
+// still be read (and approved).
+func TestAPutPlanWhoseAnswerIsLostLeavesAReadablePlan(t *testing.T) {
+	ns := env.Namespace(t)
+	lossy := &lostAnswerClient{Client: env.Client, loseCreate: secrets.TypePlanIndex}
+	s := secrets.New(lossy, secrets.Options{})
+	key := state.PlanKey{Namespace: ns, Stack: "app", ID: "p1"}
+	plan := state.Plan{PlanMeta: state.PlanMeta{Key: key}, Binary: []byte("plan file bytes"), Readable: []byte(`{"readable":true}`)}
+	if _, err := s.PutPlan(ctx(t), plan); !errors.Is(err, context.Canceled) {
+		t.Fatalf("PutPlan with its answer lost: %v, want the cancellation", err)
+	}
+	got, err := s.GetPlan(ctx(t), key)
+	if err != nil {
+		t.Fatalf("GetPlan after a PutPlan whose answer was lost: %v", err)
+	}
+	if !bytes.Equal(got.Binary, plan.Binary) || !bytes.Equal(got.Readable, plan.Readable) {
+		t.Fatalf("GetPlan = %q / %q, want the saved plan", got.Binary, got.Readable)
+	}
+	// Putting the same plan again (the caller's retry) is accepted.
+	if _, err := s.PutPlan(ctx(t), plan); err != nil {
+		t.Fatalf("PutPlan again: %v", err)
+	}
+}
+
+// ReplaceHistory (a migration's write) in the same case keeps the chunks
+// of the history it saved.
+func TestAReplaceHistoryWhoseAnswerIsLostLeavesAReadableState(t *testing.T) {
+	ns := env.Namespace(t)
+	lossy := &lostAnswerClient{Client: env.Client}
+	s := secrets.New(lossy, secrets.Options{})
+	key := state.Key{Namespace: ns, Stack: "app", Workspace: "default"}
+	if _, err := s.Put(ctx(t), key, []byte(`{"version":4,"serial":1,"lineage":"l","resources":[]}`), state.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	data := []byte(`{"version":4,"serial":7,"lineage":"l","resources":[]}`)
+	lossy.lose = true
+	err := s.ReplaceHistory(ctx(t), key, []state.State{{StateMeta: state.StateMeta{Version: 3, CreatedAt: time.Now()}, Data: data}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("ReplaceHistory with its answer lost: %v, want the cancellation", err)
+	}
+	got, err := s.Get(ctx(t), key)
+	if err != nil {
+		t.Fatalf("Get after a ReplaceHistory whose answer was lost: %v", err)
+	}
+	if got.Serial != 7 || !bytes.Equal(got.Data, data) {
+		t.Fatalf("Get = serial %d, want the saved serial 7", got.Serial)
 	}
 }
