@@ -189,14 +189,7 @@ func TestStackPlanPolicy(t *testing.T) {
 		}
 	}
 
-	var cm corev1.ConfigMap
-	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "policies"}, &cm); err != nil {
-		t.Fatal(err)
-	}
-	cm.Data["types.rego"] = policyWarningTerraformData
-	if err := e.c.Update(context.Background(), &cm); err != nil {
-		t.Fatal(err)
-	}
+	e.setPolicy(t, "types.rego", policyWarningTerraformData)
 
 	st := e.waitStack(t, "auto", stackTimeout, "applied after the policy changed", readyAt)
 	if err := conditionIs(terracev1.PolicyDeniedCondition, metav1.ConditionFalse, "PolicyPassed")(st); err != nil {
@@ -286,19 +279,9 @@ func TestStackPlanPolicyDecidesUnchangedAndDestroyPlans(t *testing.T) {
 		},
 	})
 	e.waitStack(t, "svc", stackTimeout, "Ready", readyAt)
-	setPolicy := func(module string) {
-		var cm corev1.ConfigMap
-		if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "policies"}, &cm); err != nil {
-			t.Fatal(err)
-		}
-		cm.Data["types.rego"] = module
-		if err := e.c.Update(context.Background(), &cm); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	// The policy change plans again: no changes, denied, and nothing blocked.
-	setPolicy(policyDenyingAnyTerraformData)
+	e.setPolicy(t, "types.rego", policyDenyingAnyTerraformData)
 	st := e.waitStack(t, "svc", stackTimeout, "the unchanged plan denied", conditionIs(terracev1.PolicyDeniedCondition, metav1.ConditionTrue, "PolicyDenied"))
 	if err := readyAt(st); err != nil {
 		t.Errorf("a denied plan without changes blocked the Stack: %v (%s)", err, conditionsText(st))
@@ -338,7 +321,7 @@ func TestStackPlanPolicyDecidesUnchangedAndDestroyPlans(t *testing.T) {
 	}
 
 	// Allowed again: the policy change wakes the deletion, which completes.
-	setPolicy(policyWarningTerraformData)
+	e.setPolicy(t, "types.rego", policyWarningTerraformData)
 	waitGone(t, stackTimeout, "Stack svc destroyed and deleted", func() error {
 		return e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "svc"}, &terracev1.Stack{})
 	})
@@ -381,6 +364,19 @@ func (e *stackEnv) policies(t *testing.T, key, module string) {
 			ConfigMapRefs: []terracev1.LocalObjectReference{{Name: "policies"}},
 		}},
 	})
+}
+
+// setPolicy replaces one module of the ConfigMap "policies".
+func (e *stackEnv) setPolicy(t *testing.T, key, module string) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "policies"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[key] = module
+	if err := e.c.Update(context.Background(), &cm); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func conditionMessage(s *terracev1.Stack, t string) string {
