@@ -210,7 +210,62 @@ type APIConfig struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
 	Clusters []APICluster `json:"clusters,omitempty"`
+
+	// OIDC offers sign-in to the web console with an OpenID Connect
+	// provider (the authorization code flow with PKCE); the console then
+	// sends the ID token as the bearer token, so the Kubernetes API server
+	// must accept that provider's tokens (its --oidc-* flags or structured
+	// authentication configuration). Without it the console takes pasted
+	// tokens only.
+	// +optional
+	OIDC *APIOIDC `json:"oidc,omitempty"`
 }
+
+// APIOIDC is the web console's OpenID Connect client.
+// +kubebuilder:validation:XValidation:rule="!has(self.scopes) || !self.scopes.exists(s, s == 'openid')",message="scopes are those asked for beyond openid, which is always asked for: remove openid"
+type APIOIDC struct {
+	// IssuerURL is the provider; its /.well-known/openid-configuration is
+	// read by the API server, and it must be the issuer the Kubernetes API
+	// server trusts.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https://`
+	IssuerURL string `json:"issuerURL"`
+
+	// ClientID is the console's client ID at the provider (the audience of
+	// its ID tokens, which the Kubernetes API server must accept).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClientID string `json:"clientID"`
+
+	// ClientSecretRef names the Secret of this namespace holding the client
+	// secret (key default "client-secret"); it is mounted into the API
+	// server's pod, never put on its command line. Empty for a public
+	// client, PKCE alone.
+	// +optional
+	ClientSecretRef *SecretKeyReference `json:"clientSecretRef,omitempty"`
+
+	// RedirectURL is the console's callback as the provider knows it:
+	// https://<the console's host>/oidc/callback.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https://[^/]+(/.*)?/oidc/callback$`
+	RedirectURL string `json:"redirectURL"`
+
+	// Scopes to ask for beyond openid (e.g. email, groups).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
+	Scopes []string `json:"scopes,omitempty"`
+}
+
+// DefaultOIDCClientSecretKey is the key of spec.api.oidc.clientSecretRef
+// when it names none.
+const DefaultOIDCClientSecretKey = "client-secret"
 
 // APICluster is a cluster the API server may act in.
 type APICluster struct {

@@ -122,7 +122,7 @@ func TestOnePortEveryProtocol(t *testing.T) {
 
 	// Errors are codes with reasons, in every protocol.
 	_, err = grpc.Get(ctx, withToken(&apiv1.GetRequest{Name: "gone"}, at.admin))
-	expectCode(t, err, connect.CodeNotFound, reasonNotFound, "installation gone not found")
+	expectCode(t, err, connect.CodeNotFound, reasonNotFound, "Stack gone in namespace "+at.namespace+" not found")
 	_, err = grpc.Get(ctx, withToken(&apiv1.GetRequest{Name: "web"}, at.nobody))
 	expectCode(t, err, connect.CodePermissionDenied, reasonForbidden, `User "system:serviceaccount:`+at.namespace+`:nobody" cannot get resource "stacks"`)
 	_, err = grpc.Get(ctx, connect.NewRequest(&apiv1.GetRequest{Name: "web"}))

@@ -22,7 +22,7 @@ import (
 // the console can do nothing its user could not do with kubectl.
 
 func (s *service) ListAll(ctx context.Context, req *connect.Request[apiv1.ListAllRequest]) (*connect.Response[apiv1.ListAllResponse], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	ctx, c, err := s.begin(ctx, req.Header(), target{cluster: req.Msg.GetCluster()}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ func (s *service) ListAll(ctx context.Context, req *connect.Request[apiv1.ListAl
 }
 
 func (s *service) Reconcile(ctx context.Context, req *connect.Request[apiv1.ReconcileRequest]) (*connect.Response[apiv1.Installation], error) {
-	return s.changeStack(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), func(stack *terracev1.Stack) {
+	return s.changeStack(ctx, req.Header(), targetOf(req.Msg), func(stack *terracev1.Stack) {
 		if stack.Annotations == nil {
 			stack.Annotations = map[string]string{}
 		}
@@ -46,21 +46,21 @@ func (s *service) Reconcile(ctx context.Context, req *connect.Request[apiv1.Reco
 }
 
 func (s *service) Suspend(ctx context.Context, req *connect.Request[apiv1.SuspendRequest]) (*connect.Response[apiv1.Installation], error) {
-	return s.changeStack(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), func(stack *terracev1.Stack) { stack.Spec.Suspend = true })
+	return s.changeStack(ctx, req.Header(), targetOf(req.Msg), func(stack *terracev1.Stack) { stack.Spec.Suspend = true })
 }
 
 func (s *service) Resume(ctx context.Context, req *connect.Request[apiv1.ResumeRequest]) (*connect.Response[apiv1.Installation], error) {
-	return s.changeStack(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), func(stack *terracev1.Stack) { stack.Spec.Suspend = false })
+	return s.changeStack(ctx, req.Header(), targetOf(req.Msg), func(stack *terracev1.Stack) { stack.Spec.Suspend = false })
 }
 
-// changeStack patches an installation's Stack as the caller (a merge patch
+// changeStack patches a Stack as the caller (a merge patch
 // of just what change touched, so a concurrent status write is not lost).
-func (s *service) changeStack(ctx context.Context, header http.Header, cluster, name string, change func(*terracev1.Stack)) (*connect.Response[apiv1.Installation], error) {
-	ctx, c, err := s.begin(ctx, header, cluster, name, true)
+func (s *service) changeStack(ctx context.Context, header http.Header, to target, change func(*terracev1.Stack)) (*connect.Response[apiv1.Installation], error) {
+	ctx, c, err := s.begin(ctx, header, to, true)
 	if err != nil {
 		return nil, err
 	}
-	stack, err := c.site.installation(ctx, c.name)
+	stack, err := c.site.stack(ctx, c.name)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (s *service) changeStack(ctx context.Context, header http.Header, cluster, 
 }
 
 func (s *service) GetAccess(ctx context.Context, req *connect.Request[apiv1.GetAccessRequest]) (*connect.Response[apiv1.Access], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
@@ -97,8 +97,8 @@ func (s *service) GetAccess(ctx context.Context, req *connect.Request[apiv1.GetA
 	return connect.NewResponse(out), nil
 }
 
-// listAll lists installations cluster-wide when the caller may, else in
-// the site's namespace, and filters them.
+// listAll lists every Stack (installations are marked) cluster-wide when
+// the caller may, else in the site's namespace, and filters them.
 func (s *site) listAll(ctx context.Context, req *apiv1.ListAllRequest) (*apiv1.ListAllResponse, error) {
 	scope, err := s.listScope(ctx, req)
 	if err != nil {
@@ -131,14 +131,13 @@ type listScope struct {
 func (l *listScope) matches(in *apiv1.Installation) bool { return l.phase == "" || in.Phase == l.phase }
 
 func (s *site) listScope(ctx context.Context, req *apiv1.ListAllRequest) (*listScope, error) {
-	selector := labels.SelectorFromSet(labels.Set{InstallationLabel: "true"})
+	selector := labels.Everything()
 	if text := req.GetLabelSelector(); text != "" {
-		extra, err := labels.Parse(text)
+		parsed, err := labels.Parse(text)
 		if err != nil {
 			return nil, invalid(fmt.Sprintf("labelSelector %q is not a label selector: %v", text, err))
 		}
-		reqs, _ := extra.Requirements()
-		selector = selector.Add(reqs...)
+		selector = parsed
 	}
 	scope := &listScope{phase: req.GetPhase(), stacks: &terracev1.StackList{}, options: []client.ListOption{client.MatchingLabelsSelector{Selector: selector}}}
 	if ns := req.GetNamespace(); ns != "" {

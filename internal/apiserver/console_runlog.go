@@ -60,7 +60,7 @@ func (p podLogs) Log(ctx context.Context, namespace, name string, tailLines int6
 // with their run unless the TerraceConfig retains them, so between runs the
 // answer is usually an empty text and a note saying so.
 func (s *service) GetRunLog(ctx context.Context, req *connect.Request[apiv1.GetRunLogRequest]) (*connect.Response[apiv1.RunLog], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func (s *service) GetRunLog(ctx context.Context, req *connect.Request[apiv1.GetR
 	if tail <= 0 || tail > maxLogLines {
 		tail = maxLogLines
 	}
-	stack, err := c.site.installation(ctx, c.name)
+	stack, err := c.site.stack(ctx, c.name)
 	if err != nil {
 		return nil, err
 	}

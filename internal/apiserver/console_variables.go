@@ -20,7 +20,7 @@ import (
 // variables its root module declares (files at the top level), for the
 // console's install form.
 func (s *service) GetProgramVariables(ctx context.Context, req *connect.Request[apiv1.GetProgramVariablesRequest]) (*connect.Response[apiv1.ProgramVariables], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	ctx, c, err := s.begin(ctx, req.Header(), target{cluster: req.Msg.GetCluster(), namespace: req.Msg.GetNamespace()}, false)
 	if err != nil {
 		return nil, err
 	}

@@ -15,12 +15,12 @@ import (
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
-// WatchAll sends the installations ListAll shows, then their changes, by
+// WatchAll sends the Stacks ListAll shows, then their changes, by
 // watching Stacks as the caller over the same scope. When the Kubernetes
 // API ends the watch or its version expires, the stream ends and the
 // caller lists again: a fresh stream starts from the whole list.
 func (s *service) WatchAll(ctx context.Context, req *connect.Request[apiv1.ListAllRequest], stream *connect.ServerStream[apiv1.WatchResponse]) error {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	ctx, c, err := s.begin(ctx, req.Header(), target{cluster: req.Msg.GetCluster()}, false)
 	if err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func (s *service) WatchAll(ctx context.Context, req *connect.Request[apiv1.ListA
 	}
 	sent := map[string]*apiv1.Installation{}
 	for i := range scope.stacks.Items {
-		if err := s.sendListed(c.site, stream, scope, sent, &scope.stacks.Items[i]); err != nil {
+		if err := s.sendListed(c.site, stream, scope, sent, listed{stack: &scope.stacks.Items[i]}); err != nil {
 			return err
 		}
 	}
@@ -59,10 +59,7 @@ func (s *service) WatchAll(ctx context.Context, req *connect.Request[apiv1.ListA
 				if !ok {
 					return fmt.Errorf("the watch of Stacks sent a %T", ev.Object)
 				}
-				if ev.Type == watch.Deleted {
-					stack.Labels = nil // sent as gone
-				}
-				if err := s.sendListed(c.site, stream, scope, sent, stack); err != nil {
+				if err := s.sendListed(c.site, stream, scope, sent, listed{stack: stack, gone: ev.Type == watch.Deleted}); err != nil {
 					return err
 				}
 			}
@@ -70,12 +67,18 @@ func (s *service) WatchAll(ctx context.Context, req *connect.Request[apiv1.ListA
 	}
 }
 
-// sendListed sends a Stack's installation when it changed, or its removal
-// when it no longer matches (or is gone) after having been sent.
-func (s *service) sendListed(st *site, stream *connect.ServerStream[apiv1.WatchResponse], scope *listScope, sent map[string]*apiv1.Installation, stack *terracev1.Stack) error {
-	key := stack.Namespace + "/" + stack.Name
-	in := s.shown(st, stack)
-	if stack.Labels[InstallationLabel] != "true" || !scope.matches(in) {
+// listed is a Stack as the list or a watch event has it; gone once deleted.
+type listed struct {
+	stack *terracev1.Stack
+	gone  bool
+}
+
+// sendListed sends a Stack when it changed, or its removal when it no
+// longer matches (or is gone) after having been sent.
+func (s *service) sendListed(st *site, stream *connect.ServerStream[apiv1.WatchResponse], scope *listScope, sent map[string]*apiv1.Installation, l listed) error {
+	key := l.stack.Namespace + "/" + l.stack.Name
+	in := s.shown(st, l.stack)
+	if l.gone || !scope.matches(in) {
 		last, was := sent[key]
 		if !was {
 			return nil

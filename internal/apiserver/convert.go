@@ -26,7 +26,7 @@ const (
 	phaseDeleting         = "Deleting"
 )
 
-// installationOf shows a Stack as an installation.
+// installationOf shows a Stack as the API does, an installation or not.
 func installationOf(stack *terracev1.Stack) *apiv1.Installation {
 	src := stack.Spec.Source
 	in := &apiv1.Installation{
@@ -41,6 +41,8 @@ func installationOf(stack *terracev1.Stack) *apiv1.Installation {
 		CreatedAt:   timestamppb.New(stack.CreationTimestamp.UTC()),
 		Deleting:    stack.DeletionTimestamp != nil,
 		Suspended:   stack.Spec.Suspend,
+		// Set once: a Stack is shown by one function, for every call.
+		Installation: stack.Labels[InstallationLabel] == "true",
 	}
 	if src.ProgramRef != nil {
 		in.Source.ProgramRef = src.ProgramRef.Name
@@ -48,7 +50,10 @@ func installationOf(stack *terracev1.Stack) *apiv1.Installation {
 	if src.SourceRef != nil {
 		in.Source.SourceRef = src.SourceRef.Kind + "/" + src.SourceRef.Name
 	}
-	in.ValuesSecret = valuesSecretOf(stack)
+	if in.Installation {
+		// Another Stack's Secrets are its own, not values this API writes.
+		in.ValuesSecret = valuesSecretOf(stack)
+	}
 	if r := stack.Status.Release; r != nil {
 		in.Release = int32(r.Revision)
 	}

@@ -397,11 +397,22 @@ func valuesSecretOf(stack *terracev1.Stack) string {
 	return ""
 }
 
-// installation reads the named Stack, which must carry the installation label.
-func (s *site) installation(ctx context.Context, name string) (*terracev1.Stack, error) {
+// stack reads the named Stack of the site's namespace, an installation or not.
+func (s *site) stack(ctx context.Context, name string) (*terracev1.Stack, error) {
 	stack := &terracev1.Stack{}
 	if err := s.Caller.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, stack); err != nil {
-		return nil, kubeError(err, "installation "+name)
+		return nil, kubeError(err, "Stack "+name+" in namespace "+s.Namespace)
+	}
+	return stack, nil
+}
+
+// installation reads the named Stack, which must carry the installation
+// label: the calls that manage what Create made (the values Secret, the
+// deletion) serve nothing else.
+func (s *site) installation(ctx context.Context, name string) (*terracev1.Stack, error) {
+	stack, err := s.stack(ctx, name)
+	if err != nil {
+		return nil, err
 	}
 	if stack.Labels[InstallationLabel] != "true" {
 		return nil, failure(connect.CodeNotFound, reasonNotAnInstallation, fmt.Sprintf("Stack %s in namespace %s is not an installation (it has no %s=true label)", name, s.Namespace, InstallationLabel))

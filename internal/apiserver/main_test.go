@@ -6,9 +6,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +33,34 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+// oidcProvider is an OpenID Connect provider whose ID tokens (audience
+// oidcClientID) envtest's kube-apiserver accepts, as user oidc:alice.
+var oidcProvider *testenv.OIDCProvider
+
+const oidcClientID = "terrace-console"
+
+func TestMain(m *testing.M) {
+	p, err := testenv.StartOIDCProvider(oidcClientID, "alice")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "oidc provider:", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "apiserver-oidc-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	authn, err := p.AuthenticationConfig(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	oidcProvider = p
+	testenv.MainWith(m, &env, testenv.Options{
+		APIServerArgs: map[string]string{"authentication-config": authn},
+		AfterStop:     func() { p.Close(); _ = os.RemoveAll(dir) },
+	})
+}
 
 // apiTest is a running Installations API for one namespace, and the
 // tokens of two ServiceAccounts: one allowed stacks and secrets, one nothing.
@@ -84,8 +113,10 @@ func newAPITestWith(t *testing.T, configure func(*Server)) *apiTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As `terrace api` runs: the operator's state settings come as a flag.
-	resolver := &settings.Resolver{Reader: SettingsReader(own, "terrace-system", &terracev1.StateConfig{}), OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
+	// As `terrace api` runs: the operator's state settings come as a flag,
+	// another namespace's TerraceConfig is read as the caller.
+	reader := SettingsReader(ConfigReader(own, caller, ns, "terrace-system"), "terrace-system", &terracev1.StateConfig{})
+	resolver := &settings.Resolver{Reader: reader, OperatorNamespace: "terrace-system", Builtin: settings.BuiltinDefaults("")}
 	stores := backend.New(caller, resolver.ResolveNamespace)
 	t.Cleanup(stores.Close)
 	srv := &Server{Namespace: ns, Client: own, Caller: caller, Stores: stores, Log: zap.New(zap.WriteTo(at.log))}

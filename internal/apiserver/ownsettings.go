@@ -54,3 +54,26 @@ func (r *settingsReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 	cfg.Spec.State = r.state.DeepCopy()
 	return nil
 }
+
+// ConfigReader reads the TerraceConfigs a call needs: those of the
+// server's namespace and of the operator namespace with the server's own
+// identity (own), and another namespace's, where a call names a Stack
+// outside the server's namespace, as the call's caller (caller, whose
+// requests carry the token of the context they are made with): the server
+// holds no right there.
+func ConfigReader(own, caller client.Reader, namespace, operatorNamespace string) client.Reader {
+	return &configReader{Reader: own, caller: caller, namespace: namespace, operatorNamespace: operatorNamespace}
+}
+
+type configReader struct {
+	client.Reader
+	caller                       client.Reader
+	namespace, operatorNamespace string
+}
+
+func (r *configReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*terracev1.TerraceConfig); ok && key.Namespace != r.namespace && key.Namespace != r.operatorNamespace {
+		return r.caller.Get(ctx, key, obj, opts...)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}

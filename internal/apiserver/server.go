@@ -62,7 +62,8 @@ type StoreOpener interface {
 
 // Server is the Installations API of one namespace.
 type Server struct {
-	// Namespace is the only namespace served.
+	// Namespace is where the server runs and where a request acts unless
+	// it names another namespace (as the caller, like everything else).
 	Namespace string
 	// Client acts with the server's own identity, which may only read
 	// TerraceConfigs (readiness and where the namespace's state is kept).

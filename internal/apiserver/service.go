@@ -21,30 +21,50 @@ var _ apiv1connect.InstallationServiceHandler = (*service)(nil)
 // call is one authenticated call.
 type call struct {
 	caller *caller
-	// site is where it acts.
+	// site is where it acts: the request's cluster and namespace.
 	site *site
 	// name is the installation's name, validated; "" for List and Create.
 	name string
 }
 
+// target is what a request names: the cluster, the namespace there (""
+// for the site's own) and the Stack.
+type target struct {
+	cluster, namespace, name string
+}
+
+// targeted is a request naming a Stack in a namespace of a cluster.
+type targeted interface {
+	GetCluster() string
+	GetNamespace() string
+	GetName() string
+}
+
+func targetOf(req targeted) target {
+	return target{cluster: req.GetCluster(), namespace: req.GetNamespace(), name: req.GetName()}
+}
+
 // begin checks the call's target, name and caller; the context it returns
 // carries the caller's token, for every Kubernetes request of the call.
 // What the caller may do is the Kubernetes API's to decide, request by
-// request.
-func (s *service) begin(ctx context.Context, header http.Header, cluster, name string, named bool) (context.Context, *call, error) {
+// request, in whichever namespace the request names.
+func (s *service) begin(ctx context.Context, header http.Header, to target, named bool) (context.Context, *call, error) {
 	info := infoOf(ctx)
-	info.name = name
+	info.name = to.name
 	token, err := bearerToken(header)
 	if err != nil {
 		return ctx, nil, err
 	}
 	if named {
-		if err := validateName("installation name", name); err != nil {
+		if err := validateName("installation name", to.name); err != nil {
 			return ctx, nil, invalid(err.Error())
 		}
 	}
-	st, err := s.site(ctx, cluster)
+	st, err := s.site(ctx, to.cluster)
 	if err != nil {
+		return ctx, nil, err
+	}
+	if st, err = st.in(to.namespace); err != nil {
 		return ctx, nil, err
 	}
 	caller, ctx, err := s.authenticate(ctx, token, st)
@@ -54,13 +74,13 @@ func (s *service) begin(ctx context.Context, header http.Header, cluster, name s
 	info.user = caller.Username
 	c := &call{caller: caller, site: st}
 	if named {
-		c.name = name
+		c.name = to.name
 	}
 	return ctx, c, nil
 }
 
 func (s *service) Create(ctx context.Context, req *connect.Request[apiv1.CreateRequest]) (*connect.Response[apiv1.Installation], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), false)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), false)
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +93,11 @@ func (s *service) Create(ctx context.Context, req *connect.Request[apiv1.CreateR
 }
 
 func (s *service) Get(ctx context.Context, req *connect.Request[apiv1.GetRequest]) (*connect.Response[apiv1.Installation], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
-	stack, err := c.site.installation(ctx, c.name)
+	stack, err := c.site.stack(ctx, c.name)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +107,7 @@ func (s *service) Get(ctx context.Context, req *connect.Request[apiv1.GetRequest
 }
 
 func (s *service) List(ctx context.Context, req *connect.Request[apiv1.ListRequest]) (*connect.Response[apiv1.ListResponse], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), "", false)
+	ctx, c, err := s.begin(ctx, req.Header(), target{cluster: req.Msg.GetCluster(), namespace: req.Msg.GetNamespace()}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +122,7 @@ func (s *service) List(ctx context.Context, req *connect.Request[apiv1.ListReque
 }
 
 func (s *service) UpdateValues(ctx context.Context, req *connect.Request[apiv1.UpdateValuesRequest]) (*connect.Response[apiv1.Installation], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +135,7 @@ func (s *service) UpdateValues(ctx context.Context, req *connect.Request[apiv1.U
 }
 
 func (s *service) GetPlan(ctx context.Context, req *connect.Request[apiv1.GetPlanRequest]) (*connect.Response[apiv1.Plan], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +147,7 @@ func (s *service) GetPlan(ctx context.Context, req *connect.Request[apiv1.GetPla
 }
 
 func (s *service) ApprovePlan(ctx context.Context, req *connect.Request[apiv1.ApprovePlanRequest]) (*connect.Response[apiv1.Installation], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +161,7 @@ func (s *service) ApprovePlan(ctx context.Context, req *connect.Request[apiv1.Ap
 
 func (s *service) ListReleases(ctx context.Context, req *connect.Request[apiv1.ListReleasesRequest]) (*connect.Response[apiv1.ListReleasesResponse], error) {
 	// Release records hold output values: reading them takes the right to list Secrets.
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +173,7 @@ func (s *service) ListReleases(ctx context.Context, req *connect.Request[apiv1.L
 }
 
 func (s *service) GetOutputs(ctx context.Context, req *connect.Request[apiv1.GetOutputsRequest]) (*connect.Response[apiv1.GetOutputsResponse], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +185,7 @@ func (s *service) GetOutputs(ctx context.Context, req *connect.Request[apiv1.Get
 }
 
 func (s *service) Delete(ctx context.Context, req *connect.Request[apiv1.DeleteRequest]) (*connect.Response[apiv1.Installation], error) {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,6 +29,22 @@ type site struct {
 	// nil where they cannot be opened.
 	Stores StoreOpener
 	Log    logr.Logger
+}
+
+// in is the site for namespace: the same cluster and clients, acting in
+// another namespace ("" or the site's own: the site itself). Nothing is
+// checked beyond the name's form: the caller's RBAC there decides.
+func (s *site) in(namespace string) (*site, error) {
+	if namespace == "" || namespace == s.Namespace {
+		return s, nil
+	}
+	if problems := validation.IsDNS1123Label(namespace); len(problems) > 0 {
+		return nil, invalid(fmt.Sprintf("namespace %q is not a valid namespace name: %s", namespace, strings.Join(problems, "; ")))
+	}
+	other := *s
+	other.Namespace = namespace
+	other.Log = s.Log.WithValues("namespace", namespace)
+	return &other, nil
 }
 
 // remoteSites caches the clients of registered clusters by what they were

@@ -21,7 +21,7 @@ import (
 // readable rendering when the Stack stores one and the caller may read
 // Secrets, where plans are kept.
 func (s *site) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
-	stack, err := s.installation(ctx, c.name)
+	stack, err := s.stack(ctx, c.name)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (s *site) approve(ctx context.Context, c *call, planID string) (*apiv1.Inst
 	if planID == "" {
 		return nil, invalid(`planId is required (the body must be {"planId": "<the pending plan's id>"}): read it from GET /v1/installations/` + c.name + `/plan`)
 	}
-	get := func(ctx context.Context) (*terracev1.Stack, error) { return s.installation(ctx, c.name) }
+	get := func(ctx context.Context) (*terracev1.Stack, error) { return s.stack(ctx, c.name) }
 	stack, _, err := stackview.Approve(ctx, s.Caller, get, planID)
 	var noPlan *stackview.NoPendingPlanError
 	var notPending *stackview.NotPendingError
@@ -100,7 +100,7 @@ func (s *site) approve(ctx context.Context, c *call, planID string) (*apiv1.Inst
 
 // releases lists the Stack's release records from the namespace's release store.
 func (s *site) releases(ctx context.Context, c *call) (*apiv1.ListReleasesResponse, error) {
-	stack, err := s.installation(ctx, c.name)
+	stack, err := s.stack(ctx, c.name)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (s *site) releases(ctx context.Context, c *call) (*apiv1.ListReleasesRespon
 // outputs shows the outputs Secret with sensitive values masked; which are
 // sensitive comes from the deployed release, and an unknown one is masked.
 func (s *site) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsResponse, error) {
-	stack, err := s.installation(ctx, c.name)
+	stack, err := s.stack(ctx, c.name)
 	if err != nil {
 		return nil, err
 	}

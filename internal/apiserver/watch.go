@@ -28,12 +28,12 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 type watchSend func(*apiv1.WatchResponse) error
 
 func (s *service) watch(ctx context.Context, req *connect.Request[apiv1.WatchRequest], send watchSend) error {
-	ctx, c, err := s.begin(ctx, req.Header(), req.Msg.GetCluster(), req.Msg.GetName(), true)
+	ctx, c, err := s.begin(ctx, req.Header(), targetOf(req.Msg), true)
 	if err != nil {
 		return err
 	}
 	st := c.site
-	stack, err := st.installation(ctx, c.name)
+	stack, err := st.stack(ctx, c.name)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *service) watch(ctx context.Context, req *connect.Request[apiv1.WatchReq
 		}
 		if version == "" {
 			// The version was too old to resume from: start again from the Stack as it is.
-			if stack, err = st.installation(ctx, c.name); err != nil {
+			if stack, err = st.stack(ctx, c.name); err != nil {
 				return err
 			}
 			version = stack.ResourceVersion
@@ -98,7 +98,8 @@ func (s *service) relay(ctx context.Context, st *site, w watch.Interface, send w
 					return version, true, fmt.Errorf("the watch of installation %s sent a %T", (*last).Name, ev.Object)
 				}
 				version = stack.ResourceVersion
-				if stack.Labels[InstallationLabel] != "true" {
+				// A watch begun on an installation ends when it stops being one.
+				if (*last).Installation && stack.Labels[InstallationLabel] != "true" {
 					return version, true, failure(connect.CodeNotFound, reasonNotAnInstallation, "Stack "+stack.Name+" is no longer an installation")
 				}
 				if err := s.sendIfChanged(st, send, last, stack); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/terrace-dev/terrace/proto/terrace/api/v1/apiv1connect"
 )
 
-// The REST route of Watch: GET /v1/installations/{name}/watch[?cluster=…]
+// The REST route of Watch: GET /v1/installations/{name}/watch[?cluster=…&namespace=…]
 // answers application/x-ndjson, one line per event (a WatchResponse in the
 // REST API's JSON), each flushed as it is sent, until the installation is
 // deleted or the caller goes away. It is served here rather than by the
@@ -68,17 +68,17 @@ type watchLines struct {
 	started bool
 }
 
-// watch makes the Watch request of r (its name, ?cluster and headers) and
+// watch makes the Watch request of r (its name, ?cluster, ?namespace and headers) and
 // runs it; any other query parameter is INVALID_ARGUMENT, as on every REST
 // path.
 func (l *watchLines) watch(r *http.Request, run func(context.Context, *connect.Request[apiv1.WatchRequest]) error) error {
 	query := r.URL.Query()
 	for key := range query {
-		if key != "cluster" {
-			return invalid(fmt.Sprintf("unknown query parameter %q: the watch takes only cluster", key))
+		if key != "cluster" && key != "namespace" {
+			return invalid(fmt.Sprintf("unknown query parameter %q: the watch takes only cluster and namespace", key))
 		}
 	}
-	req := connect.NewRequest(&apiv1.WatchRequest{Name: r.PathValue("name"), Cluster: query.Get("cluster")})
+	req := connect.NewRequest(&apiv1.WatchRequest{Name: r.PathValue("name"), Cluster: query.Get("cluster"), Namespace: query.Get("namespace")})
 	for key, values := range r.Header {
 		req.Header()[key] = values
 	}

@@ -59,13 +59,15 @@ func newAPICommand() *cobra.Command {
 		}
 		// Plans and releases are Secrets: read as the caller; the TerraceConfig
 		// that says where they are, with the server's own identity.
+		// Another namespace's TerraceConfig, for a call naming a Stack there, as the caller.
 		resolver := k.resolver()
+		resolver.Reader = apiserver.ConfigReader(k.client, caller, k.namespace, k.flags.operatorNamespace)
 		if operatorState != "" {
 			state, err := apiserver.ParseOperatorState(operatorState)
 			if err != nil {
 				return err
 			}
-			resolver.Reader = apiserver.SettingsReader(k.client, k.flags.operatorNamespace, state)
+			resolver.Reader = apiserver.SettingsReader(resolver.Reader, k.flags.operatorNamespace, state)
 		}
 		stores := backend.New(caller, resolver.ResolveNamespace)
 		defer stores.Close()

@@ -38,7 +38,7 @@ func TestPageAndAssets(t *testing.T) {
 	if resp.Header.Get("Cache-Control") != "no-store" || strings.Contains(body, "<script>") {
 		t.Errorf("the page is cacheable or has an inline script")
 	}
-	for path, kind := range map[string]string{"/assets/app.js": "javascript", "/assets/app.css": "text/css"} {
+	for path, kind := range map[string]string{"/assets/app.js": "javascript", "/assets/stack.js": "javascript", "/assets/app.css": "text/css"} {
 		resp, body := get(path)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), kind) || len(body) < 1000 {
 			t.Errorf("%s: %d %q, %d bytes", path, resp.StatusCode, resp.Header.Get("Content-Type"), len(body))

@@ -95,7 +95,19 @@ func NewScheme() *k8sruntime.Scheme { return scheme.New() }
 
 // Start starts etcd and kube-apiserver and installs config/crd/bases.
 // Call it from TestMain and Stop the result when the tests end.
-func Start() (*Env, error) {
+func Start() (*Env, error) { return StartWith(Options{}) }
+
+// Options change the environment's kube-apiserver.
+type Options struct {
+	// APIServerArgs are set on kube-apiserver's command line (name without
+	// dashes → value), e.g. "authentication-config" for an OIDCProvider.
+	APIServerArgs map[string]string
+	// AfterStop runs once the environment has stopped (MainWith).
+	AfterStop func()
+}
+
+// StartWith is Start with opts.
+func StartWith(opts Options) (*Env, error) {
 	tools, err := FindTools()
 	if err != nil {
 		return nil, err
@@ -106,6 +118,14 @@ func Start() (*Env, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
+	}
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		// envtest's 20 s is too short for kube-apiserver on a loaded
+		// machine: every start of a package then failed at load 15-50.
+		env.ControlPlaneStartTimeout = 2 * time.Minute
+	}
+	for name, value := range opts.APIServerArgs {
+		env.ControlPlane.GetAPIServer().Configure().Set(name, value)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -158,16 +178,25 @@ func (e *Env) Namespace(tb testing.TB) string {
 
 // Main is a TestMain body: it starts the environment, runs the tests, stops
 // it and exits. A missing tool fails the package, never skips it.
-func Main(m *testing.M, env **Env) {
-	e, err := Start()
+func Main(m *testing.M, env **Env) { MainWith(m, env, Options{}) }
+
+// MainWith is Main with opts.
+func MainWith(m *testing.M, env **Env, opts Options) {
+	e, err := StartWith(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
+		if opts.AfterStop != nil {
+			opts.AfterStop()
+		}
 		os.Exit(1)
 	}
 	*env = e
 	code := m.Run()
 	if err := e.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "testenv: stop:", err)
+	}
+	if opts.AfterStop != nil {
+		opts.AfterStop()
 	}
 	os.Exit(code)
 }

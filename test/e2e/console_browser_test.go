@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -62,7 +63,8 @@ func newBrowser(t *testing.T, host, ip, spki string) *browser {
 }
 
 // tab is one browser tab (its own sessionStorage) that records every
-// response it receives, to search their bodies later.
+// response it receives, to search their bodies later, streamed ones as
+// they arrive; it answers Watch itself while frozen (freezeWatch).
 type tab struct {
 	t   *testing.T
 	ctx context.Context
@@ -70,19 +72,34 @@ type tab struct {
 	mu       sync.Mutex
 	finished []network.RequestID
 	urls     map[network.RequestID]string
+	// streams are the bodies of Watch and WatchAll responses so far.
+	streams map[network.RequestID][]byte
+	// frozen, when set, is the answer to every Watch; frozenAnswers counts them.
+	frozen        []byte
+	frozenAnswers int
 }
 
 func (b *browser) tab() *tab {
 	b.t.Helper()
-	tb := &tab{t: b.t, urls: map[network.RequestID]string{}}
+	tb := &tab{t: b.t, urls: map[network.RequestID]string{}, streams: map[network.RequestID][]byte{}}
 	ctx, cancel := chromedp.NewContext(b.root, chromedp.WithListener(func(ev any) {
 		tb.mu.Lock()
 		defer tb.mu.Unlock()
 		switch e := ev.(type) {
 		case *network.EventResponseReceived:
 			tb.urls[e.RequestID] = e.Response.URL
+			if strings.Contains(e.Response.URL, "InstallationService/Watch") {
+				// Commands wait for the event loop this listener runs on.
+				go tb.streamWatch(e.RequestID)
+			}
+		case *network.EventDataReceived:
+			if len(e.Data) > 0 {
+				tb.streams[e.RequestID] = append(tb.streams[e.RequestID], e.Data...)
+			}
 		case *network.EventLoadingFinished:
 			tb.finished = append(tb.finished, e.RequestID)
+		case *fetch.EventRequestPaused:
+			go tb.answerFrozen(e.RequestID)
 		}
 	}))
 	b.t.Cleanup(cancel)

@@ -164,7 +164,10 @@ function renderSignIn(message) {
   area.focus();
 }
 
-// Stacks: every installation the caller may list, filtered, kept up to
+// stackHref is the page of a Stack: #/stack/<namespace>/<name>.
+function stackHref(i) { return "#/stack/" + encodeURIComponent(i.namespace) + "/" + encodeURIComponent(i.name); }
+
+// Stacks: every Stack the caller may list, filtered, kept up to
 // date by WatchAll (listed again whenever a stream ends).
 function renderList() {
   const ns = el("select", { id: "filter-namespace" }, el("option", { value: "" }, "All namespaces"));
@@ -173,7 +176,7 @@ function renderList() {
   const body = el("tbody");
   const note = el("div");
   const table = el("div", { class: "table-wrap" }, el("table", { id: "stacks" },
-    el("caption", { class: "hint" }, "Installations, updated live"),
+    el("caption", { class: "hint" }, "Stacks, updated live"),
     el("thead", {}, el("tr", {}, ["Name", "Namespace", "Status", "Message", "Revision", "Pending plan", "Last change"].map((h, i) =>
       el("th", { scope: "col", class: i === 1 || i === 4 || i === 6 ? "wide" : "" }, h)))), body));
   const filters = el("form", { class: "filters", role: "search", onsubmit: (e) => { e.preventDefault(); restart(); } },
@@ -192,14 +195,13 @@ function renderList() {
     const known = new Set([...ns.options].map((o) => o.value));
     const rows = [...items.values()].sort((a, b) => (a.namespace + "/" + a.name).localeCompare(b.namespace + "/" + b.name)).map((i) => {
       if (!known.has(i.namespace)) { ns.append(el("option", { value: i.namespace }, i.namespace)); known.add(i.namespace); }
-      const here = i.namespace === serverNamespace;
-      return el("tr", { "data-name": i.name, "data-namespace": i.namespace },
-        el("td", {}, here ? el("a", { href: "#/stack/" + encodeURIComponent(i.name) }, i.name) : i.name),
+      return el("tr", { "data-name": i.name, "data-namespace": i.namespace, "data-installation": i.installation ? "true" : "false" },
+        el("td", {}, el("a", { href: stackHref(i) }, i.name), i.installation ? el("span", { class: "tag", title: "Made through the Installations API" }, "installation") : ""),
         el("td", { class: "wide" }, i.namespace), el("td", {}, badge(i.phase)), el("td", { class: "message" }, i.message || ""),
         el("td", { class: "wide" }, el("code", {}, (i.revision || "").slice(0, 19))),
         el("td", {}, i.pendingPlan ? el("code", {}, i.pendingPlan) : "—"), el("td", { class: "wide" }, when(lastRun(i))));
     });
-    body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 7 }, "No installations match."))]));
+    body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 7 }, "No Stacks match."))]));
   }
 
   function restart() {
@@ -233,165 +235,13 @@ function renderList() {
   restart();
 }
 
-// A Stack: follows the installation with Watch and reloads its plan,
-// releases and outputs when they change.
-function renderStack(name) {
-  const abort = new AbortController();
-  cleanup.push(() => abort.abort());
-  const signal = abort.signal;
-  const title = el("h1", {}, name);
-  const summary = el("section", { "aria-labelledby": "h-summary" });
-  const actions = el("div", { class: "actions" });
-  const plan = el("section", { id: "plan", "aria-labelledby": "h-plan" });
-  const conditions = el("section", { "aria-labelledby": "h-conditions" });
-  const releases = el("section", { id: "releases", "aria-labelledby": "h-releases" });
-  const outputs = el("section", { id: "outputs", "aria-labelledby": "h-outputs" });
-  const log = el("section", { id: "log", "aria-labelledby": "h-log" });
-  const message = el("div", { id: "action-result", role: "alert" });
-  show(el("p", {}, el("a", { href: "#/" }, "← Stacks")), title, summary, actions, message, plan, conditions, releases, outputs, log);
-  let access = {};
-  let seen = { plan: null, release: null, run: null };
-  const req = { name };
-
-  async function act(method, body, what) {
-    message.replaceChildren();
-    try {
-      await call(method, body, signal);
-      notice(what);
-    } catch (err) {
-      message.replaceChildren(el("p", { class: "error" }, explain(err)));
-    }
-  }
-
-  function drawActions(inst) {
-    const why = access.update ? null : "You may not update Stacks in namespace " + inst.namespace + ".";
-    actions.replaceChildren(
-      el("button", { type: "button", id: "reconcile", disabled: !access.update, title: why, onclick: () => act("Reconcile", req, "Reconcile requested.") }, "Reconcile"),
-      inst.suspended
-        ? el("button", { type: "button", id: "resume", disabled: !access.update, title: why, onclick: () => act("Resume", req, "Resumed.") }, "Resume")
-        : el("button", { type: "button", id: "suspend", disabled: !access.update, title: why, onclick: () => act("Suspend", req, "Suspended: no run starts until you resume.") }, "Suspend"),
-      why ? el("span", { class: "hint" }, why) : "");
-  }
-
-  function drawSummary(inst) {
-    const src = inst.source || {};
-    summary.replaceChildren(el("h2", { id: "h-summary" }, "Summary"), el("dl", { class: "facts" },
-      el("dt", {}, "Status"), el("dd", { id: "phase" }, badge(inst.phase)),
-      el("dt", {}, "Message"), el("dd", { id: "ready-message" }, inst.message || "—"),
-      el("dt", {}, "Namespace"), el("dd", {}, inst.namespace),
-      el("dt", {}, "Source"), el("dd", {}, src.programRef ? "Program " + src.programRef : src.url || src.sourceRef || "—"),
-      el("dt", {}, "Revision"), el("dd", {}, el("code", {}, inst.revision || "—")),
-      el("dt", {}, "Release"), el("dd", { id: "release" }, inst.release ? String(inst.release) : "none yet"),
-      el("dt", {}, "Approval"), el("dd", {}, inst.approvePlan === "auto" ? "every plan is applied" : "plans wait for approval")));
-    conditions.replaceChildren(el("h2", { id: "h-conditions" }, "Conditions"), el("div", { class: "table-wrap" }, el("table", {},
-      el("thead", {}, el("tr", {}, ["Type", "Status", "Reason", "Message", "Since"].map((h) => el("th", { scope: "col" }, h)))),
-      el("tbody", {}, (inst.conditions || []).map((c) => el("tr", {}, el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason || ""),
-        el("td", { class: "message" }, c.message || ""), el("td", {}, when(c.lastTransitionTime))))))));
-  }
-
-  async function drawPlan(inst) {
-    if (!inst.pendingPlan) {
-      plan.replaceChildren(el("h2", { id: "h-plan" }, "Plan"), el("p", {}, "No plan is waiting for approval."));
-      return;
-    }
-    let p;
-    try { p = await call("GetPlan", req, signal); } catch (err) {
-      plan.replaceChildren(el("h2", { id: "h-plan" }, "Plan"), el("p", { class: "error" }, explain(err)));
-      return;
-    }
-    const why = !access.update ? "You may not update this Stack, so you cannot approve its plan." : !p.approvable ? "This plan is not waiting for approval." : "";
-    const approve = el("button", { type: "button", class: "primary", id: "approve", "data-plan": p.id, disabled: !!why, "aria-describedby": why ? "approve-why" : null,
-      onclick: async () => {
-        approve.disabled = true;
-        await act("ApprovePlan", { name, planId: p.id }, "Plan " + p.id + " approved: it is being applied.");
-      } }, "Approve plan " + p.id);
-    plan.replaceChildren(el("h2", { id: "h-plan" }, "Plan ", el("code", {}, p.id)),
-      el("div", { class: "counts", "aria-label": "Plan summary" },
-        el("div", {}, el("span", { class: "add" }, String(p.add || 0)), " to add"),
-        el("div", {}, el("span", { class: "change" }, String(p.change || 0)), " to change"),
-        el("div", {}, el("span", { class: "destroy" }, String(p.destroy || 0)), " to destroy"),
-        p.drift ? el("div", {}, el("span", { class: "drift" }, String(p.drift)), " drifted") : "",
-        p.destroyPlan ? el("strong", { class: "destroy" }, "This plan destroys everything.") : ""),
-      el("p", { class: "hint" }, "Planned " + when(p.createdAt) + (p.revision ? " from " + p.revision : "") + ". Sensitive values are masked."),
-      p.readable ? el("pre", { id: "plan-text", tabindex: "0", "aria-label": "The plan" }, p.readable) : el("p", { class: "info" }, p.note || "No readable plan is stored."),
-      el("div", { class: "actions" }, approve, why ? el("span", { class: "hint", id: "approve-why" }, why) : ""));
-  }
-
-  async function drawReleases() {
-    try {
-      const out = await call("ListReleases", req, signal);
-      const items = (out.items || []).slice().reverse();
-      releases.replaceChildren(el("h2", { id: "h-releases" }, "Releases"), el("div", { class: "table-wrap" }, el("table", {},
-        el("thead", {}, el("tr", {}, ["Revision", "Status", "Added", "Changed", "Destroyed", "Finished", "Source"].map((h) => el("th", { scope: "col" }, h)))),
-        el("tbody", {}, items.length ? items.map((r) => el("tr", { "data-revision": r.revision },
-          el("td", {}, String(r.revision)), el("td", {}, r.status), el("td", {}, String(r.plan?.add || 0)), el("td", {}, String(r.plan?.change || 0)),
-          el("td", {}, String(r.plan?.destroy || 0)), el("td", {}, when(r.finishedAt)), el("td", {}, el("code", { title: r.sourceRevision || "" }, (r.sourceRevision || "").slice(0, 19)))))
-          : el("tr", {}, el("td", { colspan: 7 }, "No release yet."))))));
-    } catch (err) {
-      releases.replaceChildren(el("h2", { id: "h-releases" }, "Releases"), el("p", { class: "info" }, explain(err)));
-    }
-  }
-
-  async function drawOutputs() {
-    try {
-      const out = await call("GetOutputs", req, signal);
-      outputs.replaceChildren(el("h2", { id: "h-outputs" }, "Outputs"), out.note ? el("p", { class: "hint" }, out.note) : "",
-        el("dl", { class: "facts" }, (out.items || []).map((o) => [el("dt", {}, o.name),
-          el("dd", {}, o.masked || o.value === undefined ? el("span", { class: "masked" }, "(sensitive, hidden)") : el("code", {}, o.value))])));
-    } catch (err) {
-      outputs.replaceChildren(el("h2", { id: "h-outputs" }, "Outputs"), el("p", { class: "info" }, explain(err)));
-    }
-  }
-
-  async function drawLog() {
-    if (!access.readLogs) {
-      log.replaceChildren(el("h2", { id: "h-log" }, "Run log"), el("p", { class: "info" }, "You may not read pod logs in this namespace."));
-      return;
-    }
-    try {
-      const out = await call("GetRunLog", { name, tailLines: 400 }, signal);
-      log.replaceChildren(el("h2", { id: "h-log" }, "Run log", out.run ? " — run " + out.run + (out.active ? " (running)" : "") : ""),
-        out.text ? el("pre", { id: "log-text", tabindex: "0", "aria-label": "Run log" }, out.text) : el("p", { class: "hint" }, out.note || "The log is empty."));
-    } catch (err) {
-      log.replaceChildren(el("h2", { id: "h-log" }, "Run log"), el("p", { class: "info" }, explain(err)));
-    }
-  }
-
-  function update(inst) {
-    drawSummary(inst);
-    drawActions(inst);
-    if (seen.plan !== (inst.pendingPlan || "")) { seen.plan = inst.pendingPlan || ""; drawPlan(inst); }
-    if (seen.release !== (inst.release || 0)) { seen.release = inst.release || 0; drawReleases(); drawOutputs(); }
-  }
-
-  async function follow() {
-    while (!signal.aborted) {
-      try {
-        await watch("Watch", req, (m) => { update(m.installation); if (m.deleted) notice("This installation was deleted."); }, signal);
-      } catch (err) {
-        if (signal.aborted) return;
-        message.replaceChildren(el("p", { class: "error" }, explain(err)));
-        if (err.code === "not_found" || err.code === "permission_denied" || err.code === "unauthenticated") return;
-      }
-      await new Promise((r) => setTimeout(r, 2000));
-    }
-  }
-
-  (async () => {
-    try { access = await call("GetAccess", req, signal); } catch (err) { access = {}; }
-    follow();
-    drawLog();
-    const timer = setInterval(drawLog, 3000);
-    cleanup.push(() => clearInterval(timer));
-  })();
-}
-
 // Install: a form for an installation from a Program (fields from its
 // declared variables) or a tarball URL.
 function renderInstall() {
   const field = (id, labelText, input, hint) => el("div", {}, el("label", { for: id }, labelText), hint ? el("p", { class: "hint", id: id + "-hint" }, hint) : "", input);
   const name = el("input", { id: "i-name", required: true, pattern: "[a-z0-9]([a-z0-9.-]*[a-z0-9])?", autocomplete: "off" });
-  const kind = el("select", { id: "i-kind" }, el("option", { value: "program" }, "A Program of namespace " + serverNamespace), el("option", { value: "url" }, "A tar.gz at a URL"));
+  const namespace = el("input", { id: "i-namespace", autocomplete: "off", value: serverNamespace, "aria-describedby": "i-namespace-hint" });
+  const kind = el("select", { id: "i-kind" }, el("option", { value: "program" }, "A Program of that namespace"), el("option", { value: "url" }, "A tar.gz at a URL"));
   const program = el("input", { id: "i-program", autocomplete: "off", "aria-describedby": "i-program-hint" });
   const url = el("input", { id: "i-url", type: "url", autocomplete: "off" });
   const digest = el("input", { id: "i-digest", autocomplete: "off", placeholder: "sha256:…" });
@@ -407,7 +257,7 @@ function renderInstall() {
   async function loadVariables() {
     result.replaceChildren();
     try {
-      const out = await call("GetProgramVariables", { program: program.value.trim(), cluster: cluster.value.trim() });
+      const out = await call("GetProgramVariables", { namespace: namespace.value.trim(), program: program.value.trim(), cluster: cluster.value.trim() });
       declared = out.items || [];
       vars.replaceChildren(el("legend", {}, "Values"), ...(declared.length ? declared.map((v) => field("v-" + v.name, v.name + (v.required ? " (required)" : ""),
         el("input", { id: "v-" + v.name, "data-var": v.name, "data-type": v.type || "", type: v.sensitive ? "password" : "text", autocomplete: "off",
@@ -418,7 +268,8 @@ function renderInstall() {
     }
   }
   const form = el("form", { class: "card", id: "install" }, el("h1", {}, "Install"),
-    field("i-name", "Name", name), field("i-kind", "Source", kind), programPart, urlPart,
+    field("i-name", "Name", name), field("i-namespace", "Namespace", namespace, "Where the Stack and its values Secret are made; your rights there decide."),
+    field("i-kind", "Source", kind), programPart, urlPart,
     field("i-cluster", "Target cluster", cluster, "Empty: the cluster this server runs in; else a cluster registered in the TerraceConfig (spec.api.clusters)."),
     el("div", {}, el("label", { for: "i-auto" }, auto, " Apply every plan without approval")), vars, result,
     el("div", { class: "actions" }, el("button", { type: "submit", class: "primary" }, "Install")));
@@ -436,8 +287,8 @@ function renderInstall() {
     }
     const source = kind.value === "program" ? { programRef: program.value.trim() } : { url: url.value.trim(), digest: digest.value.trim() };
     try {
-      const inst = await call("Create", { name: name.value.trim(), cluster: cluster.value.trim(), source, values, approvePlan: auto.checked ? "auto" : "" });
-      location.hash = "#/stack/" + encodeURIComponent(inst.name);
+      const inst = await call("Create", { name: name.value.trim(), namespace: namespace.value.trim(), cluster: cluster.value.trim(), source, values, approvePlan: auto.checked ? "auto" : "" });
+      location.hash = stackHref(inst);
     } catch (err) {
       result.replaceChildren(el("p", { class: "error" }, explain(err)));
     }
@@ -452,8 +303,9 @@ function route() {
   document.getElementById("nav").hidden = false;
   document.getElementById("who").textContent = "Namespace " + serverNamespace;
   const path = location.hash.replace(/^#/, "").split("?")[0];
-  const stack = path.match(/^\/stack\/([^/]+)$/);
-  if (stack) renderStack(decodeURIComponent(stack[1]));
+  // #/stack/<name> (the server's namespace) is kept for links made before namespaces.
+  const stack = path.match(/^\/stack\/(?:([^/]+)\/)?([^/]+)$/);
+  if (stack) renderStack(stack[1] ? decodeURIComponent(stack[1]) : serverNamespace, decodeURIComponent(stack[2]));
   else if (path === "/install") renderInstall();
   else renderList();
   document.getElementById("main").focus({ preventScroll: true });

@@ -140,7 +140,7 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 		dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: apiLabels()}
 		dep.Spec.Template = apiPodTemplate(apiPod{
 			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, operatorState: operatorState,
-			image: r.API.image(), tokenAudiences: cfg.Spec.API.TokenAudiences, configHash: configHash(cfg), tlsHash: tlsHash,
+			image: r.API.image(), tokenAudiences: cfg.Spec.API.TokenAudiences, oidc: cfg.Spec.API.OIDC, configHash: configHash(cfg), tlsHash: tlsHash,
 		})
 	})
 }
@@ -163,8 +163,10 @@ type apiPod struct {
 	// image is the controller's own (APIServerSettings.Image).
 	image          string
 	tokenAudiences []string
-	configHash     string
-	tlsHash        string
+	// oidc is spec.api.oidc: the console's sign-in.
+	oidc       *terracev1.APIOIDC
+	configHash string
+	tlsHash    string
 }
 
 // apiPodTemplate runs `terrace api` from the controller's own image,
@@ -172,6 +174,42 @@ type apiPod struct {
 // (downward API), not on every address: on a node whose pods share the
 // host's network, as devnode's do, two API servers would collide on :8443.
 func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
+	tmpl := apiPodTemplateWithoutOIDC(p)
+	withOIDC(&tmpl.Spec, p.oidc)
+	return tmpl
+}
+
+// apiOIDCSecretDir is where spec.api.oidc.clientSecretRef is mounted.
+const apiOIDCSecretDir = "/etc/terrace/oidc"
+
+// withOIDC passes spec.api.oidc to `terrace api` as its --oidc-* flags; the
+// client secret is a mounted file, so it is never in the pod's spec or
+// command line.
+func withOIDC(pod *corev1.PodSpec, oidc *terracev1.APIOIDC) {
+	if oidc == nil {
+		return
+	}
+	c := &pod.Containers[0]
+	c.Args = append(c.Args, "--oidc-issuer-url="+oidc.IssuerURL, "--oidc-client-id="+oidc.ClientID, "--oidc-redirect-url="+oidc.RedirectURL)
+	if len(oidc.Scopes) > 0 {
+		c.Args = append(c.Args, "--oidc-scopes="+strings.Join(oidc.Scopes, ","))
+	}
+	ref := oidc.ClientSecretRef
+	if ref == nil {
+		return
+	}
+	key := ref.Key
+	if key == "" {
+		key = terracev1.DefaultOIDCClientSecretKey
+	}
+	c.Args = append(c.Args, "--oidc-client-secret-file="+apiOIDCSecretDir+"/client-secret")
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "oidc", MountPath: apiOIDCSecretDir, ReadOnly: true})
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "oidc", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: ref.Name, Items: []corev1.KeyToPath{{Key: key, Path: "client-secret"}},
+	}}})
+}
+
+func apiPodTemplateWithoutOIDC(p apiPod) corev1.PodTemplateSpec {
 	args := []string{"api", "--namespace=" + p.namespace, "--operator-namespace=" + p.operatorNamespace,
 		apiOperatorStateFlag + "=" + p.operatorState,
 		fmt.Sprintf("--listen=$(%s):%d", apiPodIPEnv, APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"}

@@ -199,3 +199,61 @@ func TestAPIServerRunsTheControllersImage(t *testing.T) {
 		t.Fatalf("after the change the API server runs %q", img)
 	}
 }
+
+// TestAPIServerGetsTheConsolesOIDCSettings: spec.api.oidc reaches `terrace
+// api` as its --oidc-* flags, the client secret as a mounted file of the
+// named Secret's key; a spec the console could not use is refused by the
+// API server.
+func TestAPIServerGetsTheConsolesOIDCSettings(t *testing.T) {
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, OIDC: &terracev1.APIOIDC{
+		IssuerURL: "https://idp.example/realms/ops", ClientID: "terrace-console", RedirectURL: "https://console.example/oidc/callback",
+		ClientSecretRef: &terracev1.SecretKeyReference{Name: "console-oidc", Key: "secret"}, Scopes: []string{"email", "groups"},
+	}}})
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	eventuallyObject(t, "the API Deployment", dep, nil)
+	pod := dep.Spec.Template.Spec
+	args := pod.Containers[0].Args
+	for _, want := range []string{"--oidc-issuer-url=https://idp.example/realms/ops", "--oidc-client-id=terrace-console",
+		"--oidc-redirect-url=https://console.example/oidc/callback", "--oidc-scopes=email,groups", "--oidc-client-secret-file=/etc/terrace/oidc/client-secret"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	var mounted bool
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "console-oidc" && len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "secret" && v.Secret.Items[0].Path == "client-secret" {
+			mounted = true
+		}
+	}
+	if !mounted || !slices.ContainsFunc(pod.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/terrace/oidc" && m.ReadOnly }) {
+		t.Errorf("the client secret is not mounted: volumes %+v, mounts %+v", pod.Volumes, pod.Containers[0].VolumeMounts)
+	}
+
+	// Changing the provider rolls the pods with the new flags.
+	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.API.OIDC.ClientSecretRef, c.Spec.API.OIDC.Scopes = nil, nil })
+	eventuallyObject(t, "the Deployment without a client secret", dep, func() error {
+		for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--oidc-client-secret-file") || strings.HasPrefix(a, "--oidc-scopes") {
+				return fmt.Errorf("still %s", a)
+			}
+		}
+		if len(dep.Spec.Template.Spec.Volumes) != 1 {
+			return fmt.Errorf("volumes %+v", dep.Spec.Template.Spec.Volumes)
+		}
+		return nil
+	})
+
+	other := env.Namespace(t)
+	for name, oidc := range map[string]terracev1.APIOIDC{
+		"openid among the scopes": {IssuerURL: "https://idp.example", ClientID: "c", RedirectURL: "https://c.example/oidc/callback", Scopes: []string{"openid", "email"}},
+		"a plain-HTTP issuer":     {IssuerURL: "http://idp.example", ClientID: "c", RedirectURL: "https://c.example/oidc/callback"},
+		"another callback path":   {IssuerURL: "https://idp.example", ClientID: "c", RedirectURL: "https://c.example/callback"},
+		"no client ID":            {IssuerURL: "https://idp.example", RedirectURL: "https://c.example/oidc/callback"},
+	} {
+		err := env.Client.Create(context.Background(), tcfg(other, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, OIDC: &oidc}}))
+		if !apierrors.IsInvalid(err) {
+			t.Errorf("%s: created (%v), want refused", name, err)
+		}
+	}
+}

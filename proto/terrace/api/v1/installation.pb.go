@@ -128,7 +128,10 @@ type CreateRequest struct {
 	Path string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
 	// values_secret names an existing Secret of the namespace to read the
 	// values from, instead of values. Terrace neither owns nor deletes it.
-	ValuesSecret  string `protobuf:"bytes,7,opt,name=values_secret,json=valuesSecret,proto3" json:"values_secret,omitempty"`
+	ValuesSecret string `protobuf:"bytes,7,opt,name=values_secret,json=valuesSecret,proto3" json:"values_secret,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,8,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,10 +215,20 @@ func (x *CreateRequest) GetValuesSecret() string {
 	return ""
 }
 
+func (x *CreateRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type GetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,13 +277,23 @@ func (x *GetRequest) GetName() string {
 	return ""
 }
 
+func (x *GetRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type ListRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// page_size bounds the page (default and maximum 500).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token is the next_page_token of the previous page.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,6 +345,13 @@ func (x *ListRequest) GetPageSize() int32 {
 func (x *ListRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
 	}
 	return ""
 }
@@ -384,7 +414,10 @@ type UpdateValuesRequest struct {
 	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// values replace every value; {} clears them. Required.
-	Values        *structpb.Struct `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
+	Values *structpb.Struct `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,10 +473,20 @@ func (x *UpdateValuesRequest) GetValues() *structpb.Struct {
 	return nil
 }
 
+func (x *UpdateValuesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type GetPlanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,11 +535,21 @@ func (x *GetPlanRequest) GetName() string {
 	return ""
 }
 
+func (x *GetPlanRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type ApprovePlanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	PlanId        string                 `protobuf:"bytes,3,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	PlanId  string                 `protobuf:"bytes,3,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -552,10 +605,20 @@ func (x *ApprovePlanRequest) GetPlanId() string {
 	return ""
 }
 
+func (x *ApprovePlanRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type ListReleasesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,10 +667,20 @@ func (x *ListReleasesRequest) GetName() string {
 	return ""
 }
 
+func (x *ListReleasesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type GetOutputsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -656,10 +729,20 @@ func (x *GetOutputsRequest) GetName() string {
 	return ""
 }
 
+func (x *GetOutputsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type DeleteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -708,10 +791,20 @@ func (x *DeleteRequest) GetName() string {
 	return ""
 }
 
+func (x *DeleteRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type WatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,6 +849,13 @@ func (x *WatchRequest) GetCluster() string {
 func (x *WatchRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
 	}
 	return ""
 }
@@ -847,7 +947,11 @@ type Installation struct {
 	// Applying, Ready, Failed, Deleting.
 	Phase string `protobuf:"bytes,18,opt,name=phase,proto3" json:"phase,omitempty"`
 	// suspended is spec.suspend: no run starts until it is resumed.
-	Suspended     bool `protobuf:"varint,19,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	Suspended bool `protobuf:"varint,19,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	// installation is true for a Stack labelled terrace.dev/installation=true
+	// (one made through this API). Every call serves the other Stacks too,
+	// except List, UpdateValues and Delete (NOT_AN_INSTALLATION).
+	Installation  bool `protobuf:"varint,20,opt,name=installation,proto3" json:"installation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1011,6 +1115,13 @@ func (x *Installation) GetPhase() string {
 func (x *Installation) GetSuspended() bool {
 	if x != nil {
 		return x.Suspended
+	}
+	return false
+}
+
+func (x *Installation) GetInstallation() bool {
+	if x != nil {
+		return x.Installation
 	}
 	return false
 }
@@ -1753,9 +1864,9 @@ func (x *Output) GetMasked() bool {
 type ListAllRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	// namespace, when set, keeps only that namespace's installations.
+	// namespace, when set, keeps only that namespace's Stacks.
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// phase, when set, keeps only installations in that phase.
+	// phase, when set, keeps only Stacks in that phase.
 	Phase string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
 	// label_selector is a Kubernetes label selector (e.g. "team=web").
 	LabelSelector string `protobuf:"bytes,4,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
@@ -1884,9 +1995,12 @@ func (x *ListAllResponse) GetNamespacesNote() string {
 }
 
 type ReconcileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1935,10 +2049,20 @@ func (x *ReconcileRequest) GetName() string {
 	return ""
 }
 
+func (x *ReconcileRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type SuspendRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1987,10 +2111,20 @@ func (x *SuspendRequest) GetName() string {
 	return ""
 }
 
+func (x *SuspendRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type ResumeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2039,12 +2173,22 @@ func (x *ResumeRequest) GetName() string {
 	return ""
 }
 
+func (x *ResumeRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type GetRunLogRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// tail_lines bounds the lines returned (default and maximum 2000).
-	TailLines     int32 `protobuf:"varint,3,opt,name=tail_lines,json=tailLines,proto3" json:"tail_lines,omitempty"`
+	TailLines int32 `protobuf:"varint,3,opt,name=tail_lines,json=tailLines,proto3" json:"tail_lines,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2098,6 +2242,13 @@ func (x *GetRunLogRequest) GetTailLines() int32 {
 		return x.TailLines
 	}
 	return 0
+}
+
+func (x *GetRunLogRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
 }
 
 type RunLog struct {
@@ -2182,8 +2333,11 @@ func (x *RunLog) GetNote() string {
 type GetProgramVariablesRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	// program is the Program's name in the server's namespace.
-	Program       string `protobuf:"bytes,2,opt,name=program,proto3" json:"program,omitempty"`
+	// program is the Program's name in the namespace.
+	Program string `protobuf:"bytes,2,opt,name=program,proto3" json:"program,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2228,6 +2382,13 @@ func (x *GetProgramVariablesRequest) GetCluster() string {
 func (x *GetProgramVariablesRequest) GetProgram() string {
 	if x != nil {
 		return x.Program
+	}
+	return ""
+}
+
+func (x *GetProgramVariablesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
 	}
 	return ""
 }
@@ -2374,9 +2535,12 @@ func (x *Variable) GetRequired() bool {
 }
 
 type GetAccessRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// namespace is the Stack's namespace; empty is the server's (or the
+	// registered cluster's) own. The caller's RBAC there decides.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2421,6 +2585,13 @@ func (x *GetAccessRequest) GetCluster() string {
 func (x *GetAccessRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *GetAccessRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
 	}
 	return ""
 }
@@ -2507,7 +2678,7 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
-	"source_ref\x18\x04 \x01(\tR\tsourceRef\"\xfa\x01\n" +
+	"source_ref\x18\x04 \x01(\tR\tsourceRef\"\x98\x02\n" +
 	"\rCreateRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12.\n" +
@@ -2515,45 +2686,55 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x06values\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06values\x12!\n" +
 	"\fapprove_plan\x18\x05 \x01(\tR\vapprovePlan\x12\x12\n" +
 	"\x04path\x18\x06 \x01(\tR\x04path\x12#\n" +
-	"\rvalues_secret\x18\a \x01(\tR\fvaluesSecret\":\n" +
+	"\rvalues_secret\x18\a \x01(\tR\fvaluesSecret\x12\x1c\n" +
+	"\tnamespace\x18\b \x01(\tR\tnamespace\"X\n" +
 	"\n" +
 	"GetRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"c\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"\x81\x01\n" +
 	"\vListRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"j\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"j\n" +
 	"\fListResponse\x122\n" +
 	"\x05items\x18\x01 \x03(\v2\x1c.terrace.api.v1.InstallationR\x05items\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"t\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x92\x01\n" +
 	"\x13UpdateValuesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
-	"\x06values\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06values\">\n" +
+	"\x06values\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06values\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"\\\n" +
 	"\x0eGetPlanRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"[\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"y\n" +
 	"\x12ApprovePlanRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
-	"\aplan_id\x18\x03 \x01(\tR\x06planId\"C\n" +
+	"\aplan_id\x18\x03 \x01(\tR\x06planId\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"a\n" +
 	"\x13ListReleasesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"A\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"_\n" +
 	"\x11GetOutputsRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"=\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"[\n" +
 	"\rDeleteRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"<\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"Z\n" +
 	"\fWatchRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"k\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"k\n" +
 	"\rWatchResponse\x12@\n" +
 	"\finstallation\x18\x01 \x01(\v2\x1c.terrace.api.v1.InstallationR\finstallation\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xe7\x04\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\x8b\x05\n" +
 	"\fInstallation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12.\n" +
@@ -2577,7 +2758,8 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\acluster\x18\x10 \x01(\tR\acluster\x12#\n" +
 	"\rvalues_secret\x18\x11 \x01(\tR\fvaluesSecret\x12\x14\n" +
 	"\x05phase\x18\x12 \x01(\tR\x05phase\x12\x1c\n" +
-	"\tsuspended\x18\x13 \x01(\bR\tsuspended\"\xb7\x01\n" +
+	"\tsuspended\x18\x13 \x01(\bR\tsuspended\x12\"\n" +
+	"\finstallation\x18\x14 \x01(\bR\finstallation\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -2658,30 +2840,35 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\tR\n" +
 	"namespaces\x12'\n" +
-	"\x0fnamespaces_note\x18\x03 \x01(\tR\x0enamespacesNote\"@\n" +
+	"\x0fnamespaces_note\x18\x03 \x01(\tR\x0enamespacesNote\"^\n" +
 	"\x10ReconcileRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\">\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"\\\n" +
 	"\x0eSuspendRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"=\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"[\n" +
 	"\rResumeRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"_\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"}\n" +
 	"\x10GetRunLogRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"tail_lines\x18\x03 \x01(\x05R\ttailLines\"l\n" +
+	"tail_lines\x18\x03 \x01(\x05R\ttailLines\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"l\n" +
 	"\x06RunLog\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x10\n" +
 	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\bR\x06active\x12\x12\n" +
 	"\x04text\x18\x04 \x01(\tR\x04text\x12\x12\n" +
-	"\x04note\x18\x05 \x01(\tR\x04note\"P\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\"n\n" +
 	"\x1aGetProgramVariablesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
-	"\aprogram\x18\x02 \x01(\tR\aprogram\"B\n" +
+	"\aprogram\x18\x02 \x01(\tR\aprogram\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"B\n" +
 	"\x10ProgramVariables\x12.\n" +
 	"\x05items\x18\x01 \x03(\v2\x18.terrace.api.v1.VariableR\x05items\"\xcd\x01\n" +
 	"\bVariable\x12\x12\n" +
@@ -2693,10 +2880,11 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x04file\x18\x06 \x01(\tR\x04file\x12\x1a\n" +
 	"\brequired\x18\a \x01(\bR\brequiredB\n" +
 	"\n" +
-	"\b_default\"@\n" +
+	"\b_default\"^\n" +
 	"\x10GetAccessRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"x\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"x\n" +
 	"\x06Access\x12\x16\n" +
 	"\x06update\x18\x01 \x01(\bR\x06update\x12\x16\n" +
 	"\x06delete\x18\x02 \x01(\bR\x06delete\x12!\n" +

@@ -137,8 +137,9 @@ type InstallationServiceClient interface {
 	// changes, until the caller goes away or it is deleted (then a last event
 	// with deleted = true).
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
-	// ListAll returns the installations of every namespace the caller may
-	// list Stacks in cluster-wide, else those of the server's namespace
+	// ListAll returns every Stack (installation or not: see
+	// Installation.installation) of every namespace when the caller may list
+	// Stacks cluster-wide, else those of the server's namespace
 	// (namespaces_note then says so), filtered by namespace, phase and labels.
 	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
 	// WatchAll sends what ListAll would, one installation per message, then
@@ -428,8 +429,9 @@ type InstallationServiceHandler interface {
 	// changes, until the caller goes away or it is deleted (then a last event
 	// with deleted = true).
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
-	// ListAll returns the installations of every namespace the caller may
-	// list Stacks in cluster-wide, else those of the server's namespace
+	// ListAll returns every Stack (installation or not: see
+	// Installation.installation) of every namespace when the caller may list
+	// Stacks cluster-wide, else those of the server's namespace
 	// (namespaces_note then says so), filtered by namespace, phase and labels.
 	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
 	// WatchAll sends what ListAll would, one installation per message, then
