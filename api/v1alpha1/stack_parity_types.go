@@ -151,3 +151,17 @@ type PlanPolicyConfig struct {
 	// +kubebuilder:validation:MaxItems=32
 	ConfigMapRefs []LocalObjectReference `json:"configMapRefs,omitempty"`
 }
+
+// BackendLockStatus is a state lock held in a Stack's own backend, as the
+// run that met it saw it.
+type BackendLockStatus struct {
+	// Message is tofu's account of the lock: its ID, holder, operation and
+	// time where the backend records them.
+	// +required
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message"`
+
+	// ObservedAt is when a run last met the lock.
+	// +required
+	ObservedAt metav1.Time `json:"observedAt"`
+}

@@ -145,5 +145,11 @@ type StackStatus struct {
 	// +optional
 	Inventory *Inventory `json:"inventory,omitempty"`
 
+	// BackendLock is a state lock the last run met in the Stack's own
+	// backend (spec.backend), which Terrace never releases; cleared by the
+	// next run that gets past it.
+	// +optional
+	BackendLock *BackendLockStatus `json:"backendLock,omitempty"`
+
 	ReconcileRequestStatus `json:",inline"`
 }

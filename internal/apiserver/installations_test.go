@@ -264,8 +264,9 @@ func TestPlanAndApprove(t *testing.T) {
 	}
 	at.setPending("web", "plan-7-abc")
 	_, err := secrets.New(env.Client, secrets.Options{}).PutPlan(context.Background(), state.Plan{
-		PlanMeta: state.PlanMeta{Key: state.PlanKey{Namespace: at.namespace, Stack: "web", ID: "plan-7-abc"}, ReadableFormat: state.ReadableHuman},
-		Binary:   []byte("saved plan"), Readable: []byte("+ resource \"terraform_data\" \"web\" {}\n"),
+		PlanMeta: state.PlanMeta{Key: state.PlanKey{Namespace: at.namespace, Stack: "web", ID: "plan-7-abc"}, ReadableFormat: state.ReadableHuman,
+			Policy: &state.PlanPolicy{Decision: "allowed", Warnings: []string{"terraform_data.web: discouraged"}, PoliciesDigest: "sha256:2d"}},
+		Binary: []byte("saved plan"), Readable: []byte("+ resource \"terraform_data\" \"web\" {}\n"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -274,6 +275,10 @@ func TestPlanAndApprove(t *testing.T) {
 	at.expect(http.StatusOK, at.admin, http.MethodGet, "/v1/installations/web/plan", nil, &plan)
 	if plan.Readable != "+ resource \"terraform_data\" \"web\" {}\n" || plan.ReadableFormat != "human" || plan.Note != "" {
 		t.Fatalf("readable plan: %+v", plan)
+	}
+	// The decision stored with the plan is shown with it.
+	if d := plan.Policy; d == nil || d.Decision != "allowed" || d.PoliciesDigest != "sha256:2d" || len(d.Warnings) != 1 {
+		t.Fatalf("plan policy: %+v", plan.Policy)
 	}
 
 	at.expectError(http.StatusBadRequest, at.admin, http.MethodPost, "/v1/installations/web/approve", map[string]string{}, `{"planId"`)

@@ -55,6 +55,11 @@ type Plan struct {
 	ReadableFormat string       `json:"readableFormat,omitempty"`
 	Readable       string       `json:"readable,omitempty"`
 	Note           string       `json:"note,omitempty"`
+	Policy         *struct {
+		Decision       string   `json:"decision"`
+		Warnings       []string `json:"warnings"`
+		PoliciesDigest string   `json:"policiesDigest"`
+	} `json:"policy,omitempty"`
 }
 
 type ReleaseList struct {

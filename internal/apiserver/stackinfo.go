@@ -13,6 +13,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state"
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
@@ -33,29 +34,42 @@ func (s *site) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
 		Id: planID, Approvable: p.Pending == planID,
 		Add: p.Add, Change: p.Change, Destroy: p.Destroy, Drift: p.Drift, DestroyPlan: p.DestroyPlan,
 		CreatedAt: timestampOf(p.CreatedAt), Revision: stack.Status.LastPlannedRevision,
-		ReadableFormat: stackview.ReadableFormat(stack),
+		ReadableFormat: stackview.ReadableFormat(stack), Policy: planPolicyOf(stackview.StatusPolicy(p.Policy)),
+	}
+	ok, err := s.allowed(ctx, "get", "secrets")
+	if err != nil {
+		return nil, err
 	}
 	switch {
-	case out.ReadableFormat == "":
+	case !ok && out.ReadableFormat != "":
+		out.Note = fmt.Sprintf("(the readable plan is withheld: %s may not get secrets in namespace %s, where plans are kept)", c.caller.Username, s.Namespace)
+	case !ok:
 		out.Note = stackview.NoReadablePlanStored
 	default:
-		ok, err := s.allowed(ctx, "get", "secrets")
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			out.Note = fmt.Sprintf("(the readable plan is withheld: %s may not get secrets in namespace %s, where plans are kept)", c.caller.Username, s.Namespace)
-			break
-		}
 		set, err := s.stores(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if rec, _ := stackview.StoredPlan(ctx, set.Plans, stack, planID); rec != nil && rec.Policy != nil {
+			out.Policy = planPolicyOf(rec.Policy)
+		}
+		if out.ReadableFormat == "" {
+			out.Note = stackview.NoReadablePlanStored
+			break
 		}
 		var readable []byte
 		readable, out.Note = stackview.ReadablePlan(ctx, set.Plans, stack, planID)
 		out.Readable = string(readable)
 	}
 	return out, nil
+}
+
+// planPolicyOf is a policy decision as the API shows it.
+func planPolicyOf(d *state.PlanPolicy) *apiv1.PlanPolicy {
+	if d == nil {
+		return nil
+	}
+	return &apiv1.PlanPolicy{Decision: d.Decision, Violations: d.Violations, Warnings: d.Warnings, PoliciesDigest: d.PoliciesDigest}
 }
 
 // approve sets spec.approvePlan to planID only when it is the pending plan.

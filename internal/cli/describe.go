@@ -18,6 +18,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state"
 )
 
 // describeRuns is how many of the latest releases describe lists.
@@ -30,6 +31,9 @@ type description struct {
 	Events   []describedEvent  `json:"events"`
 	// Inventory is every resource address in the state.
 	Inventory []string `json:"inventory,omitempty"`
+	// StoredPlan is the shown plan's record in the plan store (its
+	// policy decision), when it is stored.
+	StoredPlan *state.PlanMeta `json:"storedPlan,omitempty"`
 	// Notes say what could not be read (a store, the events).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -70,6 +74,9 @@ func gatherDescription(ctx context.Context, k *kube, stack *terracev1.Stack) *de
 		d.Notes = append(d.Notes, err.Error())
 	} else {
 		releases, err := set.History.List(ctx, stack.Namespace, stack.Name)
+		if id := stackview.ShownPlan(stack); id != "" {
+			d.StoredPlan, _ = stackview.StoredPlan(ctx, set.Plans, stack, id)
+		}
 		closeStores()
 		if err != nil {
 			d.Notes = append(d.Notes, fmt.Sprintf("failed to list the releases: %v", err))

@@ -6,11 +6,13 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // inventoryAddresses is the Stack's inventory: from its status, or from
@@ -30,18 +32,28 @@ func inventoryAddresses(ctx context.Context, k *kube, st *terracev1.Stack) ([]st
 	return strings.Fields(string(sec.Data["resources"])), nil
 }
 
-// printPolicyAndInventory prints the plan policies' decision, the latest
-// release's health checks and the inventory.
+// printPolicyAndInventory prints the backend lock a run met, the plan
+// policies' decision (as stored with the plan, else as the status has
+// it), the latest release's health checks and the inventory.
 func printPolicyAndInventory(out io.Writer, d *description) {
 	st := d.Stack
-	if p := st.Status.Plan; p != nil && p.Policy != nil {
-		fmt.Fprintf(out, "Plan policy: %s (%s)\n", p.Policy.Decision, p.Policy.PoliciesDigest)
-		for _, v := range p.Policy.Violations {
-			fmt.Fprintf(out, "  deny: %s\n", oneLine(v))
+	if l := st.Status.BackendLock; l != nil {
+		fmt.Fprintf(out, "State lock (spec.backend): a run met it at %s; Terrace never releases a lock in the Stack's own backend: once its holder is gone, run `tofu force-unlock <ID>` against the backend\n", l.ObservedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(out, "  %s\n", oneLine(l.Message))
+	}
+	var lines []string
+	title := "Plan policy"
+	if rec := d.StoredPlan; rec != nil && rec.Policy != nil {
+		lines, title = stackview.PolicyLines(rec.Policy), "Plan policy (stored with plan "+rec.Key.ID+")"
+	} else if p := st.Status.Plan; p != nil && p.Policy != nil {
+		lines = stackview.PolicyLines(stackview.StatusPolicy(p.Policy))
+	}
+	for i, line := range lines {
+		if i == 0 {
+			fmt.Fprintf(out, "%s: %s\n", title, line)
+			continue
 		}
-		for _, w := range p.Policy.Warnings {
-			fmt.Fprintf(out, "  warn: %s\n", oneLine(w))
-		}
+		fmt.Fprintf(out, "  %s\n", oneLine(line))
 	}
 	if n := len(d.Releases); n > 0 && len(d.Releases[n-1].HealthChecks) > 0 {
 		checks := d.Releases[n-1].HealthChecks

@@ -24,12 +24,22 @@ func TestDescribeShowsConditionsRunsPlanAndEvents(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
 	revision := "3@sha256:" + strings.Repeat("ab", 32)
+	lockSeen := metav1.NewTime(time.Now().Add(-2 * time.Minute).Truncate(time.Second))
 	newStack(t, ns, "web", nil, func(st *terracev1.StackStatus) {
 		awaiting("plan-4-bbb")(st)
 		st.LastAppliedRevision = revision
 		st.Release = &terracev1.ReleaseStatus{Revision: 1, Status: "deployed"}
 		st.Outputs = []string{"url"}
+		st.BackendLock = &terracev1.BackendLockStatus{Message: "Error acquiring the state lock\n\nError message: workspace default is already locked", ObservedAt: lockSeen}
 	})
+	// The decision describe shows is the one stored with the plan.
+	if _, err := secrets.New(env.Client, secrets.Options{}).PutPlan(ctx, state.Plan{
+		PlanMeta: state.PlanMeta{Key: state.PlanKey{Namespace: ns, Stack: "web", ID: "plan-4-bbb"},
+			Policy: &state.PlanPolicy{Decision: "allowed", Warnings: []string{"terraform_data.web: discouraged"}, PoliciesDigest: "sha256:1e"}},
+		Binary: []byte("saved plan"),
+	}); err != nil {
+		t.Fatal(err)
+	}
 	started := time.Now().Add(-time.Hour).Truncate(time.Second)
 	rel := release.Release{Namespace: ns, Stack: "web", Revision: 1, Status: release.StatusDeployed, SourceRevision: revision,
 		Plan: release.PlanSummary{Add: 2}, StartedAt: started, FinishedAt: started.Add(1500 * time.Millisecond), ToolVersion: "1.12.6",
@@ -56,6 +66,9 @@ func TestDescribeShowsConditionsRunsPlanAndEvents(t *testing.T) {
 		"Applied revision:", revision, // the full digest
 		"plan-4-bbb (+2 ~1 -0), awaiting approval: terrace approve web plan-4-bbb -n "+ns,
 		"Conditions:", "Ready", "AwaitingApproval",
+		"Plan policy (stored with plan plan-4-bbb): allowed (policies sha256:1e)", "warn: terraform_data.web: discouraged",
+		"State lock (spec.backend): a run met it at "+lockSeen.UTC().Format(time.RFC3339), "tofu force-unlock",
+		"Error acquiring the state lock Error message: workspace default is already locked",
 		"Last runs (releases):", started.UTC().Format(time.RFC3339), "1.5s", "1.12.6",
 		"Events:", "DriftDetected", "drift detected: +0 ~1 -0")
 
@@ -64,7 +77,8 @@ func TestDescribeShowsConditionsRunsPlanAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d description
-	if err := yaml.Unmarshal([]byte(out), &d); err != nil || d.Stack == nil || d.Stack.Name != "web" || len(d.Releases) != 1 || len(d.Events) != 1 {
+	if err := yaml.Unmarshal([]byte(out), &d); err != nil || d.Stack == nil || d.Stack.Name != "web" || len(d.Releases) != 1 || len(d.Events) != 1 ||
+		d.StoredPlan == nil || d.StoredPlan.Policy == nil || d.StoredPlan.Policy.Decision != "allowed" || d.Stack.Status.BackendLock == nil {
 		t.Fatalf("describe -o yaml: %v\n%s", err, out)
 	}
 	if strings.Contains(out, "s3cr3t-value") {

@@ -11,6 +11,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -29,19 +30,24 @@ func newPlanCommand() *cobra.Command {
 		if planID == "" {
 			return &stackview.NoPendingPlanError{Stack: stack}
 		}
-		readable, note := readablePlan(ctx, k, stack, planID)
+		stored := readStoredPlan(ctx, k, stack, planID)
+		readable, note := stored.readable, stored.note
 		if output != "" {
 			return writeFormatted(s.out, struct {
 				Namespace      string                `json:"namespace"`
 				Stack          string                `json:"stack"`
 				Plan           *terracev1.PlanStatus `json:"plan"`
 				Approvable     bool                  `json:"approvable"`
+				StoredPolicy   *state.PlanPolicy     `json:"storedPolicy,omitempty"`
 				ReadableFormat string                `json:"readableFormat,omitempty"`
 				Readable       any                   `json:"readable,omitempty"`
 				Note           string                `json:"note,omitempty"`
-			}{stack.Namespace, stack.Name, p, p.Pending != "", stackview.ReadableFormat(stack), machineReadable(readable), note}, output)
+			}{stack.Namespace, stack.Name, p, p.Pending != "", stored.policy, stackview.ReadableFormat(stack), machineReadable(readable), note}, output)
 		}
 		printPlanSummary(s.out, stack, planID, time.Now())
+		for i, line := range stackview.PolicyLines(stored.policy) {
+			fmt.Fprintf(s.out, "  %s  %s\n", map[bool]string{true: "policy:  ", false: "         "}[i == 0], oneLine(line))
+		}
 		if note != "" {
 			fmt.Fprintln(s.out, note)
 		}
@@ -88,18 +94,32 @@ func printPlanSummary(out io.Writer, stack *terracev1.Stack, planID string, now 
 	}
 }
 
-// readablePlan reads the plan's readable rendering from the namespace's
-// plan store, or says why there is none.
-func readablePlan(ctx context.Context, k *kube, stack *terracev1.Stack, planID string) ([]byte, string) {
-	if stackview.ReadableFormat(stack) == "" {
-		return nil, stackview.NoReadablePlanStored
-	}
+// storedPlan is what the plan store keeps with a plan: the policies'
+// decision and the readable rendering, or a note saying why not.
+type storedPlan struct {
+	policy   *state.PlanPolicy
+	readable []byte
+	note     string
+}
+
+// readStoredPlan reads the plan's record and readable rendering from the
+// namespace's plan store.
+func readStoredPlan(ctx context.Context, k *kube, stack *terracev1.Stack, planID string) storedPlan {
 	set, closeStores, err := k.stores(ctx)
 	if err != nil {
-		return nil, fmt.Sprintf("(the readable plan could not be read: %v)", err)
+		return storedPlan{note: fmt.Sprintf("(the plan store could not be read: %v)", err)}
 	}
 	defer closeStores()
-	return stackview.ReadablePlan(ctx, set.Plans, stack, planID)
+	var out storedPlan
+	if meta, _ := stackview.StoredPlan(ctx, set.Plans, stack, planID); meta != nil {
+		out.policy = meta.Policy
+	}
+	if stackview.ReadableFormat(stack) == "" {
+		out.note = stackview.NoReadablePlanStored
+		return out
+	}
+	out.readable, out.note = stackview.ReadablePlan(ctx, set.Plans, stack, planID)
+	return out
 }
 
 // machineReadable embeds a JSON rendering (storeReadablePlan: json) as an

@@ -28,8 +28,9 @@ func TestPlanShowsThePendingPlanWithItsReadableRendering(t *testing.T) {
 	newStack(t, ns, "web", func(s *terracev1.StackSpec) { s.StoreReadablePlan = terracev1.ReadablePlanHuman }, awaiting("plan-7-abc"))
 	plans := secrets.New(env.Client, secrets.Options{})
 	_, err := plans.PutPlan(context.Background(), state.Plan{
-		PlanMeta: state.PlanMeta{Key: state.PlanKey{Namespace: ns, Stack: "web", ID: "plan-7-abc"}, ReadableFormat: state.ReadableHuman},
-		Binary:   []byte("saved plan bytes"), Readable: []byte(humanPlan),
+		PlanMeta: state.PlanMeta{Key: state.PlanKey{Namespace: ns, Stack: "web", ID: "plan-7-abc"}, ReadableFormat: state.ReadableHuman,
+			Policy: &state.PlanPolicy{Decision: "allowed", Warnings: []string{"terraform_data.web: discouraged"}, PoliciesDigest: "sha256:0f"}},
+		Binary: []byte("saved plan bytes"), Readable: []byte(humanPlan),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +45,7 @@ func TestPlanShowsThePendingPlanWithItsReadableRendering(t *testing.T) {
 		"+2 to add, ~1 to change, -0 to destroy",
 		"created:   "+planCreated.UTC().Format(time.RFC3339)+" (5m", "main@sha1:def",
 		"terrace approve web plan-7-abc -n "+ns,
+		"policy:    allowed (policies sha256:0f)", "warn: terraform_data.web: discouraged",
 		`+ resource "terraform_data" "web" {}`)
 
 	out, _, err = verb(t, "plan", "web", "-n", ns, "-o", "json")
@@ -54,8 +56,10 @@ func TestPlanShowsThePendingPlanWithItsReadableRendering(t *testing.T) {
 		Plan       terracev1.PlanStatus `json:"plan"`
 		Approvable bool                 `json:"approvable"`
 		Readable   string               `json:"readable"`
+		Stored     *state.PlanPolicy    `json:"storedPolicy"`
 	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Plan.Pending != "plan-7-abc" || !got.Approvable || got.Readable != humanPlan {
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Plan.Pending != "plan-7-abc" || !got.Approvable || got.Readable != humanPlan ||
+		got.Stored == nil || got.Stored.Decision != "allowed" {
 		t.Fatalf("plan -o json: %v %+v", err, got)
 	}
 }

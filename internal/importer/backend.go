@@ -2,6 +2,7 @@ package importer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
@@ -94,4 +95,77 @@ func parseBackendBlock(field, src string, c *converter) (*terracev1.StackBackend
 		c.skip(field, "nested block %s of the backend is not carried over: spec.backend.config takes attributes only", blk.Type)
 	}
 	return out, nil
+}
+
+// backendEnv is, per backend type, the environment variable OpenTofu
+// v1.12.6 reads for a backend attribute when the block leaves it unset
+// (schema.EnvDefaultFunc in its backends; the AWS SDK's own for s3).
+// Only these can carry a setting from a Secret without putting its value
+// in the Stack.
+var backendEnv = map[string]map[string]string{
+	"pg": {"conn_str": "PG_CONN_STR", "schema_name": "PG_SCHEMA_NAME", "table_name": "PG_TABLE_NAME", "index_name": "PG_INDEX_NAME"},
+	"s3": {"access_key": "AWS_ACCESS_KEY_ID", "secret_key": "AWS_SECRET_ACCESS_KEY", "token": "AWS_SESSION_TOKEN",
+		"region": "AWS_REGION", "profile": "AWS_PROFILE", "role_arn": "AWS_ROLE_ARN", "custom_ca_bundle": "AWS_CA_BUNDLE"},
+	"gcs": {"credentials": "GOOGLE_BACKEND_CREDENTIALS", "access_token": "GOOGLE_OAUTH_ACCESS_TOKEN",
+		"encryption_key": "GOOGLE_ENCRYPTION_KEY", "kms_encryption_key": "GOOGLE_KMS_ENCRYPTION_KEY"},
+	"azurerm": {"access_key": "ARM_ACCESS_KEY", "sas_token": "ARM_SAS_TOKEN", "client_id": "ARM_CLIENT_ID", "client_secret": "ARM_CLIENT_SECRET",
+		"client_certificate_password": "ARM_CLIENT_CERTIFICATE_PASSWORD", "subscription_id": "ARM_SUBSCRIPTION_ID", "tenant_id": "ARM_TENANT_ID", "oidc_token": "ARM_OIDC_TOKEN"},
+	"http": {"address": "TF_HTTP_ADDRESS", "lock_address": "TF_HTTP_LOCK_ADDRESS", "unlock_address": "TF_HTTP_UNLOCK_ADDRESS",
+		"username": "TF_HTTP_USERNAME", "password": "TF_HTTP_PASSWORD", "client_certificate_pem": "TF_HTTP_CLIENT_CERTIFICATE_PEM",
+		"client_private_key_pem": "TF_HTTP_CLIENT_PRIVATE_KEY_PEM", "client_ca_certificate_pem": "TF_HTTP_CLIENT_CA_CERTIFICATE_PEM"},
+	"consul": {"ca_file": "CONSUL_CACERT", "cert_file": "CONSUL_CLIENT_CERT", "key_file": "CONSUL_CLIENT_KEY"},
+}
+
+// mapBackendConfigsFrom: tofu-controller passes each listed key of the
+// Secret to `init` as -backend-config KEY=VALUE. Where the backend reads
+// that attribute from an environment variable, the key becomes a
+// spec.backend.credentials entry (and the attribute leaves
+// spec.backend.config, which -backend-config overrode); anything else is
+// listed with what to do instead. Runs after mapBackendConfig (keys are
+// mapped in order), so spec.backend is known.
+func mapBackendConfigsFrom(c *converter, field string, v any) error {
+	var refs []struct {
+		Kind     string   `json:"kind"`
+		Name     string   `json:"name"`
+		Keys     []string `json:"keys"`
+		Optional bool     `json:"optional"`
+	}
+	if err := decode(v, &refs); err != nil {
+		return err
+	}
+	b := c.stack.Spec.Backend
+	for i, ref := range refs {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		switch {
+		case b == nil:
+			c.skip(at, "settings of tofu-controller's kubernetes backend: the adopted state moves to Terrace's own store, which needs none")
+			continue
+		case ref.Kind != "Secret":
+			c.skip(at, "%s %s: only Secrets become credentials; copy settings that are not secret into spec.backend.config", ref.Kind, ref.Name)
+			continue
+		case len(ref.Keys) == 0:
+			c.skip(at, "Secret %s: no keys listed, and the importer does not read Secrets; list them in keys, or write spec.backend.credentials by hand", ref.Name)
+			continue
+		}
+		if ref.Optional {
+			c.skip(at+".optional", "Secret %s is required by spec.backend.credentials: a run fails without it", ref.Name)
+		}
+		for _, key := range ref.Keys {
+			env, ok := backendEnv[b.Type][key]
+			if !ok {
+				c.skip(at+".keys", "backend %s reads no environment variable for %q: put it in spec.backend.config (readable by whoever reads the Stack) or in a file through spec.backend.credentials asFile and the backend's own file attribute", b.Type, key)
+				continue
+			}
+			if slices.ContainsFunc(b.Credentials, func(cr terracev1.BackendCredential) bool { return cr.Env == env }) {
+				c.skip(at+".keys", "%q: %s is already set from an earlier Secret, which tofu-controller's later one overrode; pick one in spec.backend.credentials", key, env)
+				continue
+			}
+			delete(b.Config, key)
+			b.Credentials = append(b.Credentials, terracev1.BackendCredential{Env: env, SecretKeyRef: terracev1.SecretKeyReference{Name: ref.Name, Key: key}})
+		}
+	}
+	if b != nil && len(b.Config) == 0 {
+		b.Config = nil
+	}
+	return nil
 }

@@ -20,7 +20,7 @@ var specFields = map[string]fieldMapper{
 	"approvePlan":                         mapApprovePlan,
 	"destroy":                             mapDestroy,
 	"backendConfig":                       mapBackendConfig,
-	"backendConfigsFrom":                  unmappedIfSet("backend settings from Secrets are not read: put them in spec.backend.config, or credentials in spec.backend.credentials (environment variables)"),
+	"backendConfigsFrom":                  mapBackendConfigsFrom,
 	"cloud":                               unmappedIfSet("Terraform Cloud / HCP workspaces are not run by Terrace: use spec.backend with the remote backend, or keep this object"),
 	"workspace":                           mapWorkspace,
 	"vars":                                mapVars,

@@ -94,6 +94,37 @@ backend "s3" {
 				t.Errorf("unmapped: %s", listReasons(r))
 			}
 		}},
+		{"backend settings from Secrets", map[string]any{
+			"backendConfig": map[string]any{"customConfiguration": "backend \"pg\" {\n  conn_str = \"postgres://old\"\n  schema_name = \"app\"\n}\n"},
+			"backendConfigsFrom": []any{
+				map[string]any{"kind": "Secret", "name": "pg-creds", "keys": []any{"conn_str", "sslmode"}, "optional": true},
+				map[string]any{"kind": "ConfigMap", "name": "pg-settings", "keys": []any{"schema_name"}},
+				map[string]any{"kind": "Secret", "name": "all-keys"},
+				map[string]any{"kind": "Secret", "name": "again", "keys": []any{"conn_str"}},
+			},
+		}, func(t *testing.T, r Result) {
+			b := r.Stack.Spec.Backend
+			if b == nil || len(b.Credentials) != 1 || b.Credentials[0] != (terracev1.BackendCredential{Env: "PG_CONN_STR", SecretKeyRef: terracev1.SecretKeyReference{Name: "pg-creds", Key: "conn_str"}}) {
+				t.Fatalf("credentials %+v", b)
+			}
+			// -backend-config overrode the block's own conn_str: the literal goes.
+			if _, ok := b.Config["conn_str"]; ok || string(b.Config["schema_name"].Raw) != `"app"` {
+				t.Errorf("config %+v", b.Config)
+			}
+			unmapped("spec.backendConfigsFrom[0].keys", `backend pg reads no environment variable for "sslmode"`)(t, r)
+			unmapped("spec.backendConfigsFrom[0].optional", "required")(t, r)
+			unmapped("spec.backendConfigsFrom[1]", "ConfigMap pg-settings: only Secrets become credentials")(t, r)
+			unmapped("spec.backendConfigsFrom[2]", "no keys listed")(t, r)
+			unmapped("spec.backendConfigsFrom[3].keys", "PG_CONN_STR is already set")(t, r)
+		}},
+		{"backend settings from Secrets for the kubernetes backend", map[string]any{
+			"backendConfigsFrom": []any{map[string]any{"kind": "Secret", "name": "b", "keys": []any{"namespace"}}},
+		}, func(t *testing.T, r Result) {
+			unmapped("spec.backendConfigsFrom[0]", "kubernetes backend")(t, r)
+			if r.Stack.Spec.Backend != nil || r.StateSecret == "" {
+				t.Errorf("backend %+v state %q", r.Stack.Spec.Backend, r.StateSecret)
+			}
+		}},
 		{"a custom backend that is not HCL", map[string]any{"backendConfig": map[string]any{"customConfiguration": `backend "s3" {`}}, func(t *testing.T, r Result) {
 			unmapped("spec.backendConfig.customConfiguration", "not valid HCL")(t, r)
 			if r.Stack.Spec.Backend != nil || r.StateSecret == "" {
@@ -133,7 +164,6 @@ func listReasons(r Result) string {
 func TestUnmappableFields(t *testing.T) {
 	for field, value := range map[string]any{
 		"destroy":                             true,
-		"backendConfigsFrom":                  []any{map[string]any{"kind": "Secret", "name": "b"}},
 		"cloud":                               map[string]any{"organization": "o"},
 		"force":                               true,
 		"readInputsFromSecrets":               []any{map[string]any{"name": "s", "as": "x"}},

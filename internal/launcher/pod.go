@@ -176,6 +176,9 @@ func checkPolicy(spec *RunSpec, image string) error {
 		Image:    image, ImageField: orField(spec.ImageField, "spec.runner.image"),
 		ServiceAccountName: sa, ServiceAccountField: orField(spec.ServiceAccountField, "spec.serviceAccountName"),
 	}
+	if b := spec.Stack.Spec.Backend; b != nil {
+		pod.OwnBackend = b.Type
+	}
 	if err := policy.Check(pod); err != nil {
 		return fmt.Errorf("%w: %w", ErrPolicyViolation, err)
 	}

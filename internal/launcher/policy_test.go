@@ -19,6 +19,8 @@ import (
 // Secret was created.
 func TestPolicyViolationCreatesNothing(t *testing.T) {
 	onlyDefault, _ := runnerpolicy.Resolve(runnerpolicy.Layer{Source: "terrace-system/default"}, nil, "ghcr.io/terrace-dev/terrace:v1")
+	deny := false
+	noOwnBackend, _ := runnerpolicy.Resolve(runnerpolicy.Layer{Source: "terrace-system/default", Spec: &terracev1.RunnerPolicy{AllowOwnBackend: &deny}}, nil, "ghcr.io/terrace-dev/terrace:v1")
 	tests := []struct {
 		name   string
 		policy *runnerpolicy.Policy
@@ -33,6 +35,11 @@ func TestPolicyViolationCreatesNothing(t *testing.T) {
 		{"a config's image, named as such", &onlyDefault, func(s *RunSpec) {
 			s.Image, s.ImageField = "evil/image", "spec.runner.image of TerraceConfig team/default"
 		}, "spec.runner.image of TerraceConfig team/default"},
+		// The controller checks this before it launches; the launcher holds
+		// the line for a Stack that changed (or a caller that skipped it).
+		{"a backend of the Stack's own under allowOwnBackend: false", &noOwnBackend, func(s *RunSpec) {
+			s.Stack.Spec.Backend = &terracev1.StackBackend{Type: "pg"}
+		}, "spec.backend"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,5 +63,11 @@ func TestPolicyViolationCreatesNothing(t *testing.T) {
 	l := testLauncher(t)
 	if _, err := l.plan(context.Background(), RunSpec{Stack: testStack(), RunID: "r1", Policy: &onlyDefault}); err != nil {
 		t.Fatalf("the default image is refused: %v", err)
+	}
+	// A Stack of its own backend passes a policy that allows it.
+	own := RunSpec{Stack: testStack(), RunID: "r1", Policy: &onlyDefault}
+	own.Stack.Spec.Backend = &terracev1.StackBackend{Type: "pg"}
+	if _, err := l.plan(context.Background(), own); err != nil {
+		t.Fatalf("an allowed own backend is refused: %v", err)
 	}
 }

@@ -38,6 +38,47 @@ func ReadablePlan(ctx context.Context, plans state.PlanStore, stack *terracev1.S
 	return plan.Readable, ""
 }
 
+// StoredPlan reads the plan's record (without its bytes) from plans: what
+// the store keeps with the plan, the policies' decision included. Nil with
+// a note (in parentheses, ready to print) when it cannot.
+func StoredPlan(ctx context.Context, plans state.PlanStore, stack *terracev1.Stack, planID string) (*state.PlanMeta, string) {
+	metas, err := plans.ListPlans(ctx, stack.Namespace, stack.Name)
+	if err != nil {
+		return nil, fmt.Sprintf("(the plan store could not be read: %v)", err)
+	}
+	for i := range metas {
+		if metas[i].Key.ID == planID {
+			return &metas[i], ""
+		}
+	}
+	return nil, fmt.Sprintf("(plan %s is not in the plan store)", planID)
+}
+
+// StatusPolicy is the decision status.plan.policy records, in the plan
+// store's shape.
+func StatusPolicy(d *terracev1.PlanPolicyStatus) *state.PlanPolicy {
+	if d == nil {
+		return nil
+	}
+	return &state.PlanPolicy{Decision: d.Decision, Violations: d.Violations, Warnings: d.Warnings, PoliciesDigest: d.PoliciesDigest}
+}
+
+// PolicyLines are a policy decision as a few lines of text: the decision
+// and its policies, then one line per violation and warning.
+func PolicyLines(d *state.PlanPolicy) []string {
+	if d == nil {
+		return nil
+	}
+	lines := []string{fmt.Sprintf("%s (policies %s)", d.Decision, d.PoliciesDigest)}
+	for _, v := range d.Violations {
+		lines = append(lines, "deny: "+v)
+	}
+	for _, w := range d.Warnings {
+		lines = append(lines, "warn: "+w)
+	}
+	return lines
+}
+
 // PlanCounts is "+a ~c -d", with a note for a plan destroying everything.
 func PlanCounts(p *terracev1.PlanStatus) string {
 	if p == nil {

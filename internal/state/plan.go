@@ -45,6 +45,21 @@ type PlanMeta struct {
 	Size           int64
 	CreatedAt      time.Time
 	Migrated       *MigrationMark
+	// Policy is the plan policies' decision on the plan, kept with it so
+	// that whoever reviews or approves the stored plan sees it; nil when
+	// no policies governed the Stack.
+	Policy *PlanPolicy
+}
+
+// PlanPolicy is what the plan policies decided about a saved plan.
+type PlanPolicy struct {
+	// Decision is "allowed" or "denied".
+	Decision string `json:"decision"`
+	// Violations and Warnings are the deny and warn rules' messages.
+	Violations []string `json:"violations,omitempty"`
+	Warnings   []string `json:"warnings,omitempty"`
+	// PoliciesDigest identifies the policies that decided.
+	PoliciesDigest string `json:"policiesDigest,omitempty"`
 }
 
 // Plan is a saved plan file (`tofu plan -out`) and optionally a readable

@@ -16,6 +16,8 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
 // healthModule's outputs say where the service it "deploys" listens.
@@ -187,14 +189,7 @@ func TestStackPlanPolicy(t *testing.T) {
 		}
 	}
 
-	var cm corev1.ConfigMap
-	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "policies"}, &cm); err != nil {
-		t.Fatal(err)
-	}
-	cm.Data["types.rego"] = policyWarningTerraformData
-	if err := e.c.Update(context.Background(), &cm); err != nil {
-		t.Fatal(err)
-	}
+	e.setPolicy(t, "types.rego", policyWarningTerraformData)
 
 	st := e.waitStack(t, "auto", stackTimeout, "applied after the policy changed", readyAt)
 	if err := conditionIs(terracev1.PolicyDeniedCondition, metav1.ConditionFalse, "PolicyPassed")(st); err != nil {
@@ -218,10 +213,120 @@ func TestStackPlanPolicy(t *testing.T) {
 		t.Errorf("the pending plan does not carry its decision: %+v", p.Policy)
 	}
 	pending := manual.Status.Plan.Pending
+	// The decision is kept with the stored plan, and whoever reviews it sees it.
+	if rec := storedPlan(t, e, "manual", pending); rec.Policy == nil || rec.Policy.Decision != "allowed" || len(rec.Policy.Warnings) != 1 ||
+		rec.Policy.PoliciesDigest != manual.Status.Plan.Policy.PoliciesDigest {
+		t.Errorf("the stored plan %s does not carry its decision: %+v", pending, rec.Policy)
+	}
+	shown := terraceCLI(t, e, "plan", "manual", "-n", e.ns)
+	for _, want := range []string{"policy:    allowed (policies " + manual.Status.Plan.Policy.PoliciesDigest, "warn: terraform_data.service: terraform_data is discouraged"} {
+		if !strings.Contains(shown, want) {
+			t.Errorf("terrace plan does not show %q:\n%s", want, shown)
+		}
+	}
 	e.updateStack(t, "manual", func(s *terracev1.Stack) { s.Spec.ApprovePlan = pending })
 	e.waitStack(t, "manual", stackTimeout, "approved plan applied", readyAt)
 	if rs := e.releases(t, "manual"); len(rs) != 1 || rs[0].PlanID != pending || rs[0].Policy == nil || rs[0].Policy.Decision != "allowed" {
 		t.Errorf("manual release: %+v", rs)
+	}
+}
+
+// storedPlan is the record of a Stack's plan in the plan store.
+func storedPlan(t *testing.T, e *stackEnv, stack, id string) state.PlanMeta {
+	t.Helper()
+	metas, err := secrets.New(e.c, secrets.Options{}).ListPlans(context.Background(), e.ns, stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range metas {
+		if m.Key.ID == id {
+			return m
+		}
+	}
+	t.Fatalf("plan %s of %s is not stored (stored: %+v)", id, stack, metas)
+	return state.PlanMeta{}
+}
+
+// policyDenyingAnyTerraformData denies every terraform_data a plan names,
+// whatever the plan does with it: keeping it unchanged and deleting it too.
+const policyDenyingAnyTerraformData = `package terrace
+
+deny contains msg if {
+	some rc in input.resource_changes
+	rc.type == "terraform_data"
+	msg := sprintf("%s: %s of a terraform_data is not allowed", [rc.address, concat("+", rc.change.actions)])
+}
+`
+
+// TestStackPlanPolicyDecidesUnchangedAndDestroyPlans: a plan without
+// changes is decided too, and its denial is shown (PolicyDenied) without
+// blocking anything: the Stack stays Ready with what it applied. A
+// destroyOnDelete destroy is planned and decided before it runs: a denial
+// keeps the Stack, its resources and its state, says what to do, and the
+// deletion goes through once the policy allows it.
+func TestStackPlanPolicyDecidesUnchangedAndDestroyPlans(t *testing.T) {
+	e := newStackEnv(t)
+	e.policies(t, "types.rego", policyWarningTerraformData)
+	e.program(t, "svc", map[string]string{"main.tf": healthModule})
+	e.create(t, &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: "svc"},
+		Spec: terracev1.StackSpec{
+			Source:          terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "svc"}},
+			ApprovePlan:     terracev1.ApprovePlanAuto,
+			DestroyOnDelete: true,
+			Vars:            jsonVars(t, map[string]any{"url": "http://example.invalid", "host_port": "example.invalid:80"}),
+			RetryInterval:   &metav1.Duration{Duration: 2 * time.Second},
+		},
+	})
+	e.waitStack(t, "svc", stackTimeout, "Ready", readyAt)
+
+	// The policy change plans again: no changes, denied, and nothing blocked.
+	e.setPolicy(t, "types.rego", policyDenyingAnyTerraformData)
+	st := e.waitStack(t, "svc", stackTimeout, "the unchanged plan denied", conditionIs(terracev1.PolicyDeniedCondition, metav1.ConditionTrue, "PolicyDenied"))
+	if err := readyAt(st); err != nil {
+		t.Errorf("a denied plan without changes blocked the Stack: %v (%s)", err, conditionsText(st))
+	}
+	if msg := conditionMessage(st, terracev1.PolicyDeniedCondition); !strings.Contains(msg, "has no changes, so nothing was blocked") || !strings.Contains(msg, "terraform_data.service: no-op of a terraform_data is not allowed") {
+		t.Errorf("PolicyDenied message %q", msg)
+	}
+	if p := st.Status.Plan; p == nil || p.Policy == nil || p.Policy.Decision != "denied" {
+		t.Errorf("status.plan of the unchanged plan: %+v", st.Status.Plan)
+	}
+	if rs := e.releases(t, "svc"); len(rs) != 1 {
+		t.Errorf("releases after the unchanged plan: %d, want 1", len(rs))
+	}
+
+	// The destroy is denied: nothing destroyed, nothing removed.
+	if err := e.c.Delete(context.Background(), &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "svc"}}); err != nil {
+		t.Fatal(err)
+	}
+	st = e.waitStack(t, "svc", stackTimeout, "the destroy denied", conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "PolicyDenied"))
+	msg := stalled(st)
+	for _, want := range []string{"deletion blocked", "terraform_data.service: delete of a terraform_data is not allowed", "nothing was destroyed", "change the plan policies", "remove the finalizer"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Stalled message %q does not say %q", msg, want)
+		}
+	}
+	if p := st.Status.Plan; p == nil || !p.DestroyPlan || p.Destroy != 1 || p.Policy == nil || p.Policy.Decision != "denied" {
+		t.Errorf("status.plan of the destroy: %+v", st.Status.Plan)
+	}
+	if err := conditionIs(terracev1.PolicyDeniedCondition, metav1.ConditionTrue, "PolicyDenied")(st); err != nil {
+		t.Error(err)
+	}
+	if kept, _ := e.stateOf(t, "svc"); !strings.Contains(string(kept.Data), `"terraform_data"`) {
+		t.Errorf("the state lost its resources after a denied destroy: %.300s", kept.Data)
+	}
+	if rs := e.releases(t, "svc"); len(rs) != 1 {
+		t.Errorf("releases after the denied destroy: %d, want 1", len(rs))
+	}
+
+	// Allowed again: the policy change wakes the deletion, which completes.
+	e.setPolicy(t, "types.rego", policyWarningTerraformData)
+	waitGone(t, stackTimeout, "Stack svc destroyed and deleted", func() error {
+		return e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "svc"}, &terracev1.Stack{})
+	})
+	if rs := e.releases(t, "svc"); len(rs) != 0 {
+		t.Errorf("releases left after the destroy: %d", len(rs))
 	}
 }
 
@@ -259,6 +364,19 @@ func (e *stackEnv) policies(t *testing.T, key, module string) {
 			ConfigMapRefs: []terracev1.LocalObjectReference{{Name: "policies"}},
 		}},
 	})
+}
+
+// setPolicy replaces one module of the ConfigMap "policies".
+func (e *stackEnv) setPolicy(t *testing.T, key, module string) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "policies"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[key] = module
+	if err := e.c.Update(context.Background(), &cm); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func conditionMessage(s *terracev1.Stack, t string) string {

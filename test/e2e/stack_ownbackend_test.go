@@ -109,19 +109,35 @@ func TestStackKeepsStateInItsOwnPgBackend(t *testing.T) {
 		t.Errorf("drift plan: %+v", st.Status.Plan)
 	}
 	// A lock held in the backend: the next run fails with tofu's lock
-	// message in the Ready condition, and runs go on once it is released.
+	// message in the Ready condition and status.backendLock, which
+	// describe shows; runs go on once it is released, and it is cleared.
 	release := holdPgLock(t, url, schema, "default")
-	e.waitStack(t, "own", stackTimeout, "a run that meets the backend's lock", func(s *terracev1.Stack) error {
+	locked := e.waitStack(t, "own", stackTimeout, "a run that meets the backend's lock", func(s *terracev1.Stack) error {
 		if c := apimeta.FindStatusCondition(s.Status.Conditions, terracev1.ReadyCondition); c == nil || !strings.Contains(c.Message, "the state is locked") {
 			return fmt.Errorf("conditions: %s", conditionsText(s))
 		}
+		if s.Status.BackendLock == nil {
+			return fmt.Errorf("no status.backendLock: %s", conditionsText(s))
+		}
 		return nil
 	})
+	if msg := locked.Status.BackendLock.Message; !strings.Contains(msg, "Error acquiring the state lock") {
+		t.Errorf("status.backendLock.message %q is not tofu's account of the lock", msg)
+	}
+	described := terraceCLI(t, e, "describe", "own", "-n", e.ns)
+	for _, want := range []string{"State lock (spec.backend): a run met it at", "tofu force-unlock", "Error acquiring the state lock"} {
+		if !strings.Contains(described, want) {
+			t.Errorf("describe does not show %q:\n%s", want, described)
+		}
+	}
 	release()
 	lockedAt := e.getStack(t, "own").Status.LastDriftCheckAt
 	e.waitStack(t, "own", stackTimeout, "a drift check after the lock is released", func(s *terracev1.Stack) error {
 		if s.Status.LastDriftCheckAt == nil || (lockedAt != nil && !s.Status.LastDriftCheckAt.After(lockedAt.Time)) {
 			return fmt.Errorf("no new drift check: %s", conditionsText(s))
+		}
+		if s.Status.BackendLock != nil {
+			return fmt.Errorf("status.backendLock is still set: %+v", s.Status.BackendLock)
 		}
 		return conditionIs(terracev1.DriftedCondition, metav1.ConditionTrue, "DriftDetected")(s)
 	})

@@ -43,6 +43,65 @@ output "greeting" { value = trimspace(file(pathexpand("~/.terrace-test/greeting"
 	"env/large.tfvars": "replicas = 103\n",
 }
 
+// parallelismModule has two resources whose create provisioners each wait
+// (up to var.wait seconds) to see the other one running, and record with a
+// "saw-<key>" file that they did, after a handshake so that neither ends
+// before the other looked. Under parallelism 1 tofu never runs them
+// together, so neither can see the other, whatever the timing; under 2
+// both run at once and both see.
+const parallelismModule = `
+variable "dir" { type = string }
+variable "round" { type = number }
+variable "wait" { type = number }
+resource "terraform_data" "r" {
+  for_each         = { a = "b", b = "a" }
+  triggers_replace = [var.round]
+  provisioner "local-exec" {
+    command = <<-EOT
+      d=${var.dir}/${var.round}; k=${each.key}; o=${each.value}; n=0
+      mkdir -p $d && touch $d/running-$k
+      until { [ -e $d/running-$o ] && [ ! -e $d/done-$o ]; } || [ $n -ge ${var.wait * 10} ]; do sleep 0.1; n=$((n+1)); done
+      if [ -e $d/running-$o ] && [ ! -e $d/done-$o ]; then
+        touch $d/saw-$k; n=0
+        until [ -e $d/saw-$o ] || [ $n -ge ${var.wait * 10} ]; do sleep 0.1; n=$((n+1)); done
+      fi
+      touch $d/done-$k
+    EOT
+  }
+}
+`
+
+// parallelismStack runs parallelismModule with spec.parallelism n.
+func parallelismStack(t *testing.T, dir string, n int32, round, wait int) *terracev1.Stack {
+	return &terracev1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Name: "par"},
+		Spec: terracev1.StackSpec{
+			Source:        terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "parallel"}},
+			ApprovePlan:   terracev1.ApprovePlanAuto,
+			Parallelism:   ptr.To(n),
+			Vars:          jsonVars(t, map[string]any{"dir": dir, "round": round, "wait": wait}),
+			RetryInterval: &metav1.Duration{Duration: 2 * time.Second},
+		},
+	}
+}
+
+// sawEachOther reports which of the round's two provisioners saw the other
+// running, after checking that both ran to their end.
+func sawEachOther(t *testing.T, dir string, round int) []string {
+	t.Helper()
+	var saw []string
+	for _, k := range []string{"a", "b"} {
+		d := filepath.Join(dir, fmt.Sprint(round))
+		if _, err := os.Stat(filepath.Join(d, "done-"+k)); err != nil {
+			t.Fatalf("round %d: the provisioner of %s did not finish: %v", round, k, err)
+		}
+		if _, err := os.Stat(filepath.Join(d, "saw-"+k)); err == nil {
+			saw = append(saw, k)
+		}
+	}
+	return saw
+}
+
 func optionsStack(name string) *terracev1.Stack {
 	return &terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -64,6 +123,8 @@ func optionsStack(name string) *terracev1.Stack {
 // TestStackRunOptionsAndInventory: var files, file mappings, parallelism,
 // targets and replace reach tofu, and the inventory follows the state (in
 // the status, then in a Secret once it is large), shown by describe.
+// Parallelism is shown by what tofu does: two resources' provisioners never
+// run together under parallelism 1, and do under 2.
 func TestStackRunOptionsAndInventory(t *testing.T) {
 	e := newStackEnv(t)
 	e.allowRunnerToRead(t, "files")
@@ -72,6 +133,10 @@ func TestStackRunOptionsAndInventory(t *testing.T) {
 	}})
 	e.program(t, "options", optionsModule)
 	e.create(t, optionsStack("opts"))
+	parDir := t.TempDir()
+	e.program(t, "parallel", map[string]string{"main.tf": parallelismModule})
+	// Under parallelism 1 the wait only costs time: it can never be met.
+	e.create(t, parallelismStack(t, parDir, 1, 1, 3))
 	st := e.waitStack(t, "opts", stackTimeout, "Ready", readyAt)
 	if out := e.outputs(t, "opts-outputs"); out["suffix"] != "mapped" || out["greeting"] != "hello from home" {
 		t.Errorf("outputs from the mapped files: %v", out)
@@ -143,6 +208,17 @@ func TestStackRunOptionsAndInventory(t *testing.T) {
 		if !strings.Contains(described, want) {
 			t.Errorf("describe does not show %q:\n%s", want, described)
 		}
+	}
+
+	e.waitStack(t, "par", stackTimeout, "Ready under parallelism 1", readyAt)
+	if saw := sawEachOther(t, parDir, 1); len(saw) != 0 {
+		t.Errorf("under parallelism 1, %v saw the other resource's provisioner running", saw)
+	}
+	// A new round replaces both (provisioners run at create), now two at once.
+	e.updateStack(t, "par", func(s *terracev1.Stack) { s.Spec = parallelismStack(t, parDir, 2, 2, 120).Spec })
+	e.waitStack(t, "par", stackTimeout, "Ready under parallelism 2", readyAt)
+	if saw := sawEachOther(t, parDir, 2); len(saw) != 2 {
+		t.Errorf("under parallelism 2, only %v saw the other resource's provisioner running", saw)
 	}
 }
 

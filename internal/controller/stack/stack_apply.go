@@ -22,6 +22,8 @@ type planRecord struct {
 	id      string
 	summary *runnerv1.PlanSummary
 	started time.Time
+	// policy is the decision stored with the plan, for a stored plan.
+	policy *state.PlanPolicy
 }
 
 // applyApproved is the step of apply runs: the stored, approved plan is
@@ -37,6 +39,10 @@ func (r *Reconciler) applyApproved(ctx context.Context, s *scope) error {
 	if err != nil {
 		return fmt.Errorf("failed to read plan %s: %w", planID, err)
 	}
+	if d := stored.Policy; d != nil && d.Decision == policyDenied {
+		// Never kept for approval today; a record that says so is refused all the same.
+		return reconcile.Terminalf(PolicyDeniedReason, "plan %s is denied by the plan policies and not applied: %s", planID, strings.Join(d.Violations, "; "))
+	}
 	if err := s.run.client.UploadPlan(ctx, planID, stored.Digest, bytes.NewReader(stored.Binary)); err != nil {
 		return classify(s.run.session, err, ApplyFailedReason, "failed to restore the plan in the runner")
 	}
@@ -44,7 +50,7 @@ func (r *Reconciler) applyApproved(ctx context.Context, s *scope) error {
 	if p := s.recorded().Plan; p != nil {
 		summary = &runnerv1.PlanSummary{Add: p.Add, Change: p.Change, Destroy: p.Destroy}
 	}
-	if err := r.apply(ctx, s, planRecord{id: planID, summary: summary, started: r.now()}); err != nil {
+	if err := r.apply(ctx, s, planRecord{id: planID, summary: summary, started: r.now(), policy: stored.Policy}); err != nil {
 		if s.observed.lostPlan != "" {
 			_ = stores.Plans.DeletePlan(context.WithoutCancel(ctx), planKey(s.stack, planID))
 		}
@@ -125,7 +131,7 @@ func (r *Reconciler) newRelease(s *scope, p planRecord) release.Release {
 		ToolVersion: s.observed.tool.version, RunnerImage: s.observed.tool.image,
 		Plan:         release.PlanSummary{Add: int(p.summary.GetAdd()), Change: int(p.summary.GetChange()), Destroy: int(p.summary.GetDestroy())},
 		SecretInputs: s.inputs.secretValues(),
-		Policy:       appliedPolicy(s),
+		Policy:       appliedPolicy(s, p),
 	}
 }
 

@@ -68,16 +68,52 @@ func (r *Reconciler) executeDestroy(ctx context.Context, s *scope) error {
 }
 
 // destroy is the step of destroy runs: `destroy` with the Stack's current
-// inputs.
+// inputs. Under plan policies the destruction is planned first, the
+// policies decide that plan, and exactly it is applied.
 func (r *Reconciler) destroy(ctx context.Context, s *scope) error {
 	vars, err := s.variables()
 	if err != nil {
 		return err
 	}
+	if s.hasPolicies() {
+		return r.destroyChecked(ctx, s, vars)
+	}
 	// A destroy is an apply of the destruction, timed as one.
 	defer s.run.timings.Start(runphase.Apply)()
 	if err := s.run.client.Destroy(ctx, &runnerv1.DestroyRequest{Variables: vars}, s.run.logf); err != nil {
 		return classify(s.run.session, err, DestroyFailedReason, "destroy failed")
+	}
+	return nil
+}
+
+// destroyChecked plans the destruction, has the policies decide it and
+// applies that plan. A denial destroys nothing and removes nothing: the
+// state, plans and releases stay, and the deletion waits (deletionBlocked
+// says how to go on).
+func (r *Reconciler) destroyChecked(ctx context.Context, s *scope, vars *runnerv1.Variables) error {
+	run := s.run
+	planID := newPlanID(s)
+	planDone := run.timings.Start(runphase.Plan)
+	p, err := run.client.Plan(ctx, &runnerv1.PlanRequest{Variables: vars, PlanId: planID, Destroy: true, MaxStateBytes: r.Options.MaxStateBytes}, run.logf)
+	planDone()
+	if err != nil {
+		return classify(run.session, err, DestroyFailedReason, "the destroy plan failed")
+	}
+	made := &planObservation{id: planID, summary: p.GetSummary(), hasChanges: p.GetHasChanges(), at: r.now(), destroy: true}
+	s.observed.plan = made
+	if err := r.checkPolicies(ctx, s, made, p); err != nil {
+		var terminal *reconcile.TerminalError
+		if errors.As(err, &terminal) {
+			return reconcile.Terminalf(terminal.Reason, "the destroy %s; nothing was destroyed and the state, plans and releases are kept; change the plan policies (the deletion is retried when they change)", terminal.Err.Error())
+		}
+		return err
+	}
+	if !made.hasChanges {
+		return nil
+	}
+	defer run.timings.Start(runphase.Apply)()
+	if err := run.client.ApplyWith(ctx, applyRequest(s, planID), run.logf); err != nil {
+		return classify(run.session, err, DestroyFailedReason, "destroy failed")
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ func classify(sess runSession, err error, reason, what string) error {
 	case runner.ReasonStateTooLarge:
 		return reconcile.Terminalf(StateTooLargeReason, "%s: %s", what, runnerMessage(err))
 	case runner.ReasonStateLocked:
-		return fmt.Errorf("%s: the state is locked: %s", what, runnerMessage(err))
+		return &stateLockedError{what: what, message: runnerMessage(err)}
 	}
 	// Busy, not ready, interrupted, or no answer at all: it passes.
 	return fmt.Errorf("%s: %w", what, err)
@@ -75,6 +75,18 @@ func classifySourceError(s *scope, err error) error {
 		return reconcile.Terminalf(SourceInvalidReason, "%s cannot be loaded: %s", desc, msg)
 	}
 	return fmt.Errorf("failed to load %s into the runner: %w", desc, err)
+}
+
+// stateLockedError is a run that could not take the state lock: it passes
+// (a retry with backoff), and for a Stack's own backend, whose locks
+// Terrace never releases, status.backendLock shows it.
+type stateLockedError struct {
+	what    string
+	message string
+}
+
+func (e *stateLockedError) Error() string {
+	return fmt.Sprintf("%s: the state is locked: %s", e.what, e.message)
 }
 
 // runnerMessage is the message of a runner's gRPC status, or of err.

@@ -51,9 +51,13 @@ func (r *Reconciler) gatherRunOptions(ctx context.Context, s *scope) error {
 }
 
 // gatherDestroyOptions reads the file mappings a destroy needs (provider
-// credentials); plan policies do not apply to a destroy.
+// credentials) and the plan policies that decide the destroy's plan.
 func (r *Reconciler) gatherDestroyOptions(ctx context.Context, s *scope) error {
-	_, err := r.gatherFileMappings(ctx, s)
+	if _, err := r.gatherFileMappings(ctx, s); err != nil {
+		return err
+	}
+	policies, err := r.loadPolicies(ctx, s)
+	s.options.policies = policies
 	return err
 }
 

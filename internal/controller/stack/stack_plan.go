@@ -7,6 +7,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/runphase"
+	"github.com/terrace-dev/terrace/internal/stackview"
 	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -51,7 +52,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 	}
 	if s.stack.Spec.PlanOnly {
 		made.planOnly = true
-		return r.storeReadablePlan(ctx, s, planID, nil)
+		return r.storeReadablePlan(ctx, s, made, nil)
 	}
 	if s.observed.drift.found && s.config.DriftMode == terracev1.DriftDetectionWarn {
 		if _, requested := requestedReconcile(s.stack); !requested {
@@ -138,7 +139,7 @@ func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObser
 	if _, err := s.run.client.DownloadPlan(ctx, p.id, &buf); err != nil {
 		return classify(s.run.session, err, PlanFailedReason, "failed to download the plan file")
 	}
-	if err := r.storeReadablePlan(ctx, s, p.id, buf.Bytes()); err != nil {
+	if err := r.storeReadablePlan(ctx, s, p, buf.Bytes()); err != nil {
 		return err
 	}
 	p.keptForApproval = true
@@ -147,13 +148,14 @@ func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObser
 }
 
 // storeReadablePlan saves the plan file (when given) with the readable
-// rendering the Stack asks for.
-func (r *Reconciler) storeReadablePlan(ctx context.Context, s *scope, planID string, binary []byte) error {
+// rendering the Stack asks for and the policies' decision on it.
+func (r *Reconciler) storeReadablePlan(ctx context.Context, s *scope, made *planObservation, binary []byte) error {
 	format := s.stack.Spec.StoreReadablePlan
 	if binary == nil && (format == "" || format == terracev1.ReadablePlanNone) {
 		return nil
 	}
-	plan := state.Plan{PlanMeta: state.PlanMeta{Key: planKey(s.stack, planID)}, Binary: binary}
+	planID := made.id
+	plan := state.Plan{PlanMeta: state.PlanMeta{Key: planKey(s.stack, planID), Policy: stackview.StatusPolicy(made.policy)}, Binary: binary}
 	if format == terracev1.ReadablePlanJSON || format == terracev1.ReadablePlanHuman {
 		f := runnerv1.PlanFormat_PLAN_FORMAT_JSON
 		if format == terracev1.ReadablePlanHuman {

@@ -100,13 +100,26 @@ func (r *Reconciler) loadPolicies(ctx context.Context, s *scope) (*planPolicies,
 	return &planPolicies{set: set}, nil
 }
 
-// checkPolicies decides a plan with changes before anything applies it
-// and records the decision with the plan. A denial is terminal: the module
-// or the policies must change (a policy change makes a new plan due).
+// checkPolicies decides every plan before anything applies it and records
+// the decision with the plan. A denial of a plan with changes is terminal:
+// the module or the policies must change (a policy change makes a new plan
+// due). A plan without changes applies nothing, so its denial blocks
+// nothing: it is recorded and shown (PolicyDenied), and the Stack stays
+// Ready with what it last applied, which the policies now deny.
 func (r *Reconciler) checkPolicies(ctx context.Context, s *scope, made *planObservation, p *runner.Plan) error {
-	if !s.hasPolicies() || !made.hasChanges {
+	if !s.hasPolicies() {
 		return nil
 	}
+	err := r.decidePlan(ctx, s, made, p)
+	if err != nil && !made.hasChanges {
+		r.warningEvent(s.stack, PolicyDeniedReason, "plan %s has no changes, so nothing is blocked, but the plan policies deny what the Stack keeps: %s", made.id, strings.Join(made.policy.Violations, "; "))
+		return nil
+	}
+	return err
+}
+
+// decidePlan evaluates the policies on one plan into made.policy.
+func (r *Reconciler) decidePlan(ctx context.Context, s *scope, made *planObservation, p *runner.Plan) error {
 	digest := s.options.policies.digest()
 	if p.JSONOmitted {
 		made.policy = &terracev1.PlanPolicyStatus{Decision: policyDenied, PoliciesDigest: digest,
@@ -127,7 +140,9 @@ func (r *Reconciler) checkPolicies(ctx context.Context, s *scope, made *planObse
 		return nil
 	}
 	made.policy.Decision = policyDenied
-	r.warningEvent(s.stack, PolicyDeniedReason, "plan %s denied: %s", made.id, strings.Join(decision.Violations, "; "))
+	if made.hasChanges {
+		r.warningEvent(s.stack, PolicyDeniedReason, "plan %s denied: %s", made.id, strings.Join(decision.Violations, "; "))
+	}
 	return reconcile.Terminalf(PolicyDeniedReason, "plan %s is denied by the plan policies and not applied: %s",
 		made.id, strings.Join(decision.Violations, "; "))
 }
@@ -155,7 +170,9 @@ func setPolicyCondition(s *scope) {
 	d := o.plan.policy
 	switch {
 	case d == nil:
-		reconcile.MarkFalse(stack, terracev1.PolicyDeniedCondition, PolicyPassedReason, "plan %s has no changes to check", o.plan.id)
+		return // a plan that ended before its decision (a denied state size, say)
+	case d.Decision == policyDenied && !o.plan.hasChanges:
+		reconcile.MarkTrue(stack, terracev1.PolicyDeniedCondition, PolicyDeniedReason, "plan %s has no changes, so nothing was blocked, but the policies deny what the Stack keeps: %s", o.plan.id, strings.Join(d.Violations, "; "))
 	case d.Decision == policyDenied:
 		reconcile.MarkTrue(stack, terracev1.PolicyDeniedCondition, PolicyDeniedReason, "plan %s: %s", o.plan.id, strings.Join(d.Violations, "; "))
 	case len(d.Warnings) > 0:
@@ -183,9 +200,13 @@ func (r *Reconciler) stacksForPolicyConfigMap(ctx context.Context, o client.Obje
 	return settings.StacksForConfig(r.Client, r.Options.OperatorNamespace)(ctx, &cfg)
 }
 
-// appliedPolicy is the decision recorded with a release: this reconcile's
-// plan's, or the approved plan's as its status recorded it.
-func appliedPolicy(s *scope) *release.PolicyDecision {
+// appliedPolicy is the decision recorded with a release: the one stored
+// with the applied plan, this reconcile's plan's, or the approved plan's as
+// its status recorded it.
+func appliedPolicy(s *scope, p planRecord) *release.PolicyDecision {
+	if d := p.policy; d != nil {
+		return &release.PolicyDecision{Decision: d.Decision, Warnings: d.Warnings, PoliciesDigest: d.PoliciesDigest}
+	}
 	d := (*terracev1.PlanPolicyStatus)(nil)
 	if s.observed.plan != nil {
 		d = s.observed.plan.policy

@@ -132,6 +132,8 @@ type planObservation struct {
 	keptForApproval bool
 	// planOnly: spec.planOnly; reported, never applied.
 	planOnly bool
+	// destroy: the plan of a destroy run (destroyOnDelete under policies).
+	destroy bool
 	// policy is the plan policies' decision, when they were asked.
 	policy *terracev1.PlanPolicyStatus
 }

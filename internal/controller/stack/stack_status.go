@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,6 +78,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 		st.LastHandledReconcileAt = v
 	}
 	recordRun(s)
+	r.recordBackendLock(s, stepErr)
 	if o.suspended {
 		reconcile.Delete(stack, terracev1.ReconcilingCondition)
 		return reconcile.Outcome{Final: true}
@@ -84,9 +86,9 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	if stack.DeletionTimestamp == nil {
 		r.setDependenciesCondition(s)
 		r.setPlanConditions(s)
-		setPolicyCondition(s)
 		setHealthCondition(s)
 	}
+	setPolicyCondition(s) // a destroy's plan is decided too
 	err := stepErr
 	if err == nil && o.awaitingApproval() {
 		// Waiting on a person, not on the controller: not Ready (so
@@ -133,7 +135,7 @@ func recordRun(s *scope) {
 		sum := p.summary
 		st.Plan = &terracev1.PlanStatus{
 			ID: p.id, Add: sum.GetAdd(), Change: sum.GetChange(), Destroy: sum.GetDestroy(),
-			Drift: sum.GetDrift(), CreatedAt: &at, InputsDigest: s.inputs.digest, Policy: p.policy,
+			Drift: sum.GetDrift(), CreatedAt: &at, InputsDigest: s.inputs.digest, Policy: p.policy, DestroyPlan: p.destroy,
 		}
 		if p.keptForApproval {
 			st.Plan.Pending = p.id
@@ -168,6 +170,29 @@ func recordRun(s *scope) {
 	}
 	if rel := o.release; rel != nil {
 		st.Release = &terracev1.ReleaseStatus{Revision: int64(rel.Revision), Status: string(rel.Status), UpdatedAt: ptrTime(rel.FinishedAt), StateSerial: rel.StateSerial}
+	}
+}
+
+// maxBackendLockMessage bounds the lock message kept in status.
+const maxBackendLockMessage = 2048
+
+// recordBackendLock shows a lock the run met in the Stack's own backend,
+// and forgets it once a run got past the lock (or the Stack left its own
+// backend).
+func (r *Reconciler) recordBackendLock(s *scope, stepErr error) {
+	st, o := &s.stack.Status, &s.observed
+	var locked *stateLockedError
+	switch {
+	case !ownsBackend(s.stack):
+		st.BackendLock = nil
+	case errors.As(stepErr, &locked):
+		msg := locked.message
+		if len(msg) > maxBackendLockMessage {
+			msg = strings.ToValidUTF8(msg[:maxBackendLockMessage], "") + "…"
+		}
+		st.BackendLock = &terracev1.BackendLockStatus{Message: msg, ObservedAt: metav1.NewTime(r.now())}
+	case o.plan != nil || o.applied != nil:
+		st.BackendLock = nil
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -281,7 +282,8 @@ func (m *migration) plan(ctx context.Context, key state.PlanKey) error {
 	if err != nil {
 		return fmt.Errorf("failed to read the copy back from %s: %w", m.to.Name, err)
 	}
-	if got.Digest != src.Digest || got.ReadableDigest != src.ReadableDigest || !bytes.Equal(got.Binary, src.Binary) || !bytes.Equal(got.Readable, src.Readable) || got.ReadableFormat != src.ReadableFormat {
+	if got.Digest != src.Digest || got.ReadableDigest != src.ReadableDigest || !bytes.Equal(got.Binary, src.Binary) || !bytes.Equal(got.Readable, src.Readable) || got.ReadableFormat != src.ReadableFormat ||
+		!reflect.DeepEqual(got.Policy, src.Policy) {
 		return fmt.Errorf("copy in %s failed verification", m.to.Name)
 	}
 	if got.Migrated != nil {

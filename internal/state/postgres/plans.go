@@ -11,20 +11,23 @@ import (
 	"github.com/terrace-dev/terrace/internal/state"
 )
 
-const planMetaColumns = `namespace, stack, plan_id, digest, size, readable_digest, readable_format, created_at, migrated`
+const planMetaColumns = `namespace, stack, plan_id, digest, size, readable_digest, readable_format, created_at, migrated, policy`
 
 func scanPlanMeta(row pgx.Row, extra ...any) (state.PlanMeta, error) {
 	var m state.PlanMeta
 	var format string
-	var mark []byte
-	dest := append([]any{&m.Key.Namespace, &m.Key.Stack, &m.Key.ID, &m.Digest, &m.Size, &m.ReadableDigest, &format, &m.CreatedAt, &mark}, extra...)
+	var mark, policy []byte
+	dest := append([]any{&m.Key.Namespace, &m.Key.Stack, &m.Key.ID, &m.Digest, &m.Size, &m.ReadableDigest, &format, &m.CreatedAt, &mark, &policy}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return m, err
 	}
 	m.ReadableFormat = state.ReadableFormat(format)
 	m.CreatedAt = m.CreatedAt.UTC()
 	var err error
-	m.Migrated, err = decodeJSON[state.MigrationMark](mark, "migration mark of plan "+m.Key.String())
+	if m.Migrated, err = decodeJSON[state.MigrationMark](mark, "migration mark of plan "+m.Key.String()); err != nil {
+		return m, err
+	}
+	m.Policy, err = decodeJSON[state.PlanPolicy](policy, "policy decision of plan "+m.Key.String())
 	return m, err
 }
 
@@ -55,9 +58,13 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 		created = time.Now().UTC().Truncate(time.Microsecond)
 	}
 	digest := state.Digest(plan.Binary)
-	tag, err := s.pool.Exec(ctx, `INSERT INTO terrace_plans (namespace, stack, plan_id, digest, size, readable_digest, readable_format, created_at, encoding, data, readable_encoding, readable_data)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
-		key.Namespace, key.Stack, key.ID, digest, int64(len(plan.Binary)), readableDigest, string(plan.ReadableFormat), created, encoding, sealed, readableEncoding, readableSealed)
+	policy, err := encodeJSON(plan.Policy)
+	if err != nil {
+		return state.PlanMeta{}, err
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO terrace_plans (namespace, stack, plan_id, digest, size, readable_digest, readable_format, created_at, encoding, data, readable_encoding, readable_data, policy)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb) ON CONFLICT DO NOTHING`,
+		key.Namespace, key.Stack, key.ID, digest, int64(len(plan.Binary)), readableDigest, string(plan.ReadableFormat), created, encoding, sealed, readableEncoding, readableSealed, policy)
 	if err != nil {
 		return state.PlanMeta{}, fmt.Errorf("failed to write plan %s: %w", key, err)
 	}

@@ -126,6 +126,8 @@ var schema = []string{
 		migrated jsonb,
 		PRIMARY KEY (namespace, stack, plan_id))`,
 	`ALTER TABLE terrace_plans ALTER COLUMN data SET STORAGE EXTERNAL`,
+	// Added after the table: databases made before keep working.
+	`ALTER TABLE terrace_plans ADD COLUMN IF NOT EXISTS policy jsonb`,
 	`CREATE TABLE IF NOT EXISTS terrace_releases (
 		namespace text NOT NULL,
 		stack text NOT NULL,

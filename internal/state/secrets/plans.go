@@ -28,6 +28,7 @@ type planIndex struct {
 	CreatedAt      time.Time            `json:"createdAt"`
 	Binary         blobRef              `json:"binary"`
 	Readable       *blobRef             `json:"readable,omitempty"`
+	Policy         *state.PlanPolicy    `json:"policy,omitempty"`
 }
 
 func planIndexName(key state.PlanKey) string { return ObjectName("terrace-plan", key.Stack, key.ID) }
@@ -64,7 +65,7 @@ func planMeta(key state.PlanKey, obj *corev1.Secret, idx *planIndex) (state.Plan
 	if err != nil {
 		return state.PlanMeta{}, &state.CorruptError{What: "Secret " + obj.Namespace + "/" + obj.Name, Reason: err.Error()}
 	}
-	return state.PlanMeta{Key: key, Digest: idx.Digest, ReadableDigest: idx.ReadableDigest, ReadableFormat: idx.ReadableFormat, Size: idx.Size, CreatedAt: idx.CreatedAt, Migrated: mark}, nil
+	return state.PlanMeta{Key: key, Digest: idx.Digest, ReadableDigest: idx.ReadableDigest, ReadableFormat: idx.ReadableFormat, Size: idx.Size, CreatedAt: idx.CreatedAt, Migrated: mark, Policy: idx.Policy}, nil
 }
 
 // PutPlan implements state.PlanStore.
@@ -73,7 +74,7 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 	if err := key.Validate(); err != nil {
 		return state.PlanMeta{}, err
 	}
-	idx := &planIndex{Digest: state.Digest(plan.Binary), Size: int64(len(plan.Binary)), ReadableFormat: plan.ReadableFormat, CreatedAt: plan.CreatedAt.UTC().Truncate(time.Microsecond)}
+	idx := &planIndex{Digest: state.Digest(plan.Binary), Size: int64(len(plan.Binary)), ReadableFormat: plan.ReadableFormat, CreatedAt: plan.CreatedAt.UTC().Truncate(time.Microsecond), Policy: plan.Policy}
 	if idx.CreatedAt.IsZero() {
 		idx.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -108,7 +109,8 @@ func testPlans(t *testing.T, b Backend) {
 	binary := StateJSON("plan", 1, 0, 2<<20) // bigger than one chunk
 	readable := []byte(`{"resource_changes":[]}`)
 	created := time.Now().UTC().Truncate(time.Second)
-	meta, err := b.Plans.PutPlan(ctx, state.Plan{PlanMeta: state.PlanMeta{Key: key, ReadableFormat: state.ReadableJSON, CreatedAt: created}, Binary: binary, Readable: readable})
+	decision := &state.PlanPolicy{Decision: "allowed", Warnings: []string{"terraform_data.x: discouraged"}, PoliciesDigest: "sha256:ab"}
+	meta, err := b.Plans.PutPlan(ctx, state.Plan{PlanMeta: state.PlanMeta{Key: key, ReadableFormat: state.ReadableJSON, CreatedAt: created, Policy: decision}, Binary: binary, Readable: readable})
 	if err != nil {
 		t.Fatalf("PutPlan: %v", err)
 	}
@@ -121,6 +123,9 @@ func testPlans(t *testing.T, b Backend) {
 	}
 	if !bytes.Equal(got.Binary, binary) || !bytes.Equal(got.Readable, readable) || got.ReadableFormat != state.ReadableJSON || !got.CreatedAt.Equal(created) {
 		t.Fatalf("GetPlan returned other contents: %+v", got.PlanMeta)
+	}
+	if !reflect.DeepEqual(got.Policy, decision) || !reflect.DeepEqual(meta.Policy, decision) {
+		t.Fatalf("the policy decision is not kept with the plan: put %+v, got %+v (PutPlan said %+v)", decision, got.Policy, meta.Policy)
 	}
 	if _, err := b.Plans.PutPlan(ctx, state.Plan{PlanMeta: state.PlanMeta{Key: key, ReadableFormat: state.ReadableJSON}, Binary: binary, Readable: readable}); err != nil {
 		t.Fatalf("repeating PutPlan with the same bytes: %v", err)
@@ -139,6 +144,9 @@ func testPlans(t *testing.T, b Backend) {
 	list, err := b.Plans.ListPlans(ctx, b.Namespace, "app")
 	if err != nil || len(list) != 2 || list[0].Key != key || list[1].Key != second {
 		t.Fatalf("ListPlans of a stack: %+v, %v", list, err)
+	}
+	if !reflect.DeepEqual(list[0].Policy, decision) || list[1].Policy != nil {
+		t.Fatalf("ListPlans policy decisions: %+v and %+v, want %+v and none", list[0].Policy, list[1].Policy, decision)
 	}
 	if all, err := b.Plans.ListPlans(ctx, b.Namespace, ""); err != nil || len(all) != 3 {
 		t.Fatalf("ListPlans of the namespace: %d plans, %v", len(all), err)

@@ -1220,7 +1220,11 @@ type Plan struct {
 	// readable is the redacted rendering.
 	Readable string `protobuf:"bytes,11,opt,name=readable,proto3" json:"readable,omitempty"`
 	// note says why readable is empty.
-	Note          string `protobuf:"bytes,12,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,12,opt,name=note,proto3" json:"note,omitempty"`
+	// policy is the plan policies' decision: as stored with the plan when the
+	// caller may read the plan store, else as the Stack's status has it.
+	// Absent when no policies govern the Stack.
+	Policy        *PlanPolicy `protobuf:"bytes,13,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1339,6 +1343,86 @@ func (x *Plan) GetNote() string {
 	return ""
 }
 
+func (x *Plan) GetPolicy() *PlanPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// PlanPolicy is what the plan policies decided about a plan.
+type PlanPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// decision is allowed or denied.
+	Decision string `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	// violations are the deny rules' messages.
+	Violations []string `protobuf:"bytes,2,rep,name=violations,proto3" json:"violations,omitempty"`
+	// warnings are the warn rules' messages; they never block.
+	Warnings []string `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// policies_digest identifies the policies that decided.
+	PoliciesDigest string `protobuf:"bytes,4,opt,name=policies_digest,json=policiesDigest,proto3" json:"policies_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PlanPolicy) Reset() {
+	*x = PlanPolicy{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanPolicy) ProtoMessage() {}
+
+func (x *PlanPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanPolicy.ProtoReflect.Descriptor instead.
+func (*PlanPolicy) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PlanPolicy) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *PlanPolicy) GetViolations() []string {
+	if x != nil {
+		return x.Violations
+	}
+	return nil
+}
+
+func (x *PlanPolicy) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *PlanPolicy) GetPoliciesDigest() string {
+	if x != nil {
+		return x.PoliciesDigest
+	}
+	return ""
+}
+
 type ListReleasesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*Release             `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -1348,7 +1432,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1444,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1457,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{16}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListReleasesResponse) GetItems() []*Release {
@@ -1406,7 +1490,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1502,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1515,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{17}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Release) GetNamespace() string {
@@ -1536,7 +1620,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1632,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1645,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{18}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -1598,7 +1682,7 @@ type ReleaseOutput struct {
 
 func (x *ReleaseOutput) Reset() {
 	*x = ReleaseOutput{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1694,7 @@ func (x *ReleaseOutput) String() string {
 func (*ReleaseOutput) ProtoMessage() {}
 
 func (x *ReleaseOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1707,7 @@ func (x *ReleaseOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOutput.ProtoReflect.Descriptor instead.
 func (*ReleaseOutput) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{19}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseOutput) GetName() string {
@@ -1665,7 +1749,7 @@ type GetOutputsResponse struct {
 
 func (x *GetOutputsResponse) Reset() {
 	*x = GetOutputsResponse{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1761,7 @@ func (x *GetOutputsResponse) String() string {
 func (*GetOutputsResponse) ProtoMessage() {}
 
 func (x *GetOutputsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1774,7 @@ func (x *GetOutputsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutputsResponse.ProtoReflect.Descriptor instead.
 func (*GetOutputsResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{20}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetOutputsResponse) GetItems() []*Output {
@@ -1721,7 +1805,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1817,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1830,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{21}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Output) GetName() string {
@@ -1792,7 +1876,7 @@ type ListAllRequest struct {
 
 func (x *ListAllRequest) Reset() {
 	*x = ListAllRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1888,7 @@ func (x *ListAllRequest) String() string {
 func (*ListAllRequest) ProtoMessage() {}
 
 func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1901,7 @@ func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllRequest.ProtoReflect.Descriptor instead.
 func (*ListAllRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{22}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAllRequest) GetCluster() string {
@@ -1861,7 +1945,7 @@ type ListAllResponse struct {
 
 func (x *ListAllResponse) Reset() {
 	*x = ListAllResponse{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +1957,7 @@ func (x *ListAllResponse) String() string {
 func (*ListAllResponse) ProtoMessage() {}
 
 func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +1970,7 @@ func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllResponse.ProtoReflect.Descriptor instead.
 func (*ListAllResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{23}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListAllResponse) GetItems() []*Installation {
@@ -1923,7 +2007,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2019,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2032,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{24}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReconcileRequest) GetCluster() string {
@@ -1985,7 +2069,7 @@ type SuspendRequest struct {
 
 func (x *SuspendRequest) Reset() {
 	*x = SuspendRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2081,7 @@ func (x *SuspendRequest) String() string {
 func (*SuspendRequest) ProtoMessage() {}
 
 func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2094,7 @@ func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
 func (*SuspendRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{25}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SuspendRequest) GetCluster() string {
@@ -2047,7 +2131,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2143,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2156,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{26}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeRequest) GetCluster() string {
@@ -2111,7 +2195,7 @@ type GetRunLogRequest struct {
 
 func (x *GetRunLogRequest) Reset() {
 	*x = GetRunLogRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2207,7 @@ func (x *GetRunLogRequest) String() string {
 func (*GetRunLogRequest) ProtoMessage() {}
 
 func (x *GetRunLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2220,7 @@ func (x *GetRunLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunLogRequest.ProtoReflect.Descriptor instead.
 func (*GetRunLogRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{27}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetRunLogRequest) GetCluster() string {
@@ -2183,7 +2267,7 @@ type RunLog struct {
 
 func (x *RunLog) Reset() {
 	*x = RunLog{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2279,7 @@ func (x *RunLog) String() string {
 func (*RunLog) ProtoMessage() {}
 
 func (x *RunLog) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2292,7 @@ func (x *RunLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunLog.ProtoReflect.Descriptor instead.
 func (*RunLog) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{28}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RunLog) GetRun() string {
@@ -2260,7 +2344,7 @@ type GetProgramVariablesRequest struct {
 
 func (x *GetProgramVariablesRequest) Reset() {
 	*x = GetProgramVariablesRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2356,7 @@ func (x *GetProgramVariablesRequest) String() string {
 func (*GetProgramVariablesRequest) ProtoMessage() {}
 
 func (x *GetProgramVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2369,7 @@ func (x *GetProgramVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramVariablesRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{29}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetProgramVariablesRequest) GetCluster() string {
@@ -2318,7 +2402,7 @@ type ProgramVariables struct {
 
 func (x *ProgramVariables) Reset() {
 	*x = ProgramVariables{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2414,7 @@ func (x *ProgramVariables) String() string {
 func (*ProgramVariables) ProtoMessage() {}
 
 func (x *ProgramVariables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2427,7 @@ func (x *ProgramVariables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramVariables.ProtoReflect.Descriptor instead.
 func (*ProgramVariables) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{30}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProgramVariables) GetItems() []*Variable {
@@ -2373,7 +2457,7 @@ type Variable struct {
 
 func (x *Variable) Reset() {
 	*x = Variable{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2469,7 @@ func (x *Variable) String() string {
 func (*Variable) ProtoMessage() {}
 
 func (x *Variable) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2482,7 @@ func (x *Variable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variable.ProtoReflect.Descriptor instead.
 func (*Variable) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{31}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Variable) GetName() string {
@@ -2463,7 +2547,7 @@ type GetAccessRequest struct {
 
 func (x *GetAccessRequest) Reset() {
 	*x = GetAccessRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2559,7 @@ func (x *GetAccessRequest) String() string {
 func (*GetAccessRequest) ProtoMessage() {}
 
 func (x *GetAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2572,7 @@ func (x *GetAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccessRequest.ProtoReflect.Descriptor instead.
 func (*GetAccessRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{32}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetAccessRequest) GetCluster() string {
@@ -2527,7 +2611,7 @@ type Access struct {
 
 func (x *Access) Reset() {
 	*x = Access{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2623,7 @@ func (x *Access) String() string {
 func (*Access) ProtoMessage() {}
 
 func (x *Access) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2636,7 @@ func (x *Access) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Access.ProtoReflect.Descriptor instead.
 func (*Access) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{33}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Access) GetUpdate() bool {
@@ -2681,7 +2765,7 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
-	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xe3\x02\n" +
+	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\x97\x03\n" +
 	"\x04Plan\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -2698,7 +2782,16 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\x0freadable_format\x18\n" +
 	" \x01(\tR\x0ereadableFormat\x12\x1a\n" +
 	"\breadable\x18\v \x01(\tR\breadable\x12\x12\n" +
-	"\x04note\x18\f \x01(\tR\x04note\"E\n" +
+	"\x04note\x18\f \x01(\tR\x04note\x122\n" +
+	"\x06policy\x18\r \x01(\v2\x1a.terrace.api.v1.PlanPolicyR\x06policy\"\x8d\x01\n" +
+	"\n" +
+	"PlanPolicy\x12\x1a\n" +
+	"\bdecision\x18\x01 \x01(\tR\bdecision\x12\x1e\n" +
+	"\n" +
+	"violations\x18\x02 \x03(\tR\n" +
+	"violations\x12\x1a\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\x12'\n" +
+	"\x0fpolicies_digest\x18\x04 \x01(\tR\x0epoliciesDigest\"E\n" +
 	"\x14ListReleasesResponse\x12-\n" +
 	"\x05items\x18\x01 \x03(\v2\x17.terrace.api.v1.ReleaseR\x05items\"\xf5\x03\n" +
 	"\aRelease\x12\x1c\n" +
@@ -2830,7 +2923,7 @@ func file_terrace_api_v1_installation_proto_rawDescGZIP() []byte {
 	return file_terrace_api_v1_installation_proto_rawDescData
 }
 
-var file_terrace_api_v1_installation_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_terrace_api_v1_installation_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_terrace_api_v1_installation_proto_goTypes = []any{
 	(*Source)(nil),                     // 0: terrace.api.v1.Source
 	(*CreateRequest)(nil),              // 1: terrace.api.v1.CreateRequest
@@ -2848,89 +2941,91 @@ var file_terrace_api_v1_installation_proto_goTypes = []any{
 	(*Installation)(nil),               // 13: terrace.api.v1.Installation
 	(*Condition)(nil),                  // 14: terrace.api.v1.Condition
 	(*Plan)(nil),                       // 15: terrace.api.v1.Plan
-	(*ListReleasesResponse)(nil),       // 16: terrace.api.v1.ListReleasesResponse
-	(*Release)(nil),                    // 17: terrace.api.v1.Release
-	(*PlanSummary)(nil),                // 18: terrace.api.v1.PlanSummary
-	(*ReleaseOutput)(nil),              // 19: terrace.api.v1.ReleaseOutput
-	(*GetOutputsResponse)(nil),         // 20: terrace.api.v1.GetOutputsResponse
-	(*Output)(nil),                     // 21: terrace.api.v1.Output
-	(*ListAllRequest)(nil),             // 22: terrace.api.v1.ListAllRequest
-	(*ListAllResponse)(nil),            // 23: terrace.api.v1.ListAllResponse
-	(*ReconcileRequest)(nil),           // 24: terrace.api.v1.ReconcileRequest
-	(*SuspendRequest)(nil),             // 25: terrace.api.v1.SuspendRequest
-	(*ResumeRequest)(nil),              // 26: terrace.api.v1.ResumeRequest
-	(*GetRunLogRequest)(nil),           // 27: terrace.api.v1.GetRunLogRequest
-	(*RunLog)(nil),                     // 28: terrace.api.v1.RunLog
-	(*GetProgramVariablesRequest)(nil), // 29: terrace.api.v1.GetProgramVariablesRequest
-	(*ProgramVariables)(nil),           // 30: terrace.api.v1.ProgramVariables
-	(*Variable)(nil),                   // 31: terrace.api.v1.Variable
-	(*GetAccessRequest)(nil),           // 32: terrace.api.v1.GetAccessRequest
-	(*Access)(nil),                     // 33: terrace.api.v1.Access
-	(*structpb.Struct)(nil),            // 34: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),      // 35: google.protobuf.Timestamp
-	(*structpb.Value)(nil),             // 36: google.protobuf.Value
+	(*PlanPolicy)(nil),                 // 16: terrace.api.v1.PlanPolicy
+	(*ListReleasesResponse)(nil),       // 17: terrace.api.v1.ListReleasesResponse
+	(*Release)(nil),                    // 18: terrace.api.v1.Release
+	(*PlanSummary)(nil),                // 19: terrace.api.v1.PlanSummary
+	(*ReleaseOutput)(nil),              // 20: terrace.api.v1.ReleaseOutput
+	(*GetOutputsResponse)(nil),         // 21: terrace.api.v1.GetOutputsResponse
+	(*Output)(nil),                     // 22: terrace.api.v1.Output
+	(*ListAllRequest)(nil),             // 23: terrace.api.v1.ListAllRequest
+	(*ListAllResponse)(nil),            // 24: terrace.api.v1.ListAllResponse
+	(*ReconcileRequest)(nil),           // 25: terrace.api.v1.ReconcileRequest
+	(*SuspendRequest)(nil),             // 26: terrace.api.v1.SuspendRequest
+	(*ResumeRequest)(nil),              // 27: terrace.api.v1.ResumeRequest
+	(*GetRunLogRequest)(nil),           // 28: terrace.api.v1.GetRunLogRequest
+	(*RunLog)(nil),                     // 29: terrace.api.v1.RunLog
+	(*GetProgramVariablesRequest)(nil), // 30: terrace.api.v1.GetProgramVariablesRequest
+	(*ProgramVariables)(nil),           // 31: terrace.api.v1.ProgramVariables
+	(*Variable)(nil),                   // 32: terrace.api.v1.Variable
+	(*GetAccessRequest)(nil),           // 33: terrace.api.v1.GetAccessRequest
+	(*Access)(nil),                     // 34: terrace.api.v1.Access
+	(*structpb.Struct)(nil),            // 35: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),      // 36: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 37: google.protobuf.Value
 }
 var file_terrace_api_v1_installation_proto_depIdxs = []int32{
 	0,  // 0: terrace.api.v1.CreateRequest.source:type_name -> terrace.api.v1.Source
-	34, // 1: terrace.api.v1.CreateRequest.values:type_name -> google.protobuf.Struct
+	35, // 1: terrace.api.v1.CreateRequest.values:type_name -> google.protobuf.Struct
 	13, // 2: terrace.api.v1.ListResponse.items:type_name -> terrace.api.v1.Installation
-	34, // 3: terrace.api.v1.UpdateValuesRequest.values:type_name -> google.protobuf.Struct
+	35, // 3: terrace.api.v1.UpdateValuesRequest.values:type_name -> google.protobuf.Struct
 	13, // 4: terrace.api.v1.WatchResponse.installation:type_name -> terrace.api.v1.Installation
 	0,  // 5: terrace.api.v1.Installation.source:type_name -> terrace.api.v1.Source
 	14, // 6: terrace.api.v1.Installation.conditions:type_name -> terrace.api.v1.Condition
-	35, // 7: terrace.api.v1.Installation.created_at:type_name -> google.protobuf.Timestamp
-	35, // 8: terrace.api.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	35, // 9: terrace.api.v1.Plan.created_at:type_name -> google.protobuf.Timestamp
-	17, // 10: terrace.api.v1.ListReleasesResponse.items:type_name -> terrace.api.v1.Release
-	18, // 11: terrace.api.v1.Release.plan:type_name -> terrace.api.v1.PlanSummary
-	19, // 12: terrace.api.v1.Release.outputs:type_name -> terrace.api.v1.ReleaseOutput
-	35, // 13: terrace.api.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	35, // 14: terrace.api.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	36, // 15: terrace.api.v1.ReleaseOutput.value:type_name -> google.protobuf.Value
-	21, // 16: terrace.api.v1.GetOutputsResponse.items:type_name -> terrace.api.v1.Output
-	13, // 17: terrace.api.v1.ListAllResponse.items:type_name -> terrace.api.v1.Installation
-	31, // 18: terrace.api.v1.ProgramVariables.items:type_name -> terrace.api.v1.Variable
-	1,  // 19: terrace.api.v1.InstallationService.Create:input_type -> terrace.api.v1.CreateRequest
-	2,  // 20: terrace.api.v1.InstallationService.Get:input_type -> terrace.api.v1.GetRequest
-	3,  // 21: terrace.api.v1.InstallationService.List:input_type -> terrace.api.v1.ListRequest
-	5,  // 22: terrace.api.v1.InstallationService.UpdateValues:input_type -> terrace.api.v1.UpdateValuesRequest
-	6,  // 23: terrace.api.v1.InstallationService.GetPlan:input_type -> terrace.api.v1.GetPlanRequest
-	7,  // 24: terrace.api.v1.InstallationService.ApprovePlan:input_type -> terrace.api.v1.ApprovePlanRequest
-	8,  // 25: terrace.api.v1.InstallationService.ListReleases:input_type -> terrace.api.v1.ListReleasesRequest
-	9,  // 26: terrace.api.v1.InstallationService.GetOutputs:input_type -> terrace.api.v1.GetOutputsRequest
-	10, // 27: terrace.api.v1.InstallationService.Delete:input_type -> terrace.api.v1.DeleteRequest
-	11, // 28: terrace.api.v1.InstallationService.Watch:input_type -> terrace.api.v1.WatchRequest
-	22, // 29: terrace.api.v1.InstallationService.ListAll:input_type -> terrace.api.v1.ListAllRequest
-	22, // 30: terrace.api.v1.InstallationService.WatchAll:input_type -> terrace.api.v1.ListAllRequest
-	24, // 31: terrace.api.v1.InstallationService.Reconcile:input_type -> terrace.api.v1.ReconcileRequest
-	25, // 32: terrace.api.v1.InstallationService.Suspend:input_type -> terrace.api.v1.SuspendRequest
-	26, // 33: terrace.api.v1.InstallationService.Resume:input_type -> terrace.api.v1.ResumeRequest
-	27, // 34: terrace.api.v1.InstallationService.GetRunLog:input_type -> terrace.api.v1.GetRunLogRequest
-	29, // 35: terrace.api.v1.InstallationService.GetProgramVariables:input_type -> terrace.api.v1.GetProgramVariablesRequest
-	32, // 36: terrace.api.v1.InstallationService.GetAccess:input_type -> terrace.api.v1.GetAccessRequest
-	13, // 37: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
-	13, // 38: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
-	4,  // 39: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
-	13, // 40: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
-	15, // 41: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
-	13, // 42: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
-	16, // 43: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
-	20, // 44: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
-	13, // 45: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
-	12, // 46: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
-	23, // 47: terrace.api.v1.InstallationService.ListAll:output_type -> terrace.api.v1.ListAllResponse
-	12, // 48: terrace.api.v1.InstallationService.WatchAll:output_type -> terrace.api.v1.WatchResponse
-	13, // 49: terrace.api.v1.InstallationService.Reconcile:output_type -> terrace.api.v1.Installation
-	13, // 50: terrace.api.v1.InstallationService.Suspend:output_type -> terrace.api.v1.Installation
-	13, // 51: terrace.api.v1.InstallationService.Resume:output_type -> terrace.api.v1.Installation
-	28, // 52: terrace.api.v1.InstallationService.GetRunLog:output_type -> terrace.api.v1.RunLog
-	30, // 53: terrace.api.v1.InstallationService.GetProgramVariables:output_type -> terrace.api.v1.ProgramVariables
-	33, // 54: terrace.api.v1.InstallationService.GetAccess:output_type -> terrace.api.v1.Access
-	37, // [37:55] is the sub-list for method output_type
-	19, // [19:37] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	36, // 7: terrace.api.v1.Installation.created_at:type_name -> google.protobuf.Timestamp
+	36, // 8: terrace.api.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	36, // 9: terrace.api.v1.Plan.created_at:type_name -> google.protobuf.Timestamp
+	16, // 10: terrace.api.v1.Plan.policy:type_name -> terrace.api.v1.PlanPolicy
+	18, // 11: terrace.api.v1.ListReleasesResponse.items:type_name -> terrace.api.v1.Release
+	19, // 12: terrace.api.v1.Release.plan:type_name -> terrace.api.v1.PlanSummary
+	20, // 13: terrace.api.v1.Release.outputs:type_name -> terrace.api.v1.ReleaseOutput
+	36, // 14: terrace.api.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	36, // 15: terrace.api.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 16: terrace.api.v1.ReleaseOutput.value:type_name -> google.protobuf.Value
+	22, // 17: terrace.api.v1.GetOutputsResponse.items:type_name -> terrace.api.v1.Output
+	13, // 18: terrace.api.v1.ListAllResponse.items:type_name -> terrace.api.v1.Installation
+	32, // 19: terrace.api.v1.ProgramVariables.items:type_name -> terrace.api.v1.Variable
+	1,  // 20: terrace.api.v1.InstallationService.Create:input_type -> terrace.api.v1.CreateRequest
+	2,  // 21: terrace.api.v1.InstallationService.Get:input_type -> terrace.api.v1.GetRequest
+	3,  // 22: terrace.api.v1.InstallationService.List:input_type -> terrace.api.v1.ListRequest
+	5,  // 23: terrace.api.v1.InstallationService.UpdateValues:input_type -> terrace.api.v1.UpdateValuesRequest
+	6,  // 24: terrace.api.v1.InstallationService.GetPlan:input_type -> terrace.api.v1.GetPlanRequest
+	7,  // 25: terrace.api.v1.InstallationService.ApprovePlan:input_type -> terrace.api.v1.ApprovePlanRequest
+	8,  // 26: terrace.api.v1.InstallationService.ListReleases:input_type -> terrace.api.v1.ListReleasesRequest
+	9,  // 27: terrace.api.v1.InstallationService.GetOutputs:input_type -> terrace.api.v1.GetOutputsRequest
+	10, // 28: terrace.api.v1.InstallationService.Delete:input_type -> terrace.api.v1.DeleteRequest
+	11, // 29: terrace.api.v1.InstallationService.Watch:input_type -> terrace.api.v1.WatchRequest
+	23, // 30: terrace.api.v1.InstallationService.ListAll:input_type -> terrace.api.v1.ListAllRequest
+	23, // 31: terrace.api.v1.InstallationService.WatchAll:input_type -> terrace.api.v1.ListAllRequest
+	25, // 32: terrace.api.v1.InstallationService.Reconcile:input_type -> terrace.api.v1.ReconcileRequest
+	26, // 33: terrace.api.v1.InstallationService.Suspend:input_type -> terrace.api.v1.SuspendRequest
+	27, // 34: terrace.api.v1.InstallationService.Resume:input_type -> terrace.api.v1.ResumeRequest
+	28, // 35: terrace.api.v1.InstallationService.GetRunLog:input_type -> terrace.api.v1.GetRunLogRequest
+	30, // 36: terrace.api.v1.InstallationService.GetProgramVariables:input_type -> terrace.api.v1.GetProgramVariablesRequest
+	33, // 37: terrace.api.v1.InstallationService.GetAccess:input_type -> terrace.api.v1.GetAccessRequest
+	13, // 38: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
+	13, // 39: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
+	4,  // 40: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
+	13, // 41: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
+	15, // 42: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
+	13, // 43: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
+	17, // 44: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
+	21, // 45: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
+	13, // 46: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
+	12, // 47: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
+	24, // 48: terrace.api.v1.InstallationService.ListAll:output_type -> terrace.api.v1.ListAllResponse
+	12, // 49: terrace.api.v1.InstallationService.WatchAll:output_type -> terrace.api.v1.WatchResponse
+	13, // 50: terrace.api.v1.InstallationService.Reconcile:output_type -> terrace.api.v1.Installation
+	13, // 51: terrace.api.v1.InstallationService.Suspend:output_type -> terrace.api.v1.Installation
+	13, // 52: terrace.api.v1.InstallationService.Resume:output_type -> terrace.api.v1.Installation
+	29, // 53: terrace.api.v1.InstallationService.GetRunLog:output_type -> terrace.api.v1.RunLog
+	31, // 54: terrace.api.v1.InstallationService.GetProgramVariables:output_type -> terrace.api.v1.ProgramVariables
+	34, // 55: terrace.api.v1.InstallationService.GetAccess:output_type -> terrace.api.v1.Access
+	38, // [38:56] is the sub-list for method output_type
+	20, // [20:38] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_terrace_api_v1_installation_proto_init() }
@@ -2938,15 +3033,15 @@ func file_terrace_api_v1_installation_proto_init() {
 	if File_terrace_api_v1_installation_proto != nil {
 		return
 	}
-	file_terrace_api_v1_installation_proto_msgTypes[21].OneofWrappers = []any{}
-	file_terrace_api_v1_installation_proto_msgTypes[31].OneofWrappers = []any{}
+	file_terrace_api_v1_installation_proto_msgTypes[22].OneofWrappers = []any{}
+	file_terrace_api_v1_installation_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_api_v1_installation_proto_rawDesc), len(file_terrace_api_v1_installation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
