@@ -85,6 +85,8 @@ func callerMapper() meta.RESTMapper {
 		m.Add(terracev1.GroupVersion.WithKind(kind), meta.RESTScopeNamespace)
 	}
 	m.Add(corev1.SchemeGroupVersion.WithKind("Secret"), meta.RESTScopeNamespace)
+	// Namespaces, for ListAll of a caller who may not list Stacks cluster-wide.
+	m.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
 	m.Add(authenticationv1.SchemeGroupVersion.WithKind("SelfSubjectReview"), meta.RESTScopeRoot)
 	m.Add(authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectAccessReview"), meta.RESTScopeRoot)
 	return m

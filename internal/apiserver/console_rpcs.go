@@ -104,7 +104,7 @@ func (s *site) listAll(ctx context.Context, req *apiv1.ListAllRequest) (*apiv1.L
 	if err != nil {
 		return nil, err
 	}
-	out := &apiv1.ListAllResponse{NamespacesNote: scope.note}
+	out := &apiv1.ListAllResponse{NamespacesNote: scope.note, ListedNamespaces: scope.listed}
 	for i := range scope.stacks.Items {
 		in := installationOf(&scope.stacks.Items[i])
 		if !scope.matches(in) {
@@ -126,6 +126,10 @@ type listScope struct {
 	phase   string
 	note    string
 	stacks  *terracev1.StackList
+	// listed are the namespaces looked in one by one, when the caller may
+	// not list Stacks in every namespace; versions their lists' versions.
+	listed   []string
+	versions map[string]string
 }
 
 func (l *listScope) matches(in *apiv1.Installation) bool { return l.phase == "" || in.Phase == l.phase }
@@ -145,9 +149,7 @@ func (s *site) listScope(ctx context.Context, req *apiv1.ListAllRequest) (*listS
 	}
 	err := s.Caller.List(ctx, scope.stacks, scope.options...)
 	if apierrors.IsForbidden(err) && req.GetNamespace() == "" {
-		scope.note = fmt.Sprintf("You may not list Stacks in every namespace: showing namespace %s only.", s.Namespace)
-		scope.options = append(scope.options, client.InNamespace(s.Namespace))
-		err = s.Caller.List(ctx, scope.stacks, scope.options...)
+		return scope, s.listEachNamespace(ctx, scope, req.GetNamespaces())
 	}
 	if err != nil {
 		return nil, kubeError(err, "Stacks")

@@ -3,6 +3,8 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -34,17 +36,16 @@ func (s *service) WatchAll(ctx context.Context, req *connect.Request[apiv1.ListA
 			return err
 		}
 	}
-	opts := append(scope.options, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: scope.stacks.ResourceVersion}})
-	w, err := c.site.Caller.Watch(ctx, &terracev1.StackList{}, opts...)
+	events, stop, err := c.site.watchScope(ctx, scope)
 	if err != nil {
-		return kubeError(err, "Stacks")
+		return err
 	}
-	defer w.Stop()
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.ResultChan():
+		case ev, ok := <-events:
 			if !ok {
 				return nil
 			}
@@ -91,4 +92,73 @@ func (s *service) sendListed(st *site, stream *connect.ServerStream[apiv1.WatchR
 	}
 	sent[key] = in
 	return stream.Send(&apiv1.WatchResponse{Installation: in})
+}
+
+// watchScope watches the Stacks of scope as the caller: with one watch
+// when the list was cluster-wide, else one per namespace listed, their
+// events merged. The channel closes when any watch ends (the caller then
+// lists again); stop ends them all.
+func (s *site) watchScope(ctx context.Context, scope *listScope) (<-chan watch.Event, func(), error) {
+	if scope.listed == nil {
+		opts := append(scope.options, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: scope.stacks.ResourceVersion}})
+		w, err := s.Caller.Watch(ctx, &terracev1.StackList{}, opts...)
+		if err != nil {
+			return nil, nil, kubeError(err, "Stacks")
+		}
+		return w.ResultChan(), w.Stop, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var watches []watch.Interface
+	stop := func() {
+		cancel()
+		for _, w := range watches {
+			w.Stop()
+		}
+	}
+	for _, ns := range scope.listed {
+		opts := append(slices.Clone(scope.options), client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: scope.versions[ns]}})
+		w, err := s.Caller.Watch(ctx, &terracev1.StackList{}, opts...)
+		if err != nil {
+			stop()
+			return nil, nil, kubeError(err, "Stacks in namespace "+ns)
+		}
+		watches = append(watches, w)
+	}
+	merged := make(chan watch.Event)
+	done := make(chan struct{})
+	var once sync.Once
+	for _, w := range watches {
+		go func() {
+			defer once.Do(func() { close(done) })
+			for ev := range w.ResultChan() {
+				select {
+				case merged <- ev:
+				case <-done:
+					return
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	// merged closes once a watch ends, so the stream ends and the caller lists again.
+	out := make(chan watch.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case ev := <-merged:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, stop, nil
 }

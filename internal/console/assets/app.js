@@ -16,6 +16,7 @@ class APIError extends Error {
   constructor(code, message) { super(message); this.code = code; }
 }
 
+const lookInKey = "terrace.namespaces";
 function token() { return sessionStorage.getItem(tokenKey); }
 
 async function call(method, body, signal) {
@@ -173,6 +174,9 @@ function renderList() {
   const ns = el("select", { id: "filter-namespace" }, el("option", { value: "" }, "All namespaces"));
   const phase = el("select", { id: "filter-status" }, el("option", { value: "" }, "Any status"), phases.map((p) => el("option", { value: p }, p)));
   const label = el("input", { id: "filter-label", type: "search", placeholder: "team=web" });
+  // More namespaces to look in when the caller may list neither Stacks
+  // everywhere nor Namespaces; kept with the token, cleared at sign-out.
+  const lookIn = el("input", { id: "filter-look-in", type: "search", placeholder: "team-a, team-b", value: sessionStorage.getItem(lookInKey) || "" });
   const body = el("tbody");
   const note = el("div");
   const table = el("div", { class: "table-wrap" }, el("table", { id: "stacks" },
@@ -183,6 +187,7 @@ function renderList() {
     el("div", {}, el("label", { for: "filter-namespace" }, "Namespace"), ns),
     el("div", {}, el("label", { for: "filter-status" }, "Status"), phase),
     el("div", {}, el("label", { for: "filter-label" }, "Label selector"), label),
+    el("div", {}, el("label", { for: "filter-look-in" }, "Also look in"), lookIn),
     el("button", { type: "submit" }, "Filter"));
   ns.addEventListener("change", restart);
   phase.addEventListener("change", restart);
@@ -211,7 +216,9 @@ function renderList() {
   }
 
   async function follow(signal) {
-    const req = { namespace: ns.value, phase: phase.value, labelSelector: label.value.trim() };
+    sessionStorage.setItem(lookInKey, lookIn.value.trim());
+    const namespaces = lookIn.value.split(/[\s,]+/).filter((n) => n);
+    const req = { namespace: ns.value, phase: phase.value, labelSelector: label.value.trim(), namespaces };
     while (!signal.aborted) {
       try {
         const out = await call("ListAll", req, signal);

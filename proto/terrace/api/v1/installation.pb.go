@@ -1870,6 +1870,10 @@ type ListAllRequest struct {
 	Phase string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
 	// label_selector is a Kubernetes label selector (e.g. "team=web").
 	LabelSelector string `protobuf:"bytes,4,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// namespaces are more namespaces to look in when the caller may list
+	// neither Stacks in every namespace nor Namespaces; the server's own is
+	// always one. Namespaces where the caller may not list Stacks are skipped.
+	Namespaces    []string `protobuf:"bytes,5,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1932,15 +1936,25 @@ func (x *ListAllRequest) GetLabelSelector() string {
 	return ""
 }
 
+func (x *ListAllRequest) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
 type ListAllResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Items []*Installation        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	// namespaces are the namespaces listed.
 	Namespaces []string `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
-	// namespaces_note says why only the server's namespace was listed.
+	// namespaces_note says why not every namespace was listed.
 	NamespacesNote string `protobuf:"bytes,3,opt,name=namespaces_note,json=namespacesNote,proto3" json:"namespaces_note,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// listed_namespaces are the namespaces looked in, one by one, when the
+	// caller may not list Stacks in every namespace; empty when they may.
+	ListedNamespaces []string `protobuf:"bytes,4,rep,name=listed_namespaces,json=listedNamespaces,proto3" json:"listed_namespaces,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListAllResponse) Reset() {
@@ -1992,6 +2006,13 @@ func (x *ListAllResponse) GetNamespacesNote() string {
 		return x.NamespacesNote
 	}
 	return ""
+}
+
+func (x *ListAllResponse) GetListedNamespaces() []string {
+	if x != nil {
+		return x.ListedNamespaces
+	}
+	return nil
 }
 
 type ReconcileRequest struct {
@@ -2829,18 +2850,22 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\tsensitive\x18\x02 \x01(\bR\tsensitive\x12\x19\n" +
 	"\x05value\x18\x03 \x01(\tH\x00R\x05value\x88\x01\x01\x12\x16\n" +
 	"\x06masked\x18\x04 \x01(\bR\x06maskedB\b\n" +
-	"\x06_value\"\x85\x01\n" +
+	"\x06_value\"\xa5\x01\n" +
 	"\x0eListAllRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x12%\n" +
-	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\"\x8e\x01\n" +
+	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x05 \x03(\tR\n" +
+	"namespaces\"\xbb\x01\n" +
 	"\x0fListAllResponse\x122\n" +
 	"\x05items\x18\x01 \x03(\v2\x1c.terrace.api.v1.InstallationR\x05items\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\tR\n" +
 	"namespaces\x12'\n" +
-	"\x0fnamespaces_note\x18\x03 \x01(\tR\x0enamespacesNote\"^\n" +
+	"\x0fnamespaces_note\x18\x03 \x01(\tR\x0enamespacesNote\x12+\n" +
+	"\x11listed_namespaces\x18\x04 \x03(\tR\x10listedNamespaces\"^\n" +
 	"\x10ReconcileRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
