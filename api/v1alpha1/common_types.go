@@ -51,6 +51,20 @@ type SecretKeyReference struct {
 	Key string `json:"key,omitempty"`
 }
 
+// ConfigMapKeyReference names one key of a ConfigMap in the same namespace.
+type ConfigMapKeyReference struct {
+	// Name of the ConfigMap.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Key in the ConfigMap's data. Each field that uses this type documents its default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
 // Artifact describes a tarball served for runners, in the shape Flux sources use.
 type Artifact struct {
 	// URL the artifact is served at.

@@ -253,6 +253,14 @@ type APIOIDC struct {
 	// +kubebuilder:validation:Pattern=`^https://[^/]+(/.*)?/oidc/callback$`
 	RedirectURL string `json:"redirectURL"`
 
+	// CABundleRef names a ConfigMap of this namespace holding the PEM
+	// certificates to trust for the provider (key default "ca.crt"), beside
+	// the system's roots: for a provider whose certificate a private CA
+	// issued. It is mounted into the API server's pod and read when the
+	// server starts (`kubectl rollout restart` its Deployment after a change).
+	// +optional
+	CABundleRef *ConfigMapKeyReference `json:"caBundleRef,omitempty"`
+
 	// Scopes to ask for beyond openid (e.g. email, groups).
 	// +optional
 	// +listType=set
@@ -266,6 +274,10 @@ type APIOIDC struct {
 // DefaultOIDCClientSecretKey is the key of spec.api.oidc.clientSecretRef
 // when it names none.
 const DefaultOIDCClientSecretKey = "client-secret"
+
+// DefaultOIDCCABundleKey is the key of spec.api.oidc.caBundleRef when it
+// names none.
+const DefaultOIDCCABundleKey = "ca.crt"
 
 // APICluster is a cluster the API server may act in.
 type APICluster struct {

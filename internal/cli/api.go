@@ -47,6 +47,8 @@ func newAPICommand() *cobra.Command {
 	cmd.Flags().StringVar(&oidcSecretFile, "oidc-client-secret-file", "", "a file holding the console's OIDC client secret")
 	cmd.Flags().StringVar(&oidc.RedirectURL, "oidc-redirect-url", "", "the console's callback URL as the provider knows it: https://<host>/oidc/callback")
 	cmd.Flags().StringSliceVar(&oidc.Scopes, "oidc-scopes", nil, "scopes to ask for beyond openid (e.g. email,groups)")
+	var oidcCAFile string
+	cmd.Flags().StringVar(&oidcCAFile, "oidc-ca-file", "", "PEM certificates to trust for the OIDC provider beside the system's roots (a provider with a private CA)")
 	return userCommand(cmd, func(ctx context.Context, k *kube, _ streams, _ []string) error {
 		if certFile == "" || keyFile == "" {
 			return fmt.Errorf("--tls-cert-file and --tls-key-file are required: the API carries bearer tokens and is served over TLS only")
@@ -86,6 +88,11 @@ func newAPICommand() *cobra.Command {
 				return fmt.Errorf("failed to read --oidc-client-secret-file: %w", err)
 			}
 			oidc.ClientSecret = strings.TrimSpace(string(secret))
+		}
+		if oidcCAFile != "" {
+			if err := oidc.TrustCAFile(oidcCAFile); err != nil {
+				return err
+			}
 		}
 		if oidc.IssuerURL != "" {
 			consoleOptions.OIDC = &oidc

@@ -179,8 +179,12 @@ func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
 	return tmpl
 }
 
-// apiOIDCSecretDir is where spec.api.oidc.clientSecretRef is mounted.
-const apiOIDCSecretDir = "/etc/terrace/oidc"
+// apiOIDCSecretDir and apiOIDCCADir are where spec.api.oidc's client
+// secret and CA bundle are mounted.
+const (
+	apiOIDCSecretDir = "/etc/terrace/oidc"
+	apiOIDCCADir     = "/etc/terrace/oidc-ca"
+)
 
 // withOIDC passes spec.api.oidc to `terrace api` as its --oidc-* flags; the
 // client secret is a mounted file, so it is never in the pod's spec or
@@ -194,19 +198,33 @@ func withOIDC(pod *corev1.PodSpec, oidc *terracev1.APIOIDC) {
 	if len(oidc.Scopes) > 0 {
 		c.Args = append(c.Args, "--oidc-scopes="+strings.Join(oidc.Scopes, ","))
 	}
-	ref := oidc.ClientSecretRef
-	if ref == nil {
-		return
+	if ref := oidc.ClientSecretRef; ref != nil {
+		c.Args = append(c.Args, "--oidc-client-secret-file="+apiOIDCSecretDir+"/client-secret")
+		mountFile(pod, "oidc", apiOIDCSecretDir, corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: ref.Name, Items: []corev1.KeyToPath{{Key: keyOr(ref.Key, terracev1.DefaultOIDCClientSecretKey), Path: "client-secret"}},
+		}})
 	}
-	key := ref.Key
+	if ref := oidc.CABundleRef; ref != nil {
+		c.Args = append(c.Args, "--oidc-ca-file="+apiOIDCCADir+"/ca.crt")
+		mountFile(pod, "oidc-ca", apiOIDCCADir, corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
+			Items:                []corev1.KeyToPath{{Key: keyOr(ref.Key, terracev1.DefaultOIDCCABundleKey), Path: "ca.crt"}},
+		}})
+	}
+}
+
+// mountFile adds a volume and mounts it read-only in the API container.
+func mountFile(pod *corev1.PodSpec, name, dir string, source corev1.VolumeSource) {
+	c := &pod.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: name, VolumeSource: source})
+}
+
+func keyOr(key, fallback string) string {
 	if key == "" {
-		key = terracev1.DefaultOIDCClientSecretKey
+		return fallback
 	}
-	c.Args = append(c.Args, "--oidc-client-secret-file="+apiOIDCSecretDir+"/client-secret")
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "oidc", MountPath: apiOIDCSecretDir, ReadOnly: true})
-	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "oidc", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-		SecretName: ref.Name, Items: []corev1.KeyToPath{{Key: key, Path: "client-secret"}},
-	}}})
+	return key
 }
 
 func apiPodTemplateWithoutOIDC(p apiPod) corev1.PodTemplateSpec {

@@ -209,32 +209,42 @@ func TestAPIServerGetsTheConsolesOIDCSettings(t *testing.T) {
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, OIDC: &terracev1.APIOIDC{
 		IssuerURL: "https://idp.example/realms/ops", ClientID: "terrace-console", RedirectURL: "https://console.example/oidc/callback",
 		ClientSecretRef: &terracev1.SecretKeyReference{Name: "console-oidc", Key: "secret"}, Scopes: []string{"email", "groups"},
+		CABundleRef: &terracev1.ConfigMapKeyReference{Name: "idp-ca"},
 	}}})
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
 	eventuallyObject(t, "the API Deployment", dep, nil)
 	pod := dep.Spec.Template.Spec
 	args := pod.Containers[0].Args
 	for _, want := range []string{"--oidc-issuer-url=https://idp.example/realms/ops", "--oidc-client-id=terrace-console",
-		"--oidc-redirect-url=https://console.example/oidc/callback", "--oidc-scopes=email,groups", "--oidc-client-secret-file=/etc/terrace/oidc/client-secret"} {
+		"--oidc-redirect-url=https://console.example/oidc/callback", "--oidc-scopes=email,groups", "--oidc-client-secret-file=/etc/terrace/oidc/client-secret",
+		"--oidc-ca-file=/etc/terrace/oidc-ca/ca.crt"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
 	}
-	var mounted bool
+	var mounted, caMounted bool
 	for _, v := range pod.Volumes {
 		if v.Secret != nil && v.Secret.SecretName == "console-oidc" && len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "secret" && v.Secret.Items[0].Path == "client-secret" {
 			mounted = true
 		}
+		if cm := v.ConfigMap; cm != nil && cm.Name == "idp-ca" && len(cm.Items) == 1 && cm.Items[0].Key == terracev1.DefaultOIDCCABundleKey && cm.Items[0].Path == "ca.crt" {
+			caMounted = true
+		}
+	}
+	if !caMounted || !slices.ContainsFunc(pod.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/terrace/oidc-ca" && m.ReadOnly }) {
+		t.Errorf("the CA bundle is not mounted: volumes %+v, mounts %+v", pod.Volumes, pod.Containers[0].VolumeMounts)
 	}
 	if !mounted || !slices.ContainsFunc(pod.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/terrace/oidc" && m.ReadOnly }) {
 		t.Errorf("the client secret is not mounted: volumes %+v, mounts %+v", pod.Volumes, pod.Containers[0].VolumeMounts)
 	}
 
 	// Changing the provider rolls the pods with the new flags.
-	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.API.OIDC.ClientSecretRef, c.Spec.API.OIDC.Scopes = nil, nil })
+	updateConfig(t, ns, func(c *terracev1.TerraceConfig) {
+		c.Spec.API.OIDC.ClientSecretRef, c.Spec.API.OIDC.Scopes, c.Spec.API.OIDC.CABundleRef = nil, nil, nil
+	})
 	eventuallyObject(t, "the Deployment without a client secret", dep, func() error {
 		for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
-			if strings.HasPrefix(a, "--oidc-client-secret-file") || strings.HasPrefix(a, "--oidc-scopes") {
+			if strings.HasPrefix(a, "--oidc-client-secret-file") || strings.HasPrefix(a, "--oidc-scopes") || strings.HasPrefix(a, "--oidc-ca-file") {
 				return fmt.Errorf("still %s", a)
 			}
 		}
