@@ -50,16 +50,11 @@ func (s *site) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if rec, _ := stackview.StoredPlan(ctx, set.Plans, stack, planID); rec != nil && rec.Policy != nil {
-			out.Policy = planPolicyOf(rec.Policy)
+		stored := stackview.ReadStoredPlan(ctx, set.Plans, stack, planID)
+		if stored.Policy != nil {
+			out.Policy = planPolicyOf(stored.Policy)
 		}
-		if out.ReadableFormat == "" {
-			out.Note = stackview.NoReadablePlanStored
-			break
-		}
-		var readable []byte
-		readable, out.Note = stackview.ReadablePlan(ctx, set.Plans, stack, planID)
-		out.Readable = string(readable)
+		out.Readable, out.Note = string(stored.Readable), stored.Note
 	}
 	return out, nil
 }

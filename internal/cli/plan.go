@@ -31,7 +31,7 @@ func newPlanCommand() *cobra.Command {
 			return &stackview.NoPendingPlanError{Stack: stack}
 		}
 		stored := readStoredPlan(ctx, k, stack, planID)
-		readable, note := stored.readable, stored.note
+		readable, note := stored.Readable, stored.Note
 		if output != "" {
 			return writeFormatted(s.out, struct {
 				Namespace      string                `json:"namespace"`
@@ -42,10 +42,10 @@ func newPlanCommand() *cobra.Command {
 				ReadableFormat string                `json:"readableFormat,omitempty"`
 				Readable       any                   `json:"readable,omitempty"`
 				Note           string                `json:"note,omitempty"`
-			}{stack.Namespace, stack.Name, p, p.Pending != "", stored.policy, stackview.ReadableFormat(stack), machineReadable(readable), note}, output)
+			}{stack.Namespace, stack.Name, p, p.Pending != "", stored.Policy, stackview.ReadableFormat(stack), machineReadable(readable), note}, output)
 		}
 		printPlanSummary(s.out, stack, planID, time.Now())
-		for i, line := range stackview.PolicyLines(stored.policy) {
+		for i, line := range stackview.PolicyLines(stored.Policy) {
 			fmt.Fprintf(s.out, "  %s  %s\n", map[bool]string{true: "policy:  ", false: "         "}[i == 0], oneLine(line))
 		}
 		if note != "" {
@@ -94,32 +94,15 @@ func printPlanSummary(out io.Writer, stack *terracev1.Stack, planID string, now 
 	}
 }
 
-// storedPlan is what the plan store keeps with a plan: the policies'
-// decision and the readable rendering, or a note saying why not.
-type storedPlan struct {
-	policy   *state.PlanPolicy
-	readable []byte
-	note     string
-}
-
 // readStoredPlan reads the plan's record and readable rendering from the
 // namespace's plan store.
-func readStoredPlan(ctx context.Context, k *kube, stack *terracev1.Stack, planID string) storedPlan {
+func readStoredPlan(ctx context.Context, k *kube, stack *terracev1.Stack, planID string) stackview.StoredPlanView {
 	set, closeStores, err := k.stores(ctx)
 	if err != nil {
-		return storedPlan{note: fmt.Sprintf("(the plan store could not be read: %v)", err)}
+		return stackview.StoredPlanView{Note: fmt.Sprintf("(the plan store could not be read: %v)", err)}
 	}
 	defer closeStores()
-	var out storedPlan
-	if meta, _ := stackview.StoredPlan(ctx, set.Plans, stack, planID); meta != nil {
-		out.policy = meta.Policy
-	}
-	if stackview.ReadableFormat(stack) == "" {
-		out.note = stackview.NoReadablePlanStored
-		return out
-	}
-	out.readable, out.note = stackview.ReadablePlan(ctx, set.Plans, stack, planID)
-	return out
+	return stackview.ReadStoredPlan(ctx, set.Plans, stack, planID)
 }
 
 // machineReadable embeds a JSON rendering (storeReadablePlan: json) as an

@@ -17,25 +17,38 @@ func ReadableFormat(stack *terracev1.Stack) string {
 	return ""
 }
 
-// NoReadablePlanStored is ReadablePlan's note for a Stack that stores none.
+// NoReadablePlanStored is ReadStoredPlan's note for a Stack that stores none.
 const NoReadablePlanStored = "(no readable plan is stored: set spec.storeReadablePlan to human or json to see the changes here)"
 
-// ReadablePlan reads the plan's readable rendering from plans, or says why
-// there is none (in parentheses, ready to print).
-func ReadablePlan(ctx context.Context, plans state.PlanStore, stack *terracev1.Stack, planID string) ([]byte, string) {
+// StoredPlanView is what the plan store keeps with a plan, as the CLI and
+// the API show it: the policies' decision and the readable rendering, or a
+// note (in parentheses, ready to print) saying why there is none.
+type StoredPlanView struct {
+	Policy   *state.PlanPolicy
+	Readable []byte
+	Note     string
+}
+
+// ReadStoredPlan reads the plan from plans once: the whole plan when the
+// Stack stores a readable rendering, else only its record.
+func ReadStoredPlan(ctx context.Context, plans state.PlanStore, stack *terracev1.Stack, planID string) StoredPlanView {
 	if ReadableFormat(stack) == "" {
-		return nil, NoReadablePlanStored
+		view := StoredPlanView{Note: NoReadablePlanStored}
+		if meta, _ := StoredPlan(ctx, plans, stack, planID); meta != nil {
+			view.Policy = meta.Policy
+		}
+		return view
 	}
 	plan, err := plans.GetPlan(ctx, state.PlanKey{Namespace: stack.Namespace, Stack: stack.Name, ID: planID})
 	switch {
 	case errors.Is(err, state.ErrNotFound):
-		return nil, fmt.Sprintf("(plan %s is not in the plan store: it was replaced or discarded; a new plan follows the next change or `terrace reconcile %s`)", planID, stack.Name)
+		return StoredPlanView{Note: fmt.Sprintf("(plan %s is not in the plan store: it was replaced or discarded; a new plan follows the next change or `terrace reconcile %s`)", planID, stack.Name)}
 	case err != nil:
-		return nil, fmt.Sprintf("(the readable plan could not be read: %v)", err)
+		return StoredPlanView{Note: fmt.Sprintf("(the readable plan could not be read: %v)", err)}
 	case len(plan.Readable) == 0:
-		return nil, fmt.Sprintf("(plan %s was stored without a readable rendering: storeReadablePlan was set after it was made)", planID)
+		return StoredPlanView{Policy: plan.Policy, Note: fmt.Sprintf("(plan %s was stored without a readable rendering: storeReadablePlan was set after it was made)", planID)}
 	}
-	return plan.Readable, ""
+	return StoredPlanView{Policy: plan.Policy, Readable: plan.Readable}
 }
 
 // StoredPlan reads the plan's record (without its bytes) from plans: what
