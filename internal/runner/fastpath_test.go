@@ -70,9 +70,21 @@ const fastToken = "fast-path-t0ken-value"
 // TestOneRunStartsOnlyTheToolProcessesItNeeds is the run of a Stack under
 // approvePlan: auto, against the http backend as in a runner pod: init,
 // one pass of plan and apply, outputs read from the state the backend
-// holds. tofu runs five times: its version once, init, plan, one `show
-// -json` and apply (before: ten, with four `version` and two `show`).
+// holds. In one process (PlanRequest.one_process) tofu runs twice, init
+// and apply, as direct tofu does; with a saved plan (for a state that must
+// be checked against the limit first) four times: init, then its version
+// (terraform-exec asks once), plan, one `show -json` and apply. Before:
+// ten, with four `version` and two `show`.
 func TestOneRunStartsOnlyTheToolProcessesItNeeds(t *testing.T) {
+	for _, tc := range []struct {
+		oneProcess bool
+		want       string
+	}{{true, "init apply"}, {false, "init version plan show apply"}} {
+		t.Run(fmt.Sprintf("one_process=%v", tc.oneProcess), func(t *testing.T) { checkOneRun(t, tc.oneProcess, tc.want) })
+	}
+}
+
+func checkOneRun(t *testing.T, oneProcess bool, wantCalls string) {
 	wrapper, calls := countingTofu(t)
 	tr := startRunnerWith(t, nil, func(c *tf.Config) { c.BinaryPath = wrapper })
 	backend := &memoryBackend{callers: map[pki.Identity]bool{}}
@@ -92,7 +104,7 @@ func TestOneRunStartsOnlyTheToolProcessesItNeeds(t *testing.T) {
 	vars, _ := json.Marshal(map[string]any{"token": fastToken, "n": 7})
 	logs := &logCollector{}
 	timings := &runphase.Timings{}
-	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p1"}, logs.log, timings)
+	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p1", OneProcess: oneProcess}, logs.log, timings)
 	if err != nil {
 		t.Fatalf("plan and apply failed: %v", err)
 	}
@@ -104,8 +116,8 @@ func TestOneRunStartsOnlyTheToolProcessesItNeeds(t *testing.T) {
 	if !applied || plan.GetPlanId() != "p1" || !plan.GetHasChanges() || plan.GetSummary().GetAdd() != 1 || plan.GetSummary().GetOutputChanges() != 3 {
 		t.Fatalf("plan and apply = applied %v, plan %v", applied, plan.PlanResult)
 	}
-	if len(plan.JSON) == 0 || strings.Contains(string(plan.JSON), fastToken) {
-		t.Errorf("plan JSON missing or unredacted (%d bytes)", len(plan.JSON))
+	if (len(plan.JSON) == 0) != oneProcess || strings.Contains(string(plan.JSON), fastToken) {
+		t.Errorf("plan JSON of %d bytes (want none in one process) or unredacted", len(plan.JSON))
 	}
 	for _, want := range []string{"Plan: 1 to add, 0 to change, 0 to destroy.", "Apply complete!"} {
 		if !strings.Contains(logs.text(), want) {
@@ -123,8 +135,8 @@ func TestOneRunStartsOnlyTheToolProcessesItNeeds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("outputs from state: %v", err)
 	}
-	if got := subcommands(calls()); strings.Join(got, " ") != "version init plan show apply" {
-		t.Errorf("tofu ran %d times: %v; want version, init, plan, show, apply", len(got), got)
+	if got := subcommands(calls()); strings.Join(got, " ") != wantCalls {
+		t.Errorf("tofu ran %d times: %v; want %s", len(got), got, wantCalls)
 	}
 
 	// The same outputs as tofu reads them (an extra process, only here).
@@ -147,7 +159,7 @@ func TestOneRunStartsOnlyTheToolProcessesItNeeds(t *testing.T) {
 
 	// A second pass with the same inputs plans no change and applies nothing.
 	again := &runphase.Timings{}
-	second, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p2"}, nil, again)
+	second, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{Variables: &runnerv1.Variables{Json: vars}, PlanId: "p2", OneProcess: oneProcess}, nil, again)
 	if err != nil || applied || second.GetHasChanges() {
 		t.Fatalf("second pass = %v applied %v err %v, want no changes and no apply", second, applied, err)
 	}
@@ -169,10 +181,16 @@ func compact(t *testing.T, raw []byte) string {
 // TestPlanAndApplyReportsThePlanWhenTheApplyFails: the plan's summary
 // reaches the controller even if applying it then fails.
 func TestPlanAndApplyReportsThePlanWhenTheApplyFails(t *testing.T) {
+	for _, oneProcess := range []bool{false, true} {
+		t.Run(fmt.Sprintf("one_process=%v", oneProcess), func(t *testing.T) { checkFailedApplyReportsPlan(t, oneProcess) })
+	}
+}
+
+func checkFailedApplyReportsPlan(t *testing.T, oneProcess bool) {
 	tr := startRunner(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// The precondition is checked only once the resource is applied.
+	// The postcondition is checked only once the resource is applied.
 	tr.upload(t, map[string]string{"main.tf": `
 resource "terraform_data" "a" {
   input = "x"
@@ -187,7 +205,7 @@ resource "terraform_data" "a" {
 	if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{}, nil, nil)
+	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{PlanId: "p1", OneProcess: oneProcess}, nil, nil)
 	if err == nil || applied {
 		t.Fatalf("applied %v, err %v; want the apply's failure", applied, err)
 	}
@@ -196,6 +214,31 @@ resource "terraform_data" "a" {
 	}
 	if plan == nil || plan.GetSummary().GetAdd() != 1 {
 		t.Fatalf("plan = %v, want the plan's summary", plan)
+	}
+}
+
+// TestOneProcessRefusesWhatItCannotPlanAsAFailedPlan: a module that does
+// not plan fails as a plan, with tofu's diagnostic, and reports no plan.
+func TestOneProcessRefusesWhatItCannotPlanAsAFailedPlan(t *testing.T) {
+	tr := startRunner(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tr.upload(t, map[string]string{"main.tf": "variable \"n\" { type = number }\nresource \"terraform_data\" \"a\" { input = var.n }\n"})
+	if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	vars, _ := json.Marshal(map[string]any{"n": "not a number"})
+	plan, applied, err := tr.client.PlanAndApply(ctx, &runnerv1.PlanRequest{PlanId: "p1", OneProcess: true, Variables: &runnerv1.Variables{Json: vars}}, nil, nil)
+	if err == nil || applied || plan != nil {
+		t.Fatalf("plan %v, applied %v, err %v; want a failed plan and no plan", plan, applied, err)
+	}
+	if !strings.Contains(err.Error(), "Invalid value for input variable") {
+		t.Errorf("err = %v, want tofu's diagnostic on the variable", err)
+	}
+	for _, req := range []*runnerv1.PlanRequest{{OneProcess: true}, {OneProcess: true, PlanId: "p2", Destroy: true}} {
+		if _, _, err := tr.client.PlanAndApply(ctx, req, nil, nil); Reason(err) != ReasonInvalidArgument {
+			t.Errorf("PlanAndApply(%v) = %v, want an invalid argument", req, err)
+		}
 	}
 }
 

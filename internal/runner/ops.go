@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -157,6 +158,9 @@ func (s *Server) PlanAndApply(req *runnerv1.PlanRequest, stream runnerv1.RunnerS
 	logf, _ := s.logSender(func(l *runnerv1.LogLine) error {
 		return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_Log{Log: l}})
 	})
+	if req.GetOneProcess() {
+		return s.applyInOneProcess(stream.Context(), req, logf, send, release)
+	}
 	res, err := timed(s, runphase.Plan, func() (*tf.PlanResult, error) { return s.exec.Plan(stream.Context(), planOptions(req), logf) })
 	if err != nil {
 		return s.toStatus(err)
@@ -181,6 +185,34 @@ func (s *Server) PlanAndApply(req *runnerv1.PlanRequest, stream runnerv1.RunnerS
 		return s.toStatus(err)
 	}
 	release()
+	return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_ApplyResult{ApplyResult: &runnerv1.ApplyResult{PlanId: res.PlanID}}})
+}
+
+// applyInOneProcess is PlanAndApply under one_process: the plan's result
+// is sent as soon as tofu moves from planning to applying, the apply's
+// when it is done.
+func (s *Server) applyInOneProcess(ctx context.Context, req *runnerv1.PlanRequest, logf tf.LogFunc, send func(*runnerv1.PlanAndApplyResponse) error, release func()) error {
+	start := time.Now()
+	var planSent error
+	planned := func(res *tf.PlanResult) {
+		s.cfg.Log.Info("phase finished", "phase", runphase.Plan, "duration", time.Since(start).Round(time.Millisecond).String(), "failed", false)
+		start = time.Now()
+		planSent = send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}})
+	}
+	res, applied, err := s.exec.ApplyInOneProcess(ctx, planOptions(req), logf, planned)
+	if res == nil {
+		return s.toStatus(err)
+	}
+	if applied {
+		s.cfg.Log.Info("phase finished", "phase", runphase.Apply, "duration", time.Since(start).Round(time.Millisecond).String(), "failed", err != nil)
+	}
+	if err != nil {
+		return s.toStatus(err)
+	}
+	release()
+	if planSent != nil || !applied {
+		return planSent
+	}
 	return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_ApplyResult{ApplyResult: &runnerv1.ApplyResult{PlanId: res.PlanID}}})
 }
 

@@ -223,3 +223,37 @@ func DeleteStack(ctx context.Context, states Store, plans PlanStore, namespace, 
 	}
 	return nil
 }
+
+// SizeHinter is a Store that can say, without a request, how large a
+// state was when it last read or wrote it. The hint may be stale (another
+// replica may have written since); callers use it only to choose between
+// two correct ways of working, never for correctness.
+type SizeHinter interface {
+	LastKnownSize(key Key) (size int64, known bool)
+}
+
+// LastKnownSize asks s for a size hint; known is false when s keeps none
+// or has none for key.
+func LastKnownSize(s Store, key Key) (size int64, known bool) {
+	if h, ok := s.(SizeHinter); ok {
+		return h.LastKnownSize(key)
+	}
+	return 0, false
+}
+
+// ReleasedStateGetter is a Store that may know, without reading the index,
+// the state a lock's owner left when its lock was released here.
+type ReleasedStateGetter interface {
+	StateReleasedBy(ctx context.Context, key Key, owner string) (*State, bool)
+}
+
+// StateReleasedBy reads the state owner left when it released its lock,
+// from s's own copy when s has it; otherwise it reads the current state.
+func StateReleasedBy(ctx context.Context, s Store, key Key, owner string) (*State, error) {
+	if g, ok := s.(ReleasedStateGetter); ok {
+		if st, ok := g.StateReleasedBy(ctx, key, owner); ok {
+			return st, nil
+		}
+	}
+	return s.Get(ctx, key)
+}

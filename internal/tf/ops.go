@@ -62,21 +62,9 @@ func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*I
 		return nil, err
 	}
 
-	// The version first, without logs: terraform-exec copies the output of
-	// its version checks to the command's stdout, and caches the answer
-	// for every later command of this executor.
-	version, err := e.version(ctx, dir)
+	version, err := e.runInit(ctx, dir, opts, logf)
 	if err != nil {
 		return nil, err
-	}
-	tf, flush, err := e.command(dir, logf)
-	if err != nil {
-		return nil, err
-	}
-	err = tf.Init(ctx, tfexec.Upgrade(opts.Upgrade), tfexec.Reconfigure(true))
-	flush()
-	if err != nil {
-		return nil, e.commandError("init", ctx, err)
 	}
 	if ws := opts.Workspace; ws != "" && ws != "default" && opts.HTTPBackend == nil {
 		if err := e.selectWorkspace(ctx, dir, ws, logf); err != nil {
@@ -89,6 +77,49 @@ func (e *Executor) Init(ctx context.Context, opts InitOptions, logf LogFunc) (*I
 		return nil, err
 	}
 	return &InitResult{Version: version, ProviderVersions: providers}, nil
+}
+
+// runInit runs init and returns the tool's version. tofu names its version
+// in the first message of `init -json`, so no `version` process runs;
+// terraform before 1.9 has no `init -json`, and is asked through
+// terraform-exec.
+func (e *Executor) runInit(ctx context.Context, dir string, opts InitOptions, logf LogFunc) (string, error) {
+	if e.cfg.Binary == BinaryTofu {
+		args := []string{"init", "-input=false", "-no-color", "-json", "-reconfigure"}
+		if opts.Upgrade {
+			args = append(args, "-upgrade")
+		}
+		stream := e.uiStreamTo(logf)
+		if err := e.runJSON(ctx, "init", dir, stream, logf, args...); err != nil {
+			return "", err
+		}
+		if v := stream.toolVersion(); v != "" {
+			return v, nil
+		}
+		return e.version(ctx, dir)
+	}
+	// The version first, without logs: terraform-exec copies the output of
+	// its version checks to the command's stdout, and caches the answer
+	// for every later command of this executor.
+	version, err := e.version(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	tf, flush, err := e.command(dir, logf)
+	if err != nil {
+		return "", err
+	}
+	err = tf.Init(ctx, tfexec.Upgrade(opts.Upgrade), tfexec.Reconfigure(true))
+	flush()
+	if err != nil {
+		return "", e.commandError("init", ctx, err)
+	}
+	return version, nil
+}
+
+// uiStreamTo reads a -json stream into logf as the lines a person reads.
+func (e *Executor) uiStreamTo(logf LogFunc) *uiStream {
+	return newUIStream(newLineWriter(e.redactor, func(l string) { logIfSet(logf, Stdout, l) }))
 }
 
 // version is the tool's version, asked once per executor.
@@ -226,7 +257,7 @@ func (e *Executor) Plan(ctx context.Context, opts PlanOptions, logf LogFunc) (*P
 	planOpts := planFlags(opts, out, varFiles)
 	// The -json stream gives the summary as tofu counts it; its messages
 	// reach the log as the lines a person reads.
-	stream := newUIStream(newLineWriter(e.redactor, func(l string) { logIfSet(logf, Stdout, l) }))
+	stream := e.uiStreamTo(logf)
 	hasChanges, err := tf.PlanJSON(ctx, stream, planOpts...)
 	stream.Flush()
 	flush()

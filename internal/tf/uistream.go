@@ -20,6 +20,12 @@ type uiStream struct {
 
 	mu      sync.Mutex
 	summary Summary
+	// version is the tool's version, from the stream's first message.
+	version string
+	// onPlanned, when set, is called once, when an apply's stream moves
+	// from its plan to the apply (see planDone).
+	onPlanned func()
+	planFired bool
 	// errors are the error diagnostics, rendered, for the command's error.
 	errors []string
 }
@@ -43,8 +49,12 @@ type uiMessage struct {
 	Message string `json:"@message"`
 	Changes *struct {
 		Add, Change, Import, Remove, Forget int
+		// Operation is "plan", or "apply" for what an apply did.
+		Operation string
 	} `json:"changes"`
-	Change *struct {
+	Tofu      string `json:"tofu"`
+	Terraform string `json:"terraform"`
+	Change    *struct {
 		Action string `json:"action"`
 	} `json:"change"`
 	Outputs    map[string]struct{ Action string } `json:"outputs"`
@@ -76,6 +86,9 @@ func (s *uiStream) line(raw []byte) {
 		s.emit(string(raw))
 		return
 	}
+	if !s.planned() && applyPhase(&m) {
+		s.planDone()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch m.Type {
@@ -88,8 +101,14 @@ func (s *uiStream) line(raw []byte) {
 			s.emit(text)
 			return
 		}
+	case "version":
+		s.version = m.Tofu
+		if s.version == "" {
+			s.version = m.Terraform
+		}
 	case "change_summary":
-		if c := m.Changes; c != nil {
+		// An apply's stream has the plan's summary, then the apply's.
+		if c := m.Changes; c != nil && (c.Operation == "" || c.Operation == "plan") {
 			s.summary.Add, s.summary.Change, s.summary.Destroy = c.Add, c.Change, c.Remove
 			s.summary.Import, s.summary.Forget = c.Import, c.Forget
 		}
@@ -98,6 +117,9 @@ func (s *uiStream) line(raw []byte) {
 			s.summary.Drift++
 		}
 	case "outputs":
+		if !plannedOutputs(m.Outputs) {
+			break // an apply's closing list of values, without actions
+		}
 		s.summary.OutputChanges = 0
 		for _, o := range m.Outputs {
 			if o.Action != "" && o.Action != "noop" {
@@ -106,6 +128,17 @@ func (s *uiStream) line(raw []byte) {
 		}
 	}
 	s.emit(m.Message)
+}
+
+// plannedOutputs says an outputs message is the plan's: its outputs have
+// actions (an apply ends with one that lists values instead).
+func plannedOutputs(outputs map[string]struct{ Action string }) bool {
+	for _, o := range outputs {
+		if o.Action != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *uiStream) emit(text string) {
@@ -143,6 +176,31 @@ func (s *uiStream) errorText() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return strings.Join(s.errors, "\n\n")
+}
+
+// planDone marks the plan complete, calling onPlanned the first time.
+func (s *uiStream) planDone() {
+	s.mu.Lock()
+	fired := s.planFired
+	s.planFired = true
+	s.mu.Unlock()
+	if !fired && s.onPlanned != nil {
+		s.onPlanned()
+	}
+}
+
+// planned says the plan was complete before the stream ended.
+func (s *uiStream) planned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.planFired
+}
+
+// toolVersion is the version the stream's first message named.
+func (s *uiStream) toolVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
 }
 
 // result is the summary counted from the stream.

@@ -254,7 +254,7 @@ func TestEnvtestPlanPendingThenApprovedThenApplied(t *testing.T) {
 	if ok, why, err := readiness.ReadyAtGeneration(st); !ok || err != nil {
 		t.Errorf("not Ready at its generation by kstatus: %s %v", why, err)
 	}
-	e.expectEvents("web", "PlanCreated", "Applied", "Ready")
+	e.expectEvents("web", "PlanCreated", "Applied")
 }
 
 func TestEnvtestNoChangesMakesNoRelease(t *testing.T) {
@@ -268,7 +268,7 @@ func TestEnvtestNoChangesMakesNoRelease(t *testing.T) {
 	if st.Status.Release.Revision != 1 {
 		t.Fatalf("a plan without changes recorded release %d", st.Status.Release.Revision)
 	}
-	e.expectEvents("web", "Applied", "Ready")
+	e.expectEvents("web", "Applied")
 	applies := 0
 	for _, r := range suite.events.reasons(e.ns, "web") {
 		if r == AppliedReason {
@@ -348,7 +348,7 @@ func TestEnvtestTransientRunnerErrorIsRetried(t *testing.T) {
 	if st.Status.Failures != 0 || st.Status.Release.Revision != 1 {
 		t.Fatalf("after the retry: failures %d release %+v", st.Status.Failures, st.Status.Release)
 	}
-	e.expectEvents("web", "ReconciliationFailed", "Applied", "Ready")
+	e.expectEvents("web", "ReconciliationFailed", "Applied")
 }
 
 func TestEnvtestDestroyOnDelete(t *testing.T) {

@@ -83,6 +83,7 @@ func (r *Reconciler) inOnePass(s *scope) bool {
 func (r *Reconciler) planAndApply(ctx context.Context, s *scope, req *runnerv1.PlanRequest) error {
 	run := s.run
 	started := r.now()
+	req.OneProcess = r.oneProcessFits(s, req.GetVariables())
 	// The client times the plan and the apply within the one operation.
 	p, applied, err := run.client.PlanAndApply(ctx, req, run.logf, &run.timings)
 	if p == nil {
@@ -103,6 +104,35 @@ func (r *Reconciler) planAndApply(ctx context.Context, s *scope, req *runnerv1.P
 		return nil
 	}
 	return r.afterApply(ctx, s, planRecord{id: made.id, summary: made.summary, started: started}, err)
+}
+
+// oneProcessHeadroom is how far under the state server's limit a state
+// must stay, after its inputs, for its plan to be applied in one process:
+// room for what one apply computes (values the inputs do not show, such
+// as a generated document) without reaching the limit.
+const oneProcessHeadroom = 32 << 20
+
+// oneProcessFits says the plan may be applied in one tofu process, as
+// direct tofu does. That process shows no planned values before it
+// applies (PlanRequest.one_process), so a state over the state server's
+// limit would be refused only after the resources changed (and kept in the
+// plan store, see keepErroredState), where a saved plan refuses it before
+// anything changes. So one process is for states far from the limit: the
+// last known size (this replica's copy, from the init's read) plus the
+// inputs, which a state may hold more than once (as an input and again as
+// an output), leave oneProcessHeadroom. Var files inside the source are
+// of unknown size here: those Stacks, states of unknown size and small
+// limits plan first and check the planned values.
+func (r *Reconciler) oneProcessFits(s *scope, vars *runnerv1.Variables) bool {
+	limit := r.Options.MaxStateBytes
+	if limit <= 0 || ownsBackend(s.stack) {
+		return true
+	}
+	if len(vars.GetFiles()) > 0 {
+		return false
+	}
+	prior, known := state.LastKnownSize(s.run.stores.States, stateKey(s.stack))
+	return known && prior+4*int64(len(vars.GetJson()))+oneProcessHeadroom <= limit
 }
 
 // checkDrift records whether a plan's changes were made outside Terrace.

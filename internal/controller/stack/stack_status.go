@@ -112,7 +112,9 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	if outcome.Final {
 		st.ObservedGeneration = stack.Generation
 	}
-	if !wasReady && conditionTrue(stack, terracev1.ReadyCondition) && st.ObservedGeneration > 0 && o.kind != runNothing {
+	// A run that applied has said so in its Applied event, which names the
+	// release: becoming Ready needs no second event (one API call each).
+	if !wasReady && conditionTrue(stack, terracev1.ReadyCondition) && st.ObservedGeneration > 0 && o.kind != runNothing && o.applied == nil {
 		r.normalEvent(stack, "Ready", "%s", readyMessage(s))
 	}
 	return outcome

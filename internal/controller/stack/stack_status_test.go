@@ -77,7 +77,7 @@ func TestSummarize(t *testing.T) {
 			observe: observations{kind: runPlan, plan: plan(nil), applied: &applyObservation{outputs: []string{"url"}},
 				release: &release.Release{Revision: 2, Status: release.StatusDeployed, FinishedAt: now}},
 			want: want{ready: "True/Applied", reconciling: "-", stalled: "-", planned: "True/Planned", applied: "True/Applied", drifted: "False/NoDrift",
-				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:in", readyMessage: "applied rev-2 (release 2)", event: "Ready"},
+				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:in", readyMessage: "applied rev-2 (release 2)"},
 		},
 		{
 			name:    "no changes",
@@ -96,7 +96,7 @@ func TestSummarize(t *testing.T) {
 			observe: observations{kind: runDrift, plan: plan(nil), drift: driftObservation{checked: true, found: true, at: now},
 				applied: &applyObservation{}, release: &release.Release{Revision: 2, Status: release.StatusDeployed, FinishedAt: now}},
 			want: want{ready: "True/Applied", reconciling: "-", stalled: "-", planned: "True/Planned", applied: "True/Applied", drifted: "True/DriftRepaired",
-				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:in", readyMessage: "release 2", event: "Ready"},
+				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:in", readyMessage: "release 2"},
 		},
 		{
 			name:    "terminal input error",
@@ -129,7 +129,7 @@ func TestSummarize(t *testing.T) {
 			observe: observations{kind: runPlan, discardedPlan: "plan-2-old", plan: plan(nil), applied: &applyObservation{},
 				release: &release.Release{Revision: 2, Status: release.StatusDeployed, FinishedAt: now}},
 			want: want{ready: "True/Applied", reconciling: "-", stalled: "-", planned: "True/Planned", applied: "True/Applied", drifted: "False/NoDrift",
-				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:in", readyMessage: "release 2", event: "Ready"},
+				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:in", readyMessage: "release 2"},
 		},
 		{
 			name: "destroy failed on deletion",

@@ -38,6 +38,34 @@ const maxCachedIndexes = 5000
 type indexCache struct {
 	mu      sync.Mutex
 	entries map[client.ObjectKey]*corev1.Secret
+	// released names, for an entry this Store's Unlock wrote, the owner of
+	// the lock it released and the resourceVersion it left (StateReleasedBy).
+	released map[client.ObjectKey]releasedBy
+}
+
+type releasedBy struct{ owner, resourceVersion string }
+
+// markReleased records that obj, just cached, is what releasing owner's
+// lock left.
+func (c *indexCache) markReleased(key client.ObjectKey, owner string, obj *corev1.Secret) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released == nil || len(c.released) >= maxCachedIndexes {
+		c.released = map[client.ObjectKey]releasedBy{}
+	}
+	c.released[key] = releasedBy{owner: owner, resourceVersion: obj.ResourceVersion}
+}
+
+// releasedCopy returns the cached index if this Store's release of
+// owner's lock is still the last thing it knows of key.
+func (c *indexCache) releasedCopy(key client.ObjectKey, owner string) *corev1.Secret {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	obj, tag := c.entries[key], c.released[key]
+	if obj == nil || owner == "" || tag.owner != owner || tag.resourceVersion != obj.ResourceVersion {
+		return nil
+	}
+	return obj.DeepCopy()
 }
 
 // get returns a copy of the cached object, and whether there was an entry.

@@ -255,3 +255,48 @@ func (s *Store) updateIndex(ctx context.Context, key state.Key, first *indexObje
 	}
 	return fmt.Errorf("failed to update state index of %s: it kept changing during %d attempts", key, maxAttempts)
 }
+
+// LastKnownSize implements state.SizeHinter from this Store's last copy of
+// key's index: 0 when it was found not to exist.
+func (s *Store) LastKnownSize(key state.Key) (int64, bool) {
+	obj, ok := s.indexes.get(indexKey(key))
+	if !ok {
+		return 0, false
+	}
+	if obj == nil {
+		return 0, true
+	}
+	x, err := parseIndex(key, obj)
+	if err != nil {
+		return 0, false
+	}
+	if e := x.current(); e != nil {
+		return e.Size, true
+	}
+	return 0, true
+}
+
+// StateReleasedBy implements state.ReleasedStateGetter: the state as this
+// Store's release of owner's lock left it, when that release is still the
+// last this Store knows of key. The release was a compare-and-swap on the
+// index, so that copy was current then; the run that held the lock is done
+// with the state, and reading its copy needs no read of the index.
+func (s *Store) StateReleasedBy(ctx context.Context, key state.Key, owner string) (*state.State, bool) {
+	obj := s.indexes.releasedCopy(indexKey(key), owner)
+	if obj == nil {
+		return nil, false
+	}
+	x, err := parseIndex(key, obj)
+	if err != nil {
+		return nil, false
+	}
+	e := x.current()
+	if e == nil {
+		return nil, false
+	}
+	st, err := s.readVersion(ctx, key, *e)
+	if err != nil {
+		return nil, false
+	}
+	return st, true
+}

@@ -42,16 +42,24 @@ func (s *Store) Unlock(ctx context.Context, key state.Key, id string) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+	var released *indexObject
+	var owner string
+	err := s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		released = nil
 		if x.lock == nil {
 			return errUnchanged
 		}
 		if err := state.CheckLock(key.String(), x.lock, id); err != nil {
 			return err
 		}
+		owner, released = x.lock.Owner, x
 		x.lock = nil
 		return nil
 	})
+	if err == nil && released != nil && released.obj != nil {
+		s.indexes.markReleased(indexKey(key), owner, released.obj)
+	}
+	return err
 }
 
 // ForceUnlock implements state.Store.

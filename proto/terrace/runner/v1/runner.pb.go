@@ -1335,7 +1335,14 @@ type PlanRequest struct {
 	// skip_refresh passes -refresh=false.
 	SkipRefresh bool `protobuf:"varint,8,opt,name=skip_refresh,json=skipRefresh,proto3" json:"skip_refresh,omitempty"`
 	// replace passes -replace for each address.
-	Replace       []string `protobuf:"bytes,9,rep,name=replace,proto3" json:"replace,omitempty"`
+	Replace []string `protobuf:"bytes,9,rep,name=replace,proto3" json:"replace,omitempty"`
+	// one_process asks PlanAndApply to plan and apply in one `tofu apply
+	// -auto-approve -json`, as direct tofu does: no plan file, no `show
+	// -json`, one state lock. The plan's result (summary from the stream)
+	// still comes before the apply's. The caller sets it only when it has
+	// checked that the state fits max_state_bytes, since no planned values
+	// are seen before the apply.
+	OneProcess    bool `protobuf:"varint,10,opt,name=one_process,json=oneProcess,proto3" json:"one_process,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1431,6 +1438,13 @@ func (x *PlanRequest) GetReplace() []string {
 		return x.Replace
 	}
 	return nil
+}
+
+func (x *PlanRequest) GetOneProcess() bool {
+	if x != nil {
+		return x.OneProcess
+	}
+	return false
 }
 
 type PlanResponse struct {
@@ -3205,7 +3219,7 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\tVariables\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x1c\n" +
 	"\tsensitive\x18\x02 \x03(\tR\tsensitive\x12\x14\n" +
-	"\x05files\x18\x03 \x03(\tR\x05files\"\xc0\x02\n" +
+	"\x05files\x18\x03 \x03(\tR\x05files\"\xe1\x02\n" +
 	"\vPlanRequest\x12:\n" +
 	"\tvariables\x18\x01 \x01(\v2\x1c.terrace.runner.v1.VariablesR\tvariables\x12\x18\n" +
 	"\adestroy\x18\x02 \x01(\bR\adestroy\x12!\n" +
@@ -3215,7 +3229,10 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x0fmax_state_bytes\x18\x06 \x01(\x03R\rmaxStateBytes\x12 \n" +
 	"\vparallelism\x18\a \x01(\x05R\vparallelism\x12!\n" +
 	"\fskip_refresh\x18\b \x01(\bR\vskipRefresh\x12\x18\n" +
-	"\areplace\x18\t \x03(\tR\areplace\"\xa1\x01\n" +
+	"\areplace\x18\t \x03(\tR\areplace\x12\x1f\n" +
+	"\vone_process\x18\n" +
+	" \x01(\bR\n" +
+	"oneProcess\"\xa1\x01\n" +
 	"\fPlanResponse\x12.\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x12\x1f\n" +
 	"\n" +

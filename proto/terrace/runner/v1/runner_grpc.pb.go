@@ -81,7 +81,8 @@ type RunnerServiceClient interface {
 	// operation instead of two, the plan shown as JSON once. The plan's
 	// result comes before the apply's logs, so a failed apply still reports
 	// what was planned; apply_result follows only when the plan was applied.
-	// The plan file stays in the work dir (DownloadPlan).
+	// The plan file stays in the work dir (DownloadPlan), except under
+	// one_process, which keeps no plan file.
 	PlanAndApply(ctx context.Context, in *PlanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PlanAndApplyResponse], error)
 	// Output streams every root output, sensitive ones in clear with their flag.
 	Output(ctx context.Context, in *OutputRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutputResponse], error)
@@ -379,7 +380,8 @@ type RunnerServiceServer interface {
 	// operation instead of two, the plan shown as JSON once. The plan's
 	// result comes before the apply's logs, so a failed apply still reports
 	// what was planned; apply_result follows only when the plan was applied.
-	// The plan file stays in the work dir (DownloadPlan).
+	// The plan file stays in the work dir (DownloadPlan), except under
+	// one_process, which keeps no plan file.
 	PlanAndApply(*PlanRequest, grpc.ServerStreamingServer[PlanAndApplyResponse]) error
 	// Output streams every root output, sensitive ones in clear with their flag.
 	Output(*OutputRequest, grpc.ServerStreamingServer[OutputResponse]) error
