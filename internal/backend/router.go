@@ -16,9 +16,10 @@ type Router struct {
 }
 
 var (
-	_ state.Store           = (*Router)(nil)
-	_ state.PlanStore       = (*Router)(nil)
-	_ state.AdmittingGetter = (*Router)(nil)
+	_ state.Store            = (*Router)(nil)
+	_ state.PlanStore        = (*Router)(nil)
+	_ state.AdmittingGetter  = (*Router)(nil)
+	_ state.LockHolderReader = (*Router)(nil)
 )
 
 // errAllNamespaces refuses a list over every namespace.
@@ -62,6 +63,32 @@ func (r *Router) GetAdmitted(ctx context.Context, key state.Key, admit func(stat
 		return nil, err
 	}
 	return state.GetAdmitted(ctx, st, key, admit)
+}
+
+// GetUnderOwnLock implements state.LockHolderReader through the
+// namespace's store, when it is one.
+func (r *Router) GetUnderOwnLock(ctx context.Context, key state.Key, owner string, admit func(state.StateMeta) error) (*state.State, bool, error) {
+	st, err := r.states(ctx, key.Namespace)
+	if err != nil {
+		return nil, true, err
+	}
+	if h, ok := st.(state.LockHolderReader); ok {
+		return h.GetUnderOwnLock(ctx, key, owner, admit)
+	}
+	return nil, false, nil
+}
+
+// StateReleasedBy implements state.LockHolderReader through the
+// namespace's store, when it is one.
+func (r *Router) StateReleasedBy(ctx context.Context, key state.Key, owner string) (*state.State, bool) {
+	st, err := r.states(ctx, key.Namespace)
+	if err != nil {
+		return nil, false
+	}
+	if h, ok := st.(state.LockHolderReader); ok {
+		return h.StateReleasedBy(ctx, key, owner)
+	}
+	return nil, false
 }
 
 // Put implements state.Store.

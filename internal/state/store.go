@@ -241,17 +241,39 @@ func LastKnownSize(s Store, key Key) (size int64, known bool) {
 	return 0, false
 }
 
-// ReleasedStateGetter is a Store that may know, without reading the index,
-// the state a lock's owner left when its lock was released here.
-type ReleasedStateGetter interface {
-	StateReleasedBy(ctx context.Context, key Key, owner string) (*State, bool)
+// LockHolderReader is a Store that may answer a lock holder's reads from
+// its own copy of what the holder's lock change left, without reading the
+// index: the read a holder makes just after taking its lock, and the state
+// it left when it released the lock. ok false: no copy answers.
+type LockHolderReader interface {
+	GetUnderOwnLock(ctx context.Context, key Key, owner string, admit func(StateMeta) error) (st *State, ok bool, err error)
+	StateReleasedBy(ctx context.Context, key Key, owner string) (st *State, ok bool)
+}
+
+// GetAdmittedBy is GetAdmitted for a reader (owner, a lock owner's name)
+// that may hold key's lock. admit is called at most once.
+func GetAdmittedBy(ctx context.Context, s Store, key Key, owner string, admit func(StateMeta) error) (*State, error) {
+	admitted := false
+	once := func(m StateMeta) error {
+		if admitted {
+			return nil
+		}
+		admitted = true
+		return admit(m)
+	}
+	if r, ok := s.(LockHolderReader); ok && owner != "" {
+		if st, ok, err := r.GetUnderOwnLock(ctx, key, owner, once); ok {
+			return st, err
+		}
+	}
+	return GetAdmitted(ctx, s, key, once)
 }
 
 // StateReleasedBy reads the state owner left when it released its lock,
 // from s's own copy when s has it; otherwise it reads the current state.
 func StateReleasedBy(ctx context.Context, s Store, key Key, owner string) (*State, error) {
-	if g, ok := s.(ReleasedStateGetter); ok {
-		if st, ok := g.StateReleasedBy(ctx, key, owner); ok {
+	if r, ok := s.(LockHolderReader); ok {
+		if st, ok := r.StateReleasedBy(ctx, key, owner); ok {
 			return st, nil
 		}
 	}

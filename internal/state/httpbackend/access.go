@@ -86,3 +86,13 @@ func lockIDOf(id pki.Identity, lockID string) string {
 	}
 	return state.OwnedLockID(string(id), lockID)
 }
+
+// lockOwner is the lock owner a request may read as (state.GetAdmittedBy):
+// a run's identity, unique to the run. Other identities may be shared by
+// several clients at once, so their reads always read the index.
+func lockOwner(id pki.Identity) string {
+	if _, _, _, ok := id.Runner(); ok {
+		return string(id)
+	}
+	return ""
+}

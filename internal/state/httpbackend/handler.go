@@ -207,7 +207,8 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id pki.Identity, k
 			release()
 		}
 	}()
-	st, err := state.GetAdmitted(r.Context(), h.Store, key, func(meta state.StateMeta) error {
+	// A run's reads after it took the lock here come from that lock's copy.
+	st, err := state.GetAdmittedBy(r.Context(), h.Store, key, lockOwner(id), func(meta state.StateMeta) error {
 		var err error
 		if release, err = h.admission().acquire(r.Context(), key.Namespace, meta.Size); err != nil {
 			return err

@@ -38,31 +38,44 @@ const maxCachedIndexes = 5000
 type indexCache struct {
 	mu      sync.Mutex
 	entries map[client.ObjectKey]*corev1.Secret
-	// released names, for an entry this Store's Unlock wrote, the owner of
-	// the lock it released and the resourceVersion it left (StateReleasedBy).
-	released map[client.ObjectKey]releasedBy
+	// writers names, for an entry this Store's Lock or Unlock wrote, which
+	// of the two, the lock's owner and the resourceVersion it left: the
+	// copy answers for that owner while it is still the entry.
+	writers map[client.ObjectKey]copyWriter
 }
 
-type releasedBy struct{ owner, resourceVersion string }
+// copyWriter says which lock change of which owner made a cached index.
+type copyWriter struct {
+	change          lockChange
+	owner           string
+	resourceVersion string
+}
 
-// markReleased records that obj, just cached, is what releasing owner's
+type lockChange int
+
+const (
+	locked lockChange = iota + 1
+	released
+)
+
+// markWritten records that obj, just cached, is what change of owner's
 // lock left.
-func (c *indexCache) markReleased(key client.ObjectKey, owner string, obj *corev1.Secret) {
+func (c *indexCache) markWritten(key client.ObjectKey, change lockChange, owner string, obj *corev1.Secret) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.released == nil || len(c.released) >= maxCachedIndexes {
-		c.released = map[client.ObjectKey]releasedBy{}
+	if c.writers == nil || len(c.writers) >= maxCachedIndexes {
+		c.writers = map[client.ObjectKey]copyWriter{}
 	}
-	c.released[key] = releasedBy{owner: owner, resourceVersion: obj.ResourceVersion}
+	c.writers[key] = copyWriter{change: change, owner: owner, resourceVersion: obj.ResourceVersion}
 }
 
-// releasedCopy returns the cached index if this Store's release of
-// owner's lock is still the last thing it knows of key.
-func (c *indexCache) releasedCopy(key client.ObjectKey, owner string) *corev1.Secret {
+// copyBy returns the cached index if change of owner's lock, made by this
+// Store, is still the last thing it knows of key.
+func (c *indexCache) copyBy(key client.ObjectKey, change lockChange, owner string) *corev1.Secret {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	obj, tag := c.entries[key], c.released[key]
-	if obj == nil || owner == "" || tag.owner != owner || tag.resourceVersion != obj.ResourceVersion {
+	obj, w := c.entries[key], c.writers[key]
+	if obj == nil || owner == "" || w.change != change || w.owner != owner || w.resourceVersion != obj.ResourceVersion {
 		return nil
 	}
 	return obj.DeepCopy()

@@ -266,3 +266,72 @@ func TestTheStateARunReleasedIsReadFromTheReleasingCopy(t *testing.T) {
 		t.Errorf("fallback read = serial %v, %v; want the current state, serial 2", st, err)
 	}
 }
+
+// A run's read just after it took the lock on this replica is served from
+// the copy the lock left: no API call for the index. Anyone else's read,
+// or a read once another change replaced that copy, reads the index.
+func TestTheLockHoldersReadComesFromTheLocksCopy(t *testing.T) {
+	ns := env.Namespace(t)
+	c := &countingClient{Client: env.Client}
+	s := secrets.New(c, secrets.Options{})
+	key := state.Key{Namespace: ns, Stack: "app", Workspace: "default"}
+	owner := "terrace://runner/" + ns + "/app/run-1"
+	data := storetest.StateJSON("lin", 1, 0, 100)
+	if _, err := s.Put(ctx(t), key, data, state.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Lock(ctx(t), key, state.LockInfo{ID: "l1", Owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+	admits := 0
+	admit := func(m state.StateMeta) error { admits++; return nil }
+	var got *state.State
+	if calls := c.during(t, "the holder's read", func() error {
+		var err error
+		got, err = state.GetAdmittedBy(ctx(t), s, key, owner, admit)
+		return err
+	}); calls != 0 || !bytes.Equal(got.Data, data) || admits != 1 {
+		t.Fatalf("holder's read: %d API calls (want 0), %d admits, %d bytes", calls, admits, len(got.Data))
+	}
+	if calls := c.during(t, "another run's read", func() error {
+		_, err := state.GetAdmittedBy(ctx(t), s, key, "terrace://runner/"+ns+"/app/run-2", admit)
+		return err
+	}); calls != 1 {
+		t.Errorf("another run's read made %d API calls, want 1 (the index)", calls)
+	}
+	// That read found the index unchanged: the copy still answers.
+	if calls := c.during(t, "the holder's second read", func() error {
+		_, err := state.GetAdmittedBy(ctx(t), s, key, owner, admit)
+		return err
+	}); calls != 0 {
+		t.Errorf("holder's second read made %d API calls, want 0", calls)
+	}
+	// Another replica breaks the lock; once this one has read the change,
+	// its copy no longer answers for the holder.
+	if err := secrets.New(env.Client, secrets.Options{}).ForceUnlock(ctx(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if calls := c.during(t, "the holder's read after its lock was broken", func() error {
+		_, err := state.GetAdmittedBy(ctx(t), s, key, owner, admit)
+		return err
+	}); calls != 1 {
+		t.Errorf("holder's read after the lock was broken made %d API calls, want 1", calls)
+	}
+	// A lock on a state that does not exist yet: the holder reads none.
+	empty := state.Key{Namespace: ns, Stack: "new", Workspace: "default"}
+	if err := s.Lock(ctx(t), empty, state.LockInfo{ID: "l2", Owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+	if calls := c.during(t, "the holder's read of a new state", func() error {
+		_, err := state.GetAdmittedBy(ctx(t), s, empty, owner, admit)
+		if errors.Is(err, state.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("read of a state that does not exist: %v, want not found", err)
+	}); calls != 0 {
+		t.Errorf("holder's read of a new state made %d API calls, want 0", calls)
+	}
+}

@@ -21,7 +21,9 @@ func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) er
 	if info.Created.IsZero() {
 		info.Created = time.Now().UTC()
 	}
-	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+	var taken *indexObject
+	err := s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		taken = nil
 		if x.mark != nil {
 			return &state.MigratedError{Key: "state " + key.String(), Mark: *x.mark}
 		}
@@ -32,9 +34,13 @@ func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) er
 			h := *x.lock
 			return &state.LockedError{Key: key.String(), Holder: &h, Offered: info.ID}
 		}
-		x.lock = &info
+		x.lock, taken = &info, x
 		return nil
 	})
+	if err == nil && taken != nil && taken.obj != nil {
+		s.indexes.markWritten(indexKey(key), locked, info.Owner, taken.obj)
+	}
+	return err
 }
 
 // Unlock implements state.Store.
@@ -42,22 +48,22 @@ func (s *Store) Unlock(ctx context.Context, key state.Key, id string) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	var released *indexObject
+	var freed *indexObject
 	var owner string
 	err := s.updateIndex(ctx, key, nil, func(x *indexObject) error {
-		released = nil
+		freed = nil
 		if x.lock == nil {
 			return errUnchanged
 		}
 		if err := state.CheckLock(key.String(), x.lock, id); err != nil {
 			return err
 		}
-		owner, released = x.lock.Owner, x
+		owner, freed = x.lock.Owner, x
 		x.lock = nil
 		return nil
 	})
-	if err == nil && released != nil && released.obj != nil {
-		s.indexes.markReleased(indexKey(key), owner, released.obj)
+	if err == nil && freed != nil && freed.obj != nil {
+		s.indexes.markWritten(indexKey(key), released, owner, freed.obj)
 	}
 	return err
 }
