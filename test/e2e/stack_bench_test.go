@@ -99,6 +99,9 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		p.resetPeakRSS()
 		processCalls = mustRequests(b, p)
 	}
+	if n == 1 && tracingRequests {
+		b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
+	}
 	terrace, peak := e.stacksToReady(b, n)
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")
@@ -152,7 +155,7 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	controllerRequests.Add(1)
 	requestKinds.add(requestKind(r))
 	if tracingRequests {
-		requestKinds.trace(r.Method + " " + r.URL.RequestURI())
+		requestKinds.trace(time.Now().Format("15:04:05.000") + " " + r.Method + " " + r.URL.RequestURI())
 	}
 	return c.next.RoundTrip(r)
 }
@@ -402,6 +405,7 @@ func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
 	var peak uint64
 	stopSampling := sampleHeap(&peak)
 	defer stopSampling()
+	waitReady := e.watchAllReady(b, n)
 	start := time.Now()
 	for i := range n {
 		s := &terracev1.Stack{
@@ -417,7 +421,13 @@ func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
 			b.Fatal(err)
 		}
 	}
-	eventually(b, 20*time.Minute, "every Stack Ready", func() error {
+	return waitReady(20 * time.Minute).Sub(start), peak
+}
+
+// pollAllReady waits, polling, until n Stacks of the namespace are Ready.
+func (e *stackEnv) pollAllReady(b *testing.B, n int, timeout time.Duration) {
+	b.Helper()
+	eventually(b, timeout, "every Stack Ready", func() error {
 		var list terracev1.StackList
 		if err := e.c.List(context.Background(), &list, client.InNamespace(e.ns)); err != nil {
 			return err
@@ -433,7 +443,6 @@ func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
 		}
 		return nil
 	})
-	return time.Since(start), peak
 }
 
 // sampleHeap records the peak Go heap in use until the returned func is called.
