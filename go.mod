@@ -105,6 +105,7 @@ require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/open-policy-agent/opa v1.22.3
+	golang.org/x/image v0.41.0
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc
 	sigs.k8s.io/cli-utils v0.37.2
 )

@@ -87,7 +87,7 @@ func BenchmarkStackToReady(b *testing.B) {
 
 // benchStacksOnce is one measurement of n Stacks against n direct applies.
 func benchStacksOnce(b *testing.B, n, warm int) {
-	direct := directApplies(b, n, benchConcurrency)
+	direct, directDone := directApplies(b, n, benchConcurrency)
 	e := newStackEnv(b)
 	e.prepareBench(b, warm)
 	e.programReady(b)
@@ -99,10 +99,9 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		p.resetPeakRSS()
 		processCalls = mustRequests(b, p)
 	}
-	if n == 1 && tracingRequests {
-		b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
-	}
-	terrace, peak := e.stacksToReady(b, n)
+	b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
+	terrace, terraceDone, peak := e.stacksToReady(b, n)
+	b.Logf("clock stops at %s", time.Now().Format("15:04:05.000"))
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")
 	b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
@@ -120,6 +119,15 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	}
 	if trace := requestKinds.takeTrace(); n == 1 && len(trace) > 0 {
 		b.Logf("API requests in order:\n%s", strings.Join(trace, "\n"))
+	}
+	if n > 1 {
+		path := filepath.Join(plotDir(), fmt.Sprintf("stacks-ready-%d-warm-%d.png", n, warm))
+		title := fmt.Sprintf("%d Stacks Ready over time, %d warm runners, at most %d at once", n, warm, benchConcurrency)
+		if err := writeReadyPlot(path, title, readyCurve{"Terrace", terraceBlue, terraceDone}, readyCurve{"direct tofu init && apply", directOrange, directDone}); err != nil {
+			b.Errorf("plot: %v", err)
+		} else {
+			b.Logf("plot of Stacks Ready over time: %s", path)
+		}
 	}
 	if n == 1 {
 		logRunnerLog(b, e, warm > 0)
@@ -293,8 +301,9 @@ func logRunnerLog(b *testing.B, e *stackEnv, warm bool) {
 	}
 }
 
-// directApplies runs tofu init && apply n times, parallel at most par.
-func directApplies(b *testing.B, n, par int) time.Duration {
+// directApplies runs tofu init && apply n times, parallel at most par, and
+// returns the time of all and when each was done.
+func directApplies(b *testing.B, n, par int) (time.Duration, []time.Duration) {
 	b.Helper()
 	tofu, err := testenv.FindTools()
 	if err != nil {
@@ -309,6 +318,7 @@ func directApplies(b *testing.B, n, par int) time.Duration {
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
+	doneAt := make(chan time.Duration, n)
 	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -333,14 +343,21 @@ func directApplies(b *testing.B, n, par int) time.Duration {
 					return
 				}
 			}
+			doneAt <- time.Since(start)
 		}()
 	}
 	wg.Wait()
+	total := time.Since(start)
 	close(errs)
+	close(doneAt)
 	for err := range errs {
 		b.Fatal(err)
 	}
-	return time.Since(start)
+	var done []time.Duration
+	for d := range doneAt {
+		done = append(done, d)
+	}
+	return total, done
 }
 
 // prepareBench makes the namespace's Program and, with warm, a
@@ -400,7 +417,7 @@ func mustRequests(b *testing.B, p *controllerProcess) float64 {
 }
 
 // stacksToReady creates n Stacks of one Program and waits until all are Ready.
-func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
+func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, []time.Duration, uint64) {
 	b.Helper()
 	var peak uint64
 	stopSampling := sampleHeap(&peak)
@@ -421,28 +438,12 @@ func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, uint64) {
 			b.Fatal(err)
 		}
 	}
-	return waitReady(20 * time.Minute).Sub(start), peak
-}
-
-// pollAllReady waits, polling, until n Stacks of the namespace are Ready.
-func (e *stackEnv) pollAllReady(b *testing.B, n int, timeout time.Duration) {
-	b.Helper()
-	eventually(b, timeout, "every Stack Ready", func() error {
-		var list terracev1.StackList
-		if err := e.c.List(context.Background(), &list, client.InNamespace(e.ns)); err != nil {
-			return err
-		}
-		ready := 0
-		for i := range list.Items {
-			if readyAt(&list.Items[i]) == nil {
-				ready++
-			}
-		}
-		if ready != n {
-			return fmt.Errorf("%d of %d Ready", ready, n)
-		}
-		return nil
-	})
+	end, firsts := waitReady(20 * time.Minute)
+	done := make([]time.Duration, len(firsts))
+	for i, t := range firsts {
+		done[i] = t.Sub(start)
+	}
+	return end.Sub(start), done, peak
 }
 
 // sampleHeap records the peak Go heap in use until the returned func is called.

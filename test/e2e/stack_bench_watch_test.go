@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 // are created, and returns a wait for n of them Ready that answers when
 // the watch says so: the clock stops at the status write that made the
 // last Stack Ready, not at the next poll (which added up to 100 ms to a
-// 1-Stack measurement). A watch that ends early falls back to polling.
-func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration) time.Time {
+// 1-Stack measurement). It also returns when each Stack was first seen
+// Ready. A watch that ends early falls back to polling.
+func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration) (time.Time, []time.Time) {
 	b.Helper()
 	wc, err := client.NewWithWatch(e.dev.Cluster.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
@@ -29,17 +31,19 @@ func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration
 		cancel()
 		b.Fatal(err)
 	}
-	return func(timeout time.Duration) time.Time {
+	return func(timeout time.Duration) (time.Time, []time.Time) {
 		defer cancel()
 		defer w.Stop()
 		ready := map[string]bool{}
+		seen := map[string]bool{}
+		var firsts []time.Time
 		deadline := time.After(timeout)
 		for {
 			select {
 			case ev, ok := <-w.ResultChan():
 				if !ok {
 					e.pollAllReady(b, n, timeout)
-					return time.Now()
+					return time.Now(), firsts
 				}
 				st, isStack := ev.Object.(*terracev1.Stack)
 				if !isStack || ev.Type == watch.Error {
@@ -47,15 +51,40 @@ func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration
 				}
 				if ev.Type != watch.Deleted && readyAt(st) == nil {
 					ready[st.Name] = true
+					if !seen[st.Name] {
+						seen[st.Name] = true
+						firsts = append(firsts, time.Now())
+					}
 				} else {
 					delete(ready, st.Name)
 				}
 				if len(ready) == n {
-					return time.Now()
+					return time.Now(), firsts
 				}
 			case <-deadline:
 				b.Fatalf("timed out after %s: %d of %d Stacks Ready", timeout, len(ready), n)
 			}
 		}
 	}
+}
+
+// pollAllReady waits, polling, until n Stacks of the namespace are Ready.
+func (e *stackEnv) pollAllReady(b *testing.B, n int, timeout time.Duration) {
+	b.Helper()
+	eventually(b, timeout, "every Stack Ready", func() error {
+		var list terracev1.StackList
+		if err := e.c.List(context.Background(), &list, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+		ready := 0
+		for i := range list.Items {
+			if readyAt(&list.Items[i]) == nil {
+				ready++
+			}
+		}
+		if ready != n {
+			return fmt.Errorf("%d of %d Ready", ready, n)
+		}
+		return nil
+	})
 }
