@@ -81,6 +81,10 @@ func Class(spec RunSpec) (class string, ok bool) {
 // have, with a Stack that holds only the namespace.
 type WarmSpec struct {
 	Namespace string
+	// RunID names the pod (WarmPodName) and, once claimed, its run; empty
+	// picks a new one. The pool picks it, so that it knows the pod by name
+	// while it starts.
+	RunID string
 	// Run is the class's RunSpec; Stack and RunID are ignored.
 	Run RunSpec
 }
@@ -92,7 +96,10 @@ type WarmSpec struct {
 func (l *Launcher) StartWarm(ctx context.Context, spec WarmSpec) (*Run, error) {
 	run := spec.Run
 	run.Stack = &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: spec.Namespace, Name: "warm", UID: "warm"}}
-	run.RunID = NewRunID()
+	run.RunID = spec.RunID
+	if run.RunID == "" {
+		run.RunID = NewRunID()
+	}
 	run.Retain, run.Timings = false, nil
 	class, ok := Class(run)
 	if !ok {

@@ -59,6 +59,11 @@ type fakeLauncher struct {
 	adopted  []string
 	deleted  []string
 	failNext bool
+	// inCache lists each started pod as WarmPods does once the cache has
+	// it; during runs inside StartWarm, as a sync meanwhile would.
+	inCache    bool
+	cacheClass string
+	during     func()
 }
 
 func (l *fakeLauncher) StartWarm(_ context.Context, spec launcher.WarmSpec) (Warm, error) {
@@ -67,9 +72,18 @@ func (l *fakeLauncher) StartWarm(_ context.Context, spec launcher.WarmSpec) (War
 	if l.failNext {
 		return nil, errors.New("no such ServiceAccount")
 	}
-	id := launcher.NewRunID()
+	id := spec.RunID
 	w := &fakeWarm{id: id, pod: types.NamespacedName{Namespace: spec.Namespace, Name: launcher.WarmPodName(id)}, done: make(chan struct{})}
 	l.started = append(l.started, w)
+	if l.inCache {
+		// The pod is in the cache, unclaimed, before the start returns.
+		l.foreign = append(l.foreign, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: spec.Namespace, Name: w.pod.Name, Labels: map[string]string{launcher.LabelWarmClass: l.cacheClass}}})
+	}
+	if l.during != nil {
+		l.mu.Unlock()
+		l.during()
+		l.mu.Lock()
+	}
 	return w, nil
 }
 
@@ -290,5 +304,23 @@ func TestPoolLeavesATakenPodAlone(t *testing.T) {
 		if n == w.Pod().Name {
 			t.Fatalf("the pool adopted or deleted the pod it handed to a run (deleted %v, adopted %v)", l.deleted, l.adopted)
 		}
+	}
+}
+
+// Found by the 1000-Stack fleet: a sync while a warm pod was starting saw
+// the new pod in the cache under a name the pool did not hold yet, took it
+// for a former leader's and deleted it; the start then failed and backed
+// the class off, one pod short.
+func TestPoolKeepsThePodsItIsStarting(t *testing.T) {
+	l := &fakeLauncher{inCache: true, cacheClass: "c1"}
+	d := &demand{}
+	d.set(Want{Namespace: "team-a", Class: "c1", Count: 2})
+	p := New(Options{Launcher: l, Demand: d.get})
+	l.during = func() { p.Sync(context.Background()) }
+	settled(t, p, "team-a", 2)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.deleted) != 0 || len(l.adopted) != 0 || len(l.started) != 2 {
+		t.Fatalf("deleted %v, adopted %v, started %d: want the two pods being started kept, and nothing else", l.deleted, l.adopted, len(l.started))
 	}
 }

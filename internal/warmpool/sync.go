@@ -127,17 +127,21 @@ func (p *Pool) fill(ctx context.Context, want Want) {
 			return
 		}
 		p.starting++
-		key := want.Namespace + "/starting-" + launcher.NewRunID()
-		p.pods[key] = &warmPod{namespace: want.Namespace, class: want.Class, created: time.Now()}
+		// Held under the pod's own name from the start: a sync meanwhile
+		// sees the pod in the cache as the pool's, not a former leader's
+		// to adopt or delete.
+		runID := launcher.NewRunID()
+		key := want.Namespace + "/" + launcher.WarmPodName(runID)
+		p.pods[key] = &warmPod{namespace: want.Namespace, class: want.Class, name: launcher.WarmPodName(runID), created: time.Now()}
 		p.mu.Unlock()
-		go p.start(ctx, key, want)
+		go p.start(ctx, key, runID, want)
 	}
 }
 
-func (p *Pool) start(ctx context.Context, key string, want Want) {
+func (p *Pool) start(ctx context.Context, key, runID string, want Want) {
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	run, err := p.opts.Launcher.StartWarm(startCtx, launcher.WarmSpec{Namespace: want.Namespace, Run: want.Spec})
+	run, err := p.opts.Launcher.StartWarm(startCtx, launcher.WarmSpec{Namespace: want.Namespace, RunID: runID, Run: want.Spec})
 	p.mu.Lock()
 	p.starting--
 	if err != nil {
