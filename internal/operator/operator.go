@@ -49,10 +49,13 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Scheme:                  scheme.New(),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthAddr,
+		PprofBindAddress:        opts.PprofAddr,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "terrace-controller-leader",
 		LeaderElectionNamespace: opts.Namespace,
-		Cache:                   cache.Options{SyncPeriod: &syncPeriod},
+		// Nothing reads managedFields (patches are merge patches): leaving
+		// them out of the cache keeps a large namespace's Stacks smaller.
+		Cache: cache.Options{SyncPeriod: &syncPeriod, DefaultTransform: cache.TransformStripManagedFields()},
 		// Secrets hold state, plans and credentials: never cache them all in
 		// the controller's memory; read them directly when needed.
 		// Secrets are read when needed, never cached wholesale; so are the

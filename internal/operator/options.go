@@ -27,6 +27,9 @@ type Options struct {
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz.
 	HealthAddr string
+	// PprofAddr serves Go's /debug/pprof profiles; empty (the default)
+	// serves none. For finding where memory or CPU goes, never public.
+	PprofAddr string
 	// LeaderElection makes only one replica run the reconcilers.
 	LeaderElection bool
 	// LeaderElectionTiming is the lease's; zero fields keep
@@ -136,6 +139,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace the operator runs in (its CA Secret, default TerraceConfig and leader lease)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 disables it")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of the /healthz and /readyz endpoints")
+	fs.StringVar(&o.PprofAddr, "pprof-addr", o.PprofAddr, "address of Go's /debug/pprof profiles, e.g. 127.0.0.1:6060; empty serves none")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "run reconcilers on the elected leader only (servers run on every replica)")
 	fs.DurationVar(&o.LeaderElectionTiming.LeaseDuration, "leader-elect-lease-duration", o.LeaderElectionTiming.LeaseDuration, "how long a replica waits after the leader's last renewal before taking the lease (0: 15s); how long a dead leader's work waits")
 	fs.DurationVar(&o.LeaderElectionTiming.RenewDeadline, "leader-elect-renew-deadline", o.LeaderElectionTiming.RenewDeadline, "how long the leader keeps trying to renew before it gives up leading (0: 10s); below the lease duration")

@@ -65,6 +65,9 @@ func startControllerProcess(b *testing.B) *controllerProcess {
 		// The in-process controller's client limits (the dev cluster's config).
 		"--kube-api-qps", strconv.FormatFloat(float64(dev.Cluster.Config.QPS), 'f', -1, 32), "--kube-api-burst", strconv.Itoa(dev.Cluster.Config.Burst),
 	}
+	if addr := os.Getenv("TERRACE_BENCH_PPROF"); addr != "" {
+		args = append(args, "--pprof-addr", addr) // go tool pprof http://$addr/debug/pprof/heap
+	}
 	logFile, err := os.Create(filepath.Join(b.TempDir(), "controller.log"))
 	if err != nil {
 		b.Fatal(err)

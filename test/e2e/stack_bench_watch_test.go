@@ -31,39 +31,51 @@ func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration
 		cancel()
 		b.Fatal(err)
 	}
+	// Read from the start: events read only once every Stack was created
+	// would be timed at the end of the creating.
+	type result struct {
+		end    time.Time
+		firsts []time.Time
+		closed bool
+	}
+	out := make(chan result, 1)
+	go func() {
+		ready, seen := map[string]bool{}, map[string]bool{}
+		var firsts []time.Time
+		for ev := range w.ResultChan() {
+			st, isStack := ev.Object.(*terracev1.Stack)
+			if !isStack || ev.Type == watch.Error {
+				continue
+			}
+			if ev.Type != watch.Deleted && readyAt(st) == nil {
+				ready[st.Name] = true
+				if !seen[st.Name] {
+					seen[st.Name] = true
+					firsts = append(firsts, time.Now())
+				}
+			} else {
+				delete(ready, st.Name)
+			}
+			if len(ready) == n {
+				out <- result{end: time.Now(), firsts: firsts}
+				return
+			}
+		}
+		out <- result{firsts: firsts, closed: true}
+	}()
 	return func(timeout time.Duration) (time.Time, []time.Time) {
 		defer cancel()
 		defer w.Stop()
-		ready := map[string]bool{}
-		seen := map[string]bool{}
-		var firsts []time.Time
-		deadline := time.After(timeout)
-		for {
-			select {
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					e.pollAllReady(b, n, timeout)
-					return time.Now(), firsts
-				}
-				st, isStack := ev.Object.(*terracev1.Stack)
-				if !isStack || ev.Type == watch.Error {
-					continue
-				}
-				if ev.Type != watch.Deleted && readyAt(st) == nil {
-					ready[st.Name] = true
-					if !seen[st.Name] {
-						seen[st.Name] = true
-						firsts = append(firsts, time.Now())
-					}
-				} else {
-					delete(ready, st.Name)
-				}
-				if len(ready) == n {
-					return time.Now(), firsts
-				}
-			case <-deadline:
-				b.Fatalf("timed out after %s: %d of %d Stacks Ready", timeout, len(ready), n)
+		select {
+		case r := <-out:
+			if r.closed {
+				e.pollAllReady(b, n, timeout)
+				return time.Now(), r.firsts
 			}
+			return r.end, r.firsts
+		case <-time.After(timeout):
+			b.Fatalf("timed out after %s waiting for %d Stacks Ready", timeout, n)
+			return time.Time{}, nil
 		}
 	}
 }
