@@ -154,16 +154,43 @@ func (p *controllerProcess) requests() (float64, error) {
 }
 
 // vmHWM reads VmHWM from a /proc status file, in bytes (0 if unreadable).
-func vmHWM(path string) uint64 {
+func vmHWM(path string) uint64 { return statusBytes(path, "VmHWM:") }
+
+// statusBytes reads one kB field of a /proc status file, in bytes.
+func statusBytes(path, field string) uint64 {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb << 10
 		}
 	}
 	return 0
+}
+
+// sampleAnonPeak records the controller's largest RssAnon (its private
+// memory: heap, stacks; not the pages of its binary, which VmHWM also
+// counts) every 200 ms until the returned func is called, which returns it.
+func (p *controllerProcess) sampleAnonPeak() func() uint64 {
+	path := fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)
+	done := make(chan struct{})
+	peak := make(chan uint64, 1)
+	go func() {
+		var most uint64
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			most = max(most, statusBytes(path, "RssAnon:"))
+			select {
+			case <-done:
+				peak <- most
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); return <-peak }
 }

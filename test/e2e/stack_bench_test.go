@@ -95,8 +95,10 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	requestKinds.takeTrace()
 	rss := startRSSPeak()
 	var processCalls float64
+	anonPeak := func() uint64 { return 0 }
 	if p := benchController; p != nil {
 		p.resetPeakRSS()
+		anonPeak = p.sampleAnonPeak()
 		processCalls = mustRequests(b, p)
 	}
 	b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
@@ -108,6 +110,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	if p := benchController; p != nil {
 		// The controller as a process of its own: its RSS and requests.
 		b.ReportMetric(float64(p.peakRSS())/(1<<20), "controller-peak-rss-MiB")
+		b.ReportMetric(float64(anonPeak())/(1<<20), "controller-peak-anon-MiB")
 		b.ReportMetric((mustRequests(b, p)-processCalls)/float64(n), "api-calls/stack")
 	} else {
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
