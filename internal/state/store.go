@@ -241,14 +241,17 @@ func LastKnownSize(s Store, key Key) (size int64, known bool) {
 	return 0, false
 }
 
-// LockHolderReader is a Store that may answer a lock holder's reads from
-// its own copy of what the holder's lock change left, without reading the
-// index: the read a holder makes just after taking its lock, and the state
-// it left when it released the lock. ok false: no copy answers.
+// LockHolderReader is a Store that may answer a lock holder's read from
+// its own copy of what the holder's apply lock left, without reading the
+// index. ok false: no copy answers.
 type LockHolderReader interface {
 	GetUnderOwnLock(ctx context.Context, key Key, owner string, admit func(StateMeta) error) (st *State, ok bool, err error)
-	StateReleasedBy(ctx context.Context, key Key, owner string) (st *State, ok bool)
 }
+
+// ApplyOperation is the LockInfo.Operation of tofu's apply (and of a
+// one-process plan-and-apply): the one lock cycle of a run that writes the
+// state.
+const ApplyOperation = "OperationTypeApply"
 
 // GetAdmittedBy is GetAdmitted for a reader (owner, a lock owner's name)
 // that may hold key's lock. admit is called at most once.
@@ -267,15 +270,4 @@ func GetAdmittedBy(ctx context.Context, s Store, key Key, owner string, admit fu
 		}
 	}
 	return GetAdmitted(ctx, s, key, once)
-}
-
-// StateReleasedBy reads the state owner left when it released its lock,
-// from s's own copy when s has it; otherwise it reads the current state.
-func StateReleasedBy(ctx context.Context, s Store, key Key, owner string) (*State, error) {
-	if r, ok := s.(LockHolderReader); ok {
-		if st, ok := r.StateReleasedBy(ctx, key, owner); ok {
-			return st, nil
-		}
-	}
-	return s.Get(ctx, key)
 }

@@ -38,44 +38,31 @@ const maxCachedIndexes = 5000
 type indexCache struct {
 	mu      sync.Mutex
 	entries map[client.ObjectKey]*corev1.Secret
-	// writers names, for an entry this Store's Lock or Unlock wrote, which
-	// of the two, the lock's owner and the resourceVersion it left: the
-	// copy answers for that owner while it is still the entry.
-	writers map[client.ObjectKey]copyWriter
+	// lockedBy names, for an entry this Store's Lock wrote, the lock's
+	// owner and the resourceVersion it left: the copy answers that owner's
+	// reads while it is still the entry (Store.GetUnderOwnLock).
+	lockedBy map[client.ObjectKey]lockCopy
 }
 
-// copyWriter says which lock change of which owner made a cached index.
-type copyWriter struct {
-	change          lockChange
-	owner           string
-	resourceVersion string
-}
+type lockCopy struct{ owner, resourceVersion string }
 
-type lockChange int
-
-const (
-	locked lockChange = iota + 1
-	released
-)
-
-// markWritten records that obj, just cached, is what change of owner's
-// lock left.
-func (c *indexCache) markWritten(key client.ObjectKey, change lockChange, owner string, obj *corev1.Secret) {
+// markLocked records that obj, just cached, is what taking owner's lock left.
+func (c *indexCache) markLocked(key client.ObjectKey, owner string, obj *corev1.Secret) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.writers == nil || len(c.writers) >= maxCachedIndexes {
-		c.writers = map[client.ObjectKey]copyWriter{}
+	if c.lockedBy == nil || len(c.lockedBy) >= maxCachedIndexes {
+		c.lockedBy = map[client.ObjectKey]lockCopy{}
 	}
-	c.writers[key] = copyWriter{change: change, owner: owner, resourceVersion: obj.ResourceVersion}
+	c.lockedBy[key] = lockCopy{owner: owner, resourceVersion: obj.ResourceVersion}
 }
 
-// copyBy returns the cached index if change of owner's lock, made by this
-// Store, is still the last thing it knows of key.
-func (c *indexCache) copyBy(key client.ObjectKey, change lockChange, owner string) *corev1.Secret {
+// lockedCopy returns the cached index if this Store's taking of owner's
+// lock is still the last thing it knows of key.
+func (c *indexCache) lockedCopy(key client.ObjectKey, owner string) *corev1.Secret {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	obj, w := c.entries[key], c.writers[key]
-	if obj == nil || owner == "" || w.change != change || w.owner != owner || w.resourceVersion != obj.ResourceVersion {
+	obj, l := c.entries[key], c.lockedBy[key]
+	if obj == nil || owner == "" || l.owner != owner || l.resourceVersion != obj.ResourceVersion {
 		return nil
 	}
 	return obj.DeepCopy()

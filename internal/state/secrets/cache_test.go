@@ -216,57 +216,6 @@ func TestConcurrentLocksOnReplicasHaveOneWinner(t *testing.T) {
 	}
 }
 
-// The controller reads the state a run left once the run released its
-// lock: from the copy that release left on this replica, with no API call,
-// and only while that release is the last this replica knows of the state.
-func TestTheStateARunReleasedIsReadFromTheReleasingCopy(t *testing.T) {
-	ns := env.Namespace(t)
-	c := &countingClient{Client: env.Client}
-	s := secrets.New(c, secrets.Options{})
-	key := state.Key{Namespace: ns, Stack: "app", Workspace: "default"}
-	owner := "terrace://runner/" + ns + "/app/run-1"
-	lock := state.LockInfo{ID: "lock-1", Owner: owner}
-	lockID := state.OwnedLockID(owner, lock.ID)
-	data := storetest.StateJSON("lin", 1, 0, 100)
-	if err := s.Lock(ctx(t), key, lock); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Put(ctx(t), key, data, state.PutOptions{LockID: lockID}); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.StateReleasedBy(ctx(t), key, owner); ok {
-		t.Fatal("a state whose lock is still held was read from the copy")
-	}
-	if err := s.Unlock(ctx(t), key, lockID); err != nil {
-		t.Fatal(err)
-	}
-	var got *state.State
-	if calls := c.during(t, "read of the released state", func() error {
-		var err error
-		got, err = state.StateReleasedBy(ctx(t), s, key, owner)
-		return err
-	}); calls != 0 || !bytes.Equal(got.Data, data) {
-		t.Fatalf("released state read with %d API calls (want 0), %d bytes (want %d)", calls, len(got.Data), len(data))
-	}
-	if _, ok := s.StateReleasedBy(ctx(t), key, "terrace://runner/"+ns+"/app/run-2"); ok {
-		t.Error("another run's release answered from the copy")
-	}
-	// Another replica writes; this one learns of it on its next read, and
-	// the copy no longer answers for the run.
-	if _, err := secrets.New(env.Client, secrets.Options{}).Put(ctx(t), key, storetest.StateJSON("lin", 2, 0, 100), state.PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Get(ctx(t), key); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.StateReleasedBy(ctx(t), key, owner); ok {
-		t.Error("a copy replaced by a fresh read still answered for the released run")
-	}
-	if st, err := state.StateReleasedBy(ctx(t), s, key, owner); err != nil || st.Serial != 2 {
-		t.Errorf("fallback read = serial %v, %v; want the current state, serial 2", st, err)
-	}
-}
-
 // A run's read just after it took the lock on this replica is served from
 // the copy the lock left: no API call for the index. Anyone else's read,
 // or a read once another change replaced that copy, reads the index.
@@ -280,7 +229,21 @@ func TestTheLockHoldersReadComesFromTheLocksCopy(t *testing.T) {
 	if _, err := s.Put(ctx(t), key, data, state.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Lock(ctx(t), key, state.LockInfo{ID: "l1", Owner: owner}); err != nil {
+	// A plan's lock leaves a copy that does not answer: a run may plan
+	// under one lock and apply under another, taken on another replica.
+	if err := s.Lock(ctx(t), key, state.LockInfo{ID: "plan", Owner: owner, Operation: "OperationTypePlan"}); err != nil {
+		t.Fatal(err)
+	}
+	if calls := c.during(t, "a read under the plan's lock", func() error {
+		_, err := state.GetAdmittedBy(ctx(t), s, key, owner, func(state.StateMeta) error { return nil })
+		return err
+	}); calls != 1 {
+		t.Errorf("a read under a plan lock made %d API calls, want 1 (the index)", calls)
+	}
+	if err := s.Unlock(ctx(t), key, state.OwnedLockID(owner, "plan")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Lock(ctx(t), key, state.LockInfo{ID: "l1", Owner: owner, Operation: state.ApplyOperation}); err != nil {
 		t.Fatal(err)
 	}
 	admits := 0
@@ -322,7 +285,7 @@ func TestTheLockHoldersReadComesFromTheLocksCopy(t *testing.T) {
 	}
 	// A lock on a state that does not exist yet: the holder reads none.
 	empty := state.Key{Namespace: ns, Stack: "new", Workspace: "default"}
-	if err := s.Lock(ctx(t), empty, state.LockInfo{ID: "l2", Owner: owner}); err != nil {
+	if err := s.Lock(ctx(t), empty, state.LockInfo{ID: "l2", Owner: owner, Operation: state.ApplyOperation}); err != nil {
 		t.Fatal(err)
 	}
 	if calls := c.during(t, "the holder's read of a new state", func() error {

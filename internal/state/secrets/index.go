@@ -276,34 +276,22 @@ func (s *Store) LastKnownSize(key state.Key) (int64, bool) {
 	return 0, true
 }
 
-// StateReleasedBy implements state.LockHolderReader: the state as this
-// Store's release of owner's lock left it, when that release is still the
-// last this Store knows of key. The release was a compare-and-swap on the
-// index, so that copy was current then; the run that held the lock is done
-// with the state, and reading its copy needs no read of the index.
-func (s *Store) StateReleasedBy(ctx context.Context, key state.Key, owner string) (*state.State, bool) {
-	x := s.copyBy(key, released, owner)
-	if x == nil || x.current() == nil {
-		return nil, false
-	}
-	st, err := s.readVersion(ctx, key, *x.current())
-	if err != nil {
-		return nil, false
-	}
-	return st, true
-}
-
 // GetUnderOwnLock implements state.LockHolderReader: a read by the holder
-// of the lock this Store took for it, while that lock is still the last
-// this Store knows of key, is served from the copy the lock left. The lock
-// was a compare-and-swap on the index, so the copy was current then, and
-// no one but the holder may write the state while it is held: the read is
-// the read the holder would have made just after taking its lock. The
-// chunks are read (or taken from the chunk cache) as in any read. ok is
-// false when the copy does not answer; the caller reads as usual then.
+// of the apply lock this Store took for it, while that lock is still the
+// last this Store knows of key, is served from the copy the lock left. The
+// lock was a compare-and-swap on the index, so the copy was current then,
+// and no one but the holder may write the state while it is held: the read
+// is the read the holder would have made just after taking its lock.
+//
+// Only an apply lock answers: a run (owner names one run) takes one, and
+// it is the only one under which the run writes. An earlier lock of the
+// same run (a plan's, released on another replica) would leave a copy
+// that another replica's apply may have moved past. The chunks are read
+// (or taken from the chunk cache) as in any read. ok is false when the
+// copy does not answer; the caller reads as usual then.
 func (s *Store) GetUnderOwnLock(ctx context.Context, key state.Key, owner string, admit func(state.StateMeta) error) (st *state.State, ok bool, err error) {
-	x := s.copyBy(key, locked, owner)
-	if x == nil || x.lock == nil || x.lock.Owner != owner {
+	x := s.lockedCopy(key, owner)
+	if x == nil || x.lock == nil || x.lock.Owner != owner || x.lock.Operation != state.ApplyOperation {
 		return nil, false, nil
 	}
 	e := x.current()
@@ -321,10 +309,10 @@ func (s *Store) GetUnderOwnLock(ctx context.Context, key state.Key, owner string
 	return st, true, err
 }
 
-// copyBy parses the cached index if change of owner's lock, made here, is
-// still the last this Store knows of key.
-func (s *Store) copyBy(key state.Key, change lockChange, owner string) *indexObject {
-	obj := s.indexes.copyBy(indexKey(key), change, owner)
+// lockedCopy parses the cached index if owner's lock, taken here, is still
+// the last this Store knows of key.
+func (s *Store) lockedCopy(key state.Key, owner string) *indexObject {
+	obj := s.indexes.lockedCopy(indexKey(key), owner)
 	if obj == nil {
 		return nil
 	}

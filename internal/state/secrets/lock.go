@@ -38,7 +38,7 @@ func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) er
 		return nil
 	})
 	if err == nil && taken != nil && taken.obj != nil {
-		s.indexes.markWritten(indexKey(key), locked, info.Owner, taken.obj)
+		s.indexes.markLocked(indexKey(key), info.Owner, taken.obj)
 	}
 	return err
 }
@@ -48,24 +48,16 @@ func (s *Store) Unlock(ctx context.Context, key state.Key, id string) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	var freed *indexObject
-	var owner string
-	err := s.updateIndex(ctx, key, nil, func(x *indexObject) error {
-		freed = nil
+	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
 		if x.lock == nil {
 			return errUnchanged
 		}
 		if err := state.CheckLock(key.String(), x.lock, id); err != nil {
 			return err
 		}
-		owner, freed = x.lock.Owner, x
 		x.lock = nil
 		return nil
 	})
-	if err == nil && freed != nil && freed.obj != nil {
-		s.indexes.markWritten(indexKey(key), released, owner, freed.obj)
-	}
-	return err
 }
 
 // ForceUnlock implements state.Store.
