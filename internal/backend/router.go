@@ -78,6 +78,19 @@ func (r *Router) GetUnderOwnLock(ctx context.Context, key state.Key, owner strin
 	return nil, false, nil
 }
 
+// StateAfterApply implements state.LockHolderReader through the
+// namespace's store, when it is one.
+func (r *Router) StateAfterApply(ctx context.Context, key state.Key, owner string) (*state.State, bool) {
+	st, err := r.states(ctx, key.Namespace)
+	if err != nil {
+		return nil, false
+	}
+	if h, ok := st.(state.LockHolderReader); ok {
+		return h.StateAfterApply(ctx, key, owner)
+	}
+	return nil, false
+}
+
 // Put implements state.Store.
 func (r *Router) Put(ctx context.Context, key state.Key, data []byte, opts state.PutOptions) (state.StateMeta, error) {
 	st, err := r.states(ctx, key.Namespace)

@@ -241,11 +241,13 @@ func LastKnownSize(s Store, key Key) (size int64, known bool) {
 	return 0, false
 }
 
-// LockHolderReader is a Store that may answer a lock holder's read from
-// its own copy of what the holder's apply lock left, without reading the
-// index. ok false: no copy answers.
+// LockHolderReader is a Store that may answer from its own copy of what a
+// run's apply lock left, without reading the index: the run's reads under
+// that lock, and the state once the lock was released. ok false: no copy
+// answers.
 type LockHolderReader interface {
 	GetUnderOwnLock(ctx context.Context, key Key, owner string, admit func(StateMeta) error) (st *State, ok bool, err error)
+	StateAfterApply(ctx context.Context, key Key, owner string) (st *State, ok bool)
 }
 
 // ApplyOperation is the LockInfo.Operation of tofu's apply (and of a
@@ -270,4 +272,16 @@ func GetAdmittedBy(ctx context.Context, s Store, key Key, owner string, admit fu
 		}
 	}
 	return GetAdmitted(ctx, s, key, once)
+}
+
+// StateAfterApply reads the state as the run owner left it once its apply
+// lock was released: from s's own copy when s released it, otherwise the
+// current state.
+func StateAfterApply(ctx context.Context, s Store, key Key, owner string) (*State, error) {
+	if r, ok := s.(LockHolderReader); ok {
+		if st, ok := r.StateAfterApply(ctx, key, owner); ok {
+			return st, nil
+		}
+	}
+	return s.Get(ctx, key)
 }

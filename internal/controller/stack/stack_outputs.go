@@ -16,6 +16,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/ownership"
+	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/state"
 )
@@ -179,12 +180,14 @@ func runOutputs(ctx context.Context, s *scope) (map[string]runner.Output, error)
 
 // stateAfterRun reads the Stack's state as its run left it, once: the
 // outputs, the release record's serial and the inventory all come from
-// that one read. Call it only once the runner is done with the state. It
-// reads the index: a run's lock cycles may have gone to other replicas, so
-// no replica's copy is known to hold what the run left.
+// that one read. Call it only once the runner is done with the state.
+// When this replica released the run's apply lock, the state is the copy
+// that release left, with no read of the index; otherwise (the run's
+// requests went to another replica, or it took no apply lock) it is read.
 func stateAfterRun(ctx context.Context, s *scope) (*state.State, error) {
 	if s.run.after == nil {
-		st, err := s.run.stores.States.Get(ctx, stateKey(s.stack))
+		owner := string(pki.RunnerIdentity(s.stack.Namespace, s.stack.Name, s.run.id))
+		st, err := state.StateAfterApply(ctx, s.run.stores.States, stateKey(s.stack), owner)
 		s.run.after = &stateRead{state: st, err: err}
 	}
 	return s.run.after.state, s.run.after.err

@@ -38,31 +38,36 @@ const maxCachedIndexes = 5000
 type indexCache struct {
 	mu      sync.Mutex
 	entries map[client.ObjectKey]*corev1.Secret
-	// lockedBy names, for an entry this Store's Lock wrote, the lock's
-	// owner and the resourceVersion it left: the copy answers that owner's
-	// reads while it is still the entry (Store.GetUnderOwnLock).
+	// lockedBy names, for an entry this Store's Lock (or its Unlock of an
+	// apply lock) wrote, the lock's owner and the resourceVersion it left:
+	// the copy answers for that owner while it is still the entry.
 	lockedBy map[client.ObjectKey]lockCopy
 }
 
-type lockCopy struct{ owner, resourceVersion string }
+type lockCopy struct {
+	owner, resourceVersion string
+	// released: the copy is what releasing the owner's apply lock left.
+	released bool
+}
 
-// markLocked records that obj, just cached, is what taking owner's lock left.
-func (c *indexCache) markLocked(key client.ObjectKey, owner string, obj *corev1.Secret) {
+// markLock records that obj, just cached, is what taking (or releasing)
+// owner's lock left.
+func (c *indexCache) markLock(key client.ObjectKey, owner string, released bool, obj *corev1.Secret) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lockedBy == nil || len(c.lockedBy) >= maxCachedIndexes {
 		c.lockedBy = map[client.ObjectKey]lockCopy{}
 	}
-	c.lockedBy[key] = lockCopy{owner: owner, resourceVersion: obj.ResourceVersion}
+	c.lockedBy[key] = lockCopy{owner: owner, resourceVersion: obj.ResourceVersion, released: released}
 }
 
-// lockedCopy returns the cached index if this Store's taking of owner's
-// lock is still the last thing it knows of key.
-func (c *indexCache) lockedCopy(key client.ObjectKey, owner string) *corev1.Secret {
+// lockCopyOf returns the cached index if this Store's taking (released
+// false) or releasing of owner's lock is still the last it knows of key.
+func (c *indexCache) lockCopyOf(key client.ObjectKey, owner string, released bool) *corev1.Secret {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	obj, l := c.entries[key], c.lockedBy[key]
-	if obj == nil || owner == "" || l.owner != owner || l.resourceVersion != obj.ResourceVersion {
+	if obj == nil || owner == "" || l.owner != owner || l.released != released || l.resourceVersion != obj.ResourceVersion {
 		return nil
 	}
 	return obj.DeepCopy()

@@ -298,3 +298,57 @@ func TestTheLockHoldersReadComesFromTheLocksCopy(t *testing.T) {
 		t.Errorf("holder's read of a new state made %d API calls, want 0", calls)
 	}
 }
+
+// The controller reads the state a run left from the copy that releasing
+// the run's apply lock left on this replica, with no API call. Found by
+// the chaos smoke: with the copy any release left, a run that planned
+// under a lock released here and applied through another replica got the
+// state from before its apply (its release record one serial behind).
+func TestTheStateARunLeftIsReadFromItsApplyReleasesCopy(t *testing.T) {
+	ns := env.Namespace(t)
+	c := &countingClient{Client: env.Client}
+	a := secrets.New(c, secrets.Options{})
+	b := secrets.New(env.Client, secrets.Options{})
+	key := state.Key{Namespace: ns, Stack: "app", Workspace: "default"}
+	owner := "terrace://runner/" + ns + "/app/run-1"
+	cycle := func(s *secrets.Store, op, id string, data []byte) {
+		t.Helper()
+		if err := s.Lock(ctx(t), key, state.LockInfo{ID: id, Owner: owner, Operation: op}); err != nil {
+			t.Fatal(err)
+		}
+		if data != nil {
+			if _, err := s.Put(ctx(t), key, data, state.PutOptions{LockID: state.OwnedLockID(owner, id)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Unlock(ctx(t), key, state.OwnedLockID(owner, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := func(what string, wantCalls, wantSerial int64) {
+		t.Helper()
+		var st *state.State
+		calls := c.during(t, what, func() error {
+			var err error
+			st, err = state.StateAfterApply(ctx(t), a, key, owner)
+			return err
+		})
+		if calls != wantCalls || st.Serial != wantSerial {
+			t.Errorf("%s: %d API calls (want %d), serial %d (want %d)", what, calls, wantCalls, st.Serial, wantSerial)
+		}
+	}
+	if _, err := a.Put(ctx(t), key, storetest.StateJSON("lin", 1, 0, 100), state.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Planned under a lock taken and released here, applied through B.
+	cycle(a, "OperationTypePlan", "plan", nil)
+	cycle(b, state.ApplyOperation, "apply", storetest.StateJSON("lin", 2, 0, 100))
+	after("the state after an apply released on another replica", 2, 2) // the index, and the chunk B wrote
+	// Applied here: the release's copy answers.
+	owner = "terrace://runner/" + ns + "/app/run-2"
+	cycle(a, state.ApplyOperation, "apply-2", storetest.StateJSON("lin", 3, 0, 100))
+	after("the state after an apply released here", 0, 3)
+	// Another run's release does not answer for this one.
+	owner = "terrace://runner/" + ns + "/app/run-3"
+	after("the state after another run's apply", 1, 3)
+}

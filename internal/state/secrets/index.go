@@ -276,6 +276,24 @@ func (s *Store) LastKnownSize(key state.Key) (int64, bool) {
 	return 0, true
 }
 
+// StateAfterApply implements state.LockHolderReader: the state as this
+// Store's release of owner's apply lock left it, while that release is
+// still the last this Store knows of key. A run takes one apply lock, and
+// writes the state only under it; its release was a compare-and-swap on
+// the index, so that copy holds the run's last write. A release on another
+// replica leaves no such copy here, and the caller reads the index.
+func (s *Store) StateAfterApply(ctx context.Context, key state.Key, owner string) (*state.State, bool) {
+	x := s.lockCopyOf(key, owner, true)
+	if x == nil || x.current() == nil {
+		return nil, false
+	}
+	st, err := s.readVersion(ctx, key, *x.current())
+	if err != nil {
+		return nil, false
+	}
+	return st, true
+}
+
 // GetUnderOwnLock implements state.LockHolderReader: a read by the holder
 // of the apply lock this Store took for it, while that lock is still the
 // last this Store knows of key, is served from the copy the lock left. The
@@ -290,7 +308,7 @@ func (s *Store) LastKnownSize(key state.Key) (int64, bool) {
 // (or taken from the chunk cache) as in any read. ok is false when the
 // copy does not answer; the caller reads as usual then.
 func (s *Store) GetUnderOwnLock(ctx context.Context, key state.Key, owner string, admit func(state.StateMeta) error) (st *state.State, ok bool, err error) {
-	x := s.lockedCopy(key, owner)
+	x := s.lockCopyOf(key, owner, false)
 	if x == nil || x.lock == nil || x.lock.Owner != owner || x.lock.Operation != state.ApplyOperation {
 		return nil, false, nil
 	}
@@ -309,10 +327,10 @@ func (s *Store) GetUnderOwnLock(ctx context.Context, key state.Key, owner string
 	return st, true, err
 }
 
-// lockedCopy parses the cached index if owner's lock, taken here, is still
-// the last this Store knows of key.
-func (s *Store) lockedCopy(key state.Key, owner string) *indexObject {
-	obj := s.indexes.lockedCopy(indexKey(key), owner)
+// lockCopyOf parses the cached index if taking (released false) or
+// releasing owner's lock here is still the last this Store knows of key.
+func (s *Store) lockCopyOf(key state.Key, owner string, released bool) *indexObject {
+	obj := s.indexes.lockCopyOf(indexKey(key), owner, released)
 	if obj == nil {
 		return nil
 	}

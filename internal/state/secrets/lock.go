@@ -38,7 +38,7 @@ func (s *Store) Lock(ctx context.Context, key state.Key, info state.LockInfo) er
 		return nil
 	})
 	if err == nil && taken != nil && taken.obj != nil {
-		s.indexes.markLocked(indexKey(key), info.Owner, taken.obj)
+		s.indexes.markLock(indexKey(key), info.Owner, false, taken.obj)
 	}
 	return err
 }
@@ -48,16 +48,26 @@ func (s *Store) Unlock(ctx context.Context, key state.Key, id string) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+	var freed *indexObject
+	var held state.LockInfo
+	err := s.updateIndex(ctx, key, nil, func(x *indexObject) error {
+		freed = nil
 		if x.lock == nil {
 			return errUnchanged
 		}
 		if err := state.CheckLock(key.String(), x.lock, id); err != nil {
 			return err
 		}
+		held, freed = *x.lock, x
 		x.lock = nil
 		return nil
 	})
+	// The release of a run's apply lock, the run's last write, leaves the
+	// state as the run left it (StateAfterApply).
+	if err == nil && freed != nil && freed.obj != nil && held.Operation == state.ApplyOperation {
+		s.indexes.markLock(indexKey(key), held.Owner, true, freed.obj)
+	}
+	return err
 }
 
 // ForceUnlock implements state.Store.
