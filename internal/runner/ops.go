@@ -195,7 +195,7 @@ func (s *Server) applyInOneProcess(ctx context.Context, req *runnerv1.PlanReques
 	start := time.Now()
 	var planSent error
 	planned := func(res *tf.PlanResult) {
-		s.cfg.Log.Info("phase finished", "phase", runphase.Plan, "duration", time.Since(start).Round(time.Millisecond).String(), "failed", false)
+		s.logPhase(runphase.Plan, start, false)
 		start = time.Now()
 		planSent = send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_PlanResult{PlanResult: planResult(res)}})
 	}
@@ -204,7 +204,7 @@ func (s *Server) applyInOneProcess(ctx context.Context, req *runnerv1.PlanReques
 		return s.toStatus(err)
 	}
 	if applied {
-		s.cfg.Log.Info("phase finished", "phase", runphase.Apply, "duration", time.Since(start).Round(time.Millisecond).String(), "failed", err != nil)
+		s.logPhase(runphase.Apply, start, err != nil)
 	}
 	if err != nil {
 		return s.toStatus(err)

@@ -193,8 +193,13 @@ var opPhases = map[string]runphase.Phase{
 func timed[T any](s *Server, p runphase.Phase, f func() (T, error)) (T, error) {
 	start := time.Now()
 	v, err := f()
-	s.cfg.Log.Info("phase finished", "phase", p, "duration", time.Since(start).Round(time.Millisecond).String(), "failed", err != nil)
+	s.logPhase(p, start, err != nil)
 	return v, err
+}
+
+// logPhase logs that phase p, begun at start, is over.
+func (s *Server) logPhase(p runphase.Phase, start time.Time, failed bool) {
+	s.cfg.Log.Info("phase finished", "phase", p, "duration", time.Since(start).Round(time.Millisecond).String(), "failed", failed)
 }
 
 // logSender returns a tf.LogFunc that sends each line on a stream. tofu's

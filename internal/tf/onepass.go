@@ -2,7 +2,6 @@ package tf
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,15 +32,11 @@ func (e *Executor) ApplyInOneProcess(ctx context.Context, opts PlanOptions, logf
 	if e.moduleDir == "" {
 		return nil, false, ErrNotInitialized
 	}
-	varFiles, cleanup, err := e.prepareVariables(opts.Variables)
+	varFiles, cleanup, explain, err := e.commandVariables(opts.Variables)
 	if err != nil {
 		return nil, false, err
 	}
 	defer cleanup()
-	undeclared, declared := e.undeclaredVariables(opts.Variables)
-	if err := checkDeclared(undeclared, declared); err != nil {
-		return nil, false, err
-	}
 	stream := e.uiStreamTo(logf)
 	result := func() *PlanResult {
 		sum := stream.result()
@@ -59,12 +54,9 @@ func (e *Executor) ApplyInOneProcess(ctx context.Context, opts PlanOptions, logf
 		return res, res.HasChanges, nil
 	}
 	if !stream.planned() {
-		return nil, false, explainUndeclared(runErr, undeclared, declared)
+		return nil, false, explain(runErr)
 	}
-	var cmdErr *CommandError
-	if errors.As(runErr, &cmdErr) && cmdErr.StateTooLarge() {
-		e.keepErroredState(opts.PlanID)
-	}
+	e.keepRefusedState(opts.PlanID, runErr)
 	res = result()
 	return res, res.HasChanges, runErr
 }

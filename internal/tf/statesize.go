@@ -2,6 +2,7 @@ package tf
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,4 +47,13 @@ func (e *Executor) keepErroredState(planID string) {
 		return
 	}
 	_ = os.Rename(filepath.Join(e.moduleDir, "errored.tfstate"), dst)
+}
+
+// keepRefusedState keeps the state tofu could not save when applyErr says
+// the state server refused it as too large (keepErroredState).
+func (e *Executor) keepRefusedState(planID string, applyErr error) {
+	var cmdErr *CommandError
+	if errors.As(applyErr, &cmdErr) && cmdErr.StateTooLarge() {
+		e.keepErroredState(planID)
+	}
 }

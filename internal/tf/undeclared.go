@@ -106,3 +106,20 @@ func explainUndeclared(err error, undeclared, declared []string) error {
 	}
 	return &UndeclaredVariableError{Names: undeclared, Declared: declared, Cause: err}
 }
+
+// commandVariables prepares a command's var files (prepareVariables) and
+// refuses, before tofu runs, values the module does not declare
+// (checkDeclared). explain names those values in the command's error.
+// cleanup removes the written var file once the command is done.
+func (e *Executor) commandVariables(vars Variables) (files []string, cleanup func(), explain func(error) error, err error) {
+	files, cleanup, err = e.prepareVariables(vars)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	undeclared, declared := e.undeclaredVariables(vars)
+	if err := checkDeclared(undeclared, declared); err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	return files, cleanup, func(err error) error { return explainUndeclared(err, undeclared, declared) }, nil
+}
