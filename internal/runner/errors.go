@@ -53,6 +53,10 @@ const (
 	// state server as over its size limit (FailedPrecondition); the Stack
 	// must change, or the limit.
 	ReasonStateTooLarge = "STATE_TOO_LARGE"
+	// ReasonStateUnavailable: tofu got no answer from the state server,
+	// after its retries (Unavailable); it passes when the server (or the
+	// database behind it) is back.
+	ReasonStateUnavailable = "STATE_UNAVAILABLE"
 	// ReasonUndeclaredVariable: the variables set a name the module does not
 	// declare, and it matters: a YAML-boolean key, or tofu missed a required
 	// value (InvalidArgument).
@@ -97,6 +101,10 @@ func (s *Server) toStatus(err error) error {
 		return statusError(codes.FailedPrecondition, ReasonStateTooLarge, msg)
 	case errors.As(err, &cmdErr) && cmdErr.PlanStale():
 		return statusError(codes.FailedPrecondition, ReasonPlanStale, msg)
+	case errors.As(err, &cmdErr) && cmdErr.StateUnavailable():
+		// Before StateLocked: a lock request that got no answer is no
+		// conflict with another run.
+		return statusError(codes.Unavailable, ReasonStateUnavailable, msg)
 	case errors.As(err, &cmdErr) && cmdErr.StateLocked():
 		return statusError(codes.Aborted, ReasonStateLocked, msg)
 	case errors.As(err, &cmdErr):

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -73,6 +74,10 @@ func (e *Executor) configureBackend(dir string, opts InitOptions) error {
 	return nil
 }
 
+// stateRetryMax is how many times tofu retries a state request that got no
+// answer or a 5xx, waiting 1, 2, 4 and 4 s.
+const stateRetryMax = 4
+
 func (e *Executor) configureHTTPBackend(dir string, b *HTTPBackend) error {
 	if b.Address == "" {
 		return fmt.Errorf("%w: the http backend needs an address", ErrInvalidArgument)
@@ -80,7 +85,12 @@ func (e *Executor) configureHTTPBackend(dir string, b *HTTPBackend) error {
 	if err := os.WriteFile(filepath.Join(dir, backendOverrideFile), []byte("terraform {\n  backend \"http\" {}\n}\n"), 0o600); err != nil {
 		return fmt.Errorf("failed to write the backend override: %w", err)
 	}
-	env := map[string]string{"TF_HTTP_ADDRESS": b.Address}
+	env := map[string]string{"TF_HTTP_ADDRESS": b.Address,
+		// tofu's own retries ride through a short restart of the state
+		// server or of the database behind it (about 11 s of waits)
+		// instead of failing the run; the default gives up after 3 s.
+		"TF_HTTP_RETRY_MAX": strconv.Itoa(stateRetryMax), "TF_HTTP_RETRY_WAIT_MIN": "1", "TF_HTTP_RETRY_WAIT_MAX": "4",
+	}
 	for k, v := range map[string]string{
 		"TF_HTTP_LOCK_ADDRESS": b.LockAddress, "TF_HTTP_UNLOCK_ADDRESS": b.UnlockAddress,
 		"TF_HTTP_LOCK_METHOD": b.LockMethod, "TF_HTTP_UNLOCK_METHOD": b.UnlockMethod, "TF_HTTP_UPDATE_METHOD": b.UpdateMethod,

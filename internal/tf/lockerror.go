@@ -27,3 +27,23 @@ func (e *CommandError) StateTooLarge() bool {
 func (e *CommandError) OutOfSpace() bool {
 	return strings.Contains(e.Message, "no space left on device")
 }
+
+// stateRequestFailures are how tofu's http backend words a state request
+// that got no usable answer: the connection failed, or the server still
+// answered 5xx after tofu's retries ("giving up after N attempt(s)").
+var stateRequestFailures = []string{
+	"Failed to get state:", "Failed to upload state:", "Failed to lock:", "Failed to unlock:",
+	"Failed to delete state:", "HTTP remote state internal server error",
+}
+
+// StateUnavailable reports that tofu failed because the state server did
+// not answer (a restart of it, or of the database behind it): the state is
+// untouched and a later run goes on, unlike the module's own errors.
+func (e *CommandError) StateUnavailable() bool {
+	for _, s := range stateRequestFailures {
+		if strings.Contains(e.Message, s) {
+			return true
+		}
+	}
+	return false
+}

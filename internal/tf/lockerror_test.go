@@ -30,3 +30,14 @@ func TestOutOfSpaceIsReadFromTofusDiagnostics(t *testing.T) {
 		t.Error("a full disk is not told from a module error")
 	}
 }
+
+func TestStateUnavailableIsReadFromTofusDiagnostics(t *testing.T) {
+	// What tofu 1.12 prints when the http backend's retries give up.
+	down := &CommandError{Op: "init", Message: "Error: Error refreshing state\n\nFailed to get state: GET https://127.0.0.1:41121/state/ns/web/default giving up after 5 attempt(s)"}
+	if !down.StateUnavailable() || down.StateLocked() {
+		t.Error("a state server that did not answer is not told from a lock conflict")
+	}
+	if (&CommandError{Op: "plan", Message: `Error: Failed to get existing workspaces: "state" is invalid`}).StateUnavailable() {
+		t.Error("a module error taken for a state server that did not answer")
+	}
+}

@@ -34,6 +34,9 @@ func classify(sess runSession, err error, reason, what string) error {
 		return reconcile.Terminalf(StateTooLargeReason, "%s: %s", what, runnerMessage(err))
 	case runner.ReasonStateLocked:
 		return &stateLockedError{what: what, message: runnerMessage(err)}
+	case runner.ReasonStateUnavailable:
+		// The state server or its database restarting: retried with backoff.
+		return fmt.Errorf("%s: the state server did not answer, retrying: %s", what, runnerMessage(err))
 	}
 	// Busy, not ready, interrupted, or no answer at all: it passes.
 	return fmt.Errorf("%s: %w", what, err)

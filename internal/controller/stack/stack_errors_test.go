@@ -44,6 +44,7 @@ func TestClassifyFollowsTheRunnersReason(t *testing.T) {
 		{"state locked", runnerError(t, codes.Aborted, runner.ReasonStateLocked, "Error acquiring the state lock"), false},
 		{"a module whose message mentions the state lock", runnerError(t, codes.Unknown, runner.ReasonCommandFailed, `Error: output "state lock" is invalid`), true},
 		{"busy", runnerError(t, codes.FailedPrecondition, runner.ReasonBusy, "runner is busy"), false},
+		{"state server down", runnerError(t, codes.Unavailable, runner.ReasonStateUnavailable, "Failed to get state: GET https://x/state giving up after 5 attempt(s)"), false},
 		{"disk full", runnerError(t, codes.ResourceExhausted, runner.ReasonOutOfSpace, "no space left on device"), false},
 		{"interrupted", runnerError(t, codes.Canceled, runner.ReasonInterrupted, "interrupted"), false},
 		{"no answer", status.Error(codes.Unavailable, "connection refused"), false},
