@@ -74,9 +74,15 @@ func (e *Executor) configureBackend(dir string, opts InitOptions) error {
 	return nil
 }
 
-// stateRetryMax is how many times tofu retries a state request that got no
-// answer or a 5xx, waiting 1, 2, 4 and 4 s.
-const stateRetryMax = 4
+// tofu retries a state request that got no answer or a 5xx stateRetryMax
+// times, waiting from stateRetryWaitMin seconds, doubling, up to
+// stateRetryWaitMax: 1, 2, 4 and 4 s, about 11 s in all, where tofu's
+// defaults give up after 3 s.
+const (
+	stateRetryMax     = 4
+	stateRetryWaitMin = 1
+	stateRetryWaitMax = 4
+)
 
 func (e *Executor) configureHTTPBackend(dir string, b *HTTPBackend) error {
 	if b.Address == "" {
@@ -86,10 +92,11 @@ func (e *Executor) configureHTTPBackend(dir string, b *HTTPBackend) error {
 		return fmt.Errorf("failed to write the backend override: %w", err)
 	}
 	env := map[string]string{"TF_HTTP_ADDRESS": b.Address,
-		// tofu's own retries ride through a short restart of the state
-		// server or of the database behind it (about 11 s of waits)
-		// instead of failing the run; the default gives up after 3 s.
-		"TF_HTTP_RETRY_MAX": strconv.Itoa(stateRetryMax), "TF_HTTP_RETRY_WAIT_MIN": "1", "TF_HTTP_RETRY_WAIT_MAX": "4",
+		// Ride through a short restart of the state server or of the
+		// database behind it instead of failing the run.
+		"TF_HTTP_RETRY_MAX":      strconv.Itoa(stateRetryMax),
+		"TF_HTTP_RETRY_WAIT_MIN": strconv.Itoa(stateRetryWaitMin),
+		"TF_HTTP_RETRY_WAIT_MAX": strconv.Itoa(stateRetryWaitMax),
 	}
 	for k, v := range map[string]string{
 		"TF_HTTP_LOCK_ADDRESS": b.LockAddress, "TF_HTTP_UNLOCK_ADDRESS": b.UnlockAddress,

@@ -30,15 +30,18 @@ func (e *CommandError) OutOfSpace() bool {
 
 // stateRequestFailures are how tofu's http backend words a state request
 // that got no usable answer: the connection failed, or the server still
-// answered 5xx after tofu's retries ("giving up after N attempt(s)").
+// answered 5xx after tofu's retries ("giving up after N attempt(s)"); a
+// 4xx is not retried and is worded otherwise.
 var stateRequestFailures = []string{
-	"Failed to get state:", "Failed to upload state:", "Failed to lock:", "Failed to unlock:",
-	"Failed to delete state:", "HTTP remote state internal server error",
+	"Failed to get state:", "Failed to upload state:", "Failed to lock:", "Failed to unlock:", "Failed to delete state:",
 }
 
 // StateUnavailable reports that tofu failed because the state server did
-// not answer (a restart of it, or of the database behind it): the state is
-// untouched and a later run goes on, unlike the module's own errors.
+// not answer (a restart of it, or of the database behind it): a failure
+// that passes, unlike the module's own errors. The stored state is
+// untouched; an apply whose upload failed left the state it made in the
+// runner's errored.tfstate, which is not kept (only a refused oversize
+// state is, keepRefusedState).
 func (e *CommandError) StateUnavailable() bool {
 	for _, s := range stateRequestFailures {
 		if strings.Contains(e.Message, s) {
