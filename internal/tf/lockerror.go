@@ -39,9 +39,8 @@ var stateRequestFailures = []string{
 // StateUnavailable reports that tofu failed because the state server did
 // not answer (a restart of it, or of the database behind it): a failure
 // that passes, unlike the module's own errors. The stored state is
-// untouched; an apply whose upload failed left the state it made in the
-// runner's errored.tfstate, which is not kept (only a refused oversize
-// state is, keepRefusedState).
+// untouched; an apply whose upload failed left the state it made in
+// errored.tfstate, kept for the controller to save (keepUnsavedState).
 func (e *CommandError) StateUnavailable() bool {
 	for _, s := range stateRequestFailures {
 		if strings.Contains(e.Message, s) {

@@ -56,7 +56,7 @@ func (e *Executor) ApplyInOneProcess(ctx context.Context, opts PlanOptions, logf
 	if !stream.planned() {
 		return nil, false, explain(runErr)
 	}
-	e.keepRefusedState(opts.PlanID, runErr)
+	e.keepUnsavedState(opts.PlanID, runErr)
 	res = result()
 	return res, res.HasChanges, runErr
 }

@@ -237,7 +237,7 @@ func (e *Executor) ApplyWith(ctx context.Context, opts ApplyOptions, logf LogFun
 	flush()
 	if err != nil {
 		applyErr := e.commandError("apply", ctx, err)
-		e.keepRefusedState(planID, applyErr)
+		e.keepUnsavedState(planID, applyErr)
 		return applyErr
 	}
 	return nil

@@ -33,8 +33,9 @@ func StateTooLargeMessage(planID string, planned, limit int64) string {
 
 // ErroredStateID names the state tofu could not save after applying
 // planID. It is kept among the plan files, so the controller downloads it
-// as it does a plan (DownloadPlan) and keeps it in the plan store, which
-// has no state size limit.
+// as it does a plan (DownloadPlan): to keep it in the plan store, which
+// has no state size limit, or to save it itself once the state store
+// answers again.
 func ErroredStateID(planID string) string { return "errored-state-" + planID }
 
 // keepErroredState moves errored.tfstate, which tofu writes into the
@@ -49,11 +50,14 @@ func (e *Executor) keepErroredState(planID string) {
 	_ = os.Rename(filepath.Join(e.moduleDir, "errored.tfstate"), dst)
 }
 
-// keepRefusedState keeps the state tofu could not save when applyErr says
-// the state server refused it as too large (keepErroredState).
-func (e *Executor) keepRefusedState(planID string, applyErr error) {
+// keepUnsavedState keeps the state tofu could not save when applyErr says
+// the state server refused it as too large or did not answer
+// (keepErroredState). tofu writes errored.tfstate only when it has a
+// state to save, so an apply that failed before changing anything (its
+// lock or its first read got no answer) leaves nothing to keep.
+func (e *Executor) keepUnsavedState(planID string, applyErr error) {
 	var cmdErr *CommandError
-	if errors.As(applyErr, &cmdErr) && cmdErr.StateTooLarge() {
+	if errors.As(applyErr, &cmdErr) && (cmdErr.StateTooLarge() || cmdErr.StateUnavailable()) {
 		e.keepErroredState(planID)
 	}
 }

@@ -80,8 +80,11 @@ func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
 func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, applyErr error) error {
 	run := s.run
 	run.after = nil // the apply wrote the state: read it afresh
-	if runner.Reason(applyErr) == runner.ReasonStateTooLarge {
+	switch runner.Reason(applyErr) {
+	case runner.ReasonStateTooLarge:
 		return r.keepErroredState(context.WithoutCancel(ctx), s, p, applyErr)
+	case runner.ReasonStateUnavailable:
+		return r.saveUnsavedState(context.WithoutCancel(ctx), s, p, applyErr)
 	}
 	if applyErr != nil {
 		r.recordFailedRelease(context.WithoutCancel(ctx), s, p, "apply failed; see the Stack's Ready condition")

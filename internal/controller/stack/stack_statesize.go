@@ -57,10 +57,7 @@ func (r *Reconciler) keepErroredState(ctx context.Context, s *scope, p planRecor
 		r.recordFailedRelease(ctx, s, p, "applied, but the state server refused the state as too large, and it could not be kept")
 		return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save could not be kept either (%s): see the controller's log", runnerMessage(applyErr), err.Error())
 	}
-	where := id
-	if len(parts.ids) > 1 {
-		where = fmt.Sprintf("%d plans to be joined in this order: %s", len(parts.ids), strings.Join(parts.ids, ", "))
-	}
+	where := partsWhere(parts.ids)
 	r.recordFailedRelease(ctx, s, p, "applied, but the state server refused the state as too large; it is kept as plan "+where)
 	r.warningEvent(s.stack, StateTooLargeReason, "the state the state server refused after applying %s is kept as plan %s", p.id, where)
 	return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save is kept in the Stack's plan store as %s", runnerMessage(applyErr), where)
@@ -75,6 +72,14 @@ const (
 	// bound on a plan file.
 	maxErroredStateBytes = runner.DefaultMaxPlanFileBytes
 )
+
+// partsWhere names the plan records a state was kept in (planParts.ids).
+func partsWhere(ids []string) string {
+	if len(ids) == 1 {
+		return ids[0]
+	}
+	return fmt.Sprintf("%d plans to be joined in this order: %s", len(ids), strings.Join(ids, ", "))
+}
 
 // planParts is a writer that keeps what it is given in plan records of
 // size bytes: the first under key, the next under key's ID with

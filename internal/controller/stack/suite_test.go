@@ -41,6 +41,8 @@ var suite struct {
 	events   *eventLog
 	runs     *processRuns
 	stateURL string
+	// stateFaults sits between the state server and the stores.
+	stateFaults *stateServerFaults
 }
 
 const suiteOperatorNS = "terrace-system"
@@ -103,7 +105,8 @@ func startSuiteManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	state := httpbackend.NewServer(httpbackend.Options{ListenAddress: "127.0.0.1:0", MaxStateBytes: suiteMaxStateBytes}, &backend.Router{Backends: backends},
+	suite.stateFaults = &stateServerFaults{Router: &backend.Router{Backends: backends}}
+	state := httpbackend.NewServer(httpbackend.Options{ListenAddress: "127.0.0.1:0", MaxStateBytes: suiteMaxStateBytes}, suite.stateFaults,
 		currentRunChecker{live: mgr.GetAPIReader()}, pki.ServerTLSConfig(pki.StaticCertificate(servingCert), pki.TrustFunc(authority.TrustPool), nil))
 	if err := state.Listen(); err != nil {
 		return err
