@@ -2,13 +2,14 @@
 // ahead of demand, per namespace and runner class, as TerraceConfig
 // spec.runner.warm asks. A run reserves one (its run ID is then the warm
 // pod's), claims it through the launcher, and a replacement starts in the
-// background. A warm pod is never handed out twice: once reserved it
-// leaves the pool for good, claimed or deleted.
+// background once that run ends (or at the next sync). A warm pod is never
+// handed out twice: once reserved it leaves the pool for good, claimed or
+// deleted.
 //
 // The pool is level-driven: each sync compares what is wanted (Demand)
 // with the warm pods it holds and the unclaimed warm pods in the launcher's
 // cache (a former leader's are adopted or removed), then starts or deletes
-// pods. It syncs when a pod is reserved or dies, and every Resync.
+// pods. It syncs when a pod dies or its run ends, and every Resync.
 package warmpool
 
 import (
@@ -175,8 +176,10 @@ func (p *Pool) Reserve(namespace, class, stack string) string {
 		if w.namespace != namespace || w.class != class || w.run == nil || w.reservedBy != "" || w.run.Err() != nil {
 			continue
 		}
+		// No sync now: the replacement starts when this pod's run ends
+		// (RunEnded) or at the next sync, whichever comes first. Started
+		// now, it would take the CPU the run needs.
 		w.reservedBy, w.reservedAt = stack, time.Now()
-		p.wake() // a replacement starts now
 		return w.run.ID()
 	}
 	return ""
@@ -199,6 +202,18 @@ func (p *Pool) Take(namespace, stack, runID string) Warm {
 		return nil
 	}
 	return w.run
+}
+
+// RunEnded tells the pool that the run on a pod it handed out (Take) ended:
+// the pod's replacement starts now.
+func (p *Pool) RunEnded() { p.wake() }
+
+// holds says whether the pool still holds the pod at key (not taken).
+func (p *Pool) holds(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.pods[key]
+	return ok
 }
 
 // Ready counts the ready, unreserved warm pods of a namespace.

@@ -324,3 +324,49 @@ func TestPoolKeepsThePodsItIsStarting(t *testing.T) {
 		t.Fatalf("deleted %v, adopted %v, started %d: want the two pods being started kept, and nothing else", l.deleted, l.adopted, len(l.started))
 	}
 }
+
+// A taken pod's replacement starts when its run ends (RunEnded), not when
+// it is reserved or claimed: started then, it would take the CPU the run
+// needs. A pod that dies while warm is replaced at once.
+func TestPoolReplacesATakenPodWhenItsRunEnds(t *testing.T) {
+	l := &fakeLauncher{}
+	d := &demand{}
+	d.set(Want{Namespace: "team-a", Class: "c1", Count: 1})
+	p := New(Options{Launcher: l, Demand: d.get, Resync: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Start(ctx) }()
+	waitStarted := func(want int, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); l.startedCount() < want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d warm pods started, want %d: %s", l.startedCount(), want, what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitStarted(1, "the first")
+	for p.Ready("team-a") == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	id := p.Reserve("team-a", "c1", "team-a/web")
+	w := p.Take("team-a", "team-a/web", id)
+	if w == nil {
+		t.Fatal("nothing to take")
+	}
+	w.(*fakeWarm).end(errors.New("claimed")) // the claim ends the warm handle
+	time.Sleep(50 * time.Millisecond)        // a wake would start one meanwhile
+	if n := l.startedCount(); n != 1 {
+		t.Fatalf("%d warm pods started while the run that took one goes on, want 1", n)
+	}
+	p.RunEnded()
+	waitStarted(2, "the replacement once the run ended")
+	for p.Ready("team-a") == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	l.mu.Lock()
+	dying := l.started[1]
+	l.mu.Unlock()
+	dying.end(errors.New("OOMKilled"))
+	waitStarted(3, "the replacement of a pod that died while warm")
+}

@@ -171,11 +171,15 @@ func (p *Pool) settle(ctx context.Context, key string, run Warm, err error) {
 		_ = run.Close(context.WithoutCancel(ctx)) // dropped meanwhile
 		return
 	}
-	// A pod that dies is replaced at once.
+	// A pod that dies while warm is replaced at once; one a run took ends
+	// (claimed) while that run goes on, and is replaced when it ends.
+	podKey := run.Pod().Namespace + "/" + run.Pod().Name
 	go func() {
 		select {
 		case <-run.Done():
-			p.wake()
+			if p.holds(podKey) {
+				p.wake()
+			}
 		case <-ctx.Done():
 		}
 	}()

@@ -80,6 +80,7 @@ func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, er
 	}
 	spec := l.spec(req)
 	run, err := l.claimWarm(ctx, spec)
+	claimed := run != nil
 	if run == nil && err == nil {
 		run, err = l.Launcher.Start(ctx, spec)
 	}
@@ -93,7 +94,10 @@ func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, er
 		return nil, err
 	}
 	runnerStartDuration.Observe(run.StartDuration().Seconds())
-	return launchedRun{run}, nil
+	if claimed {
+		return launchedRun{Run: run, ended: l.Warm.RunEnded}, nil
+	}
+	return launchedRun{Run: run}, nil
 }
 
 // claimWarm claims the warm pod reserved for the run; (nil, nil) when
@@ -141,7 +145,21 @@ func (l LauncherRuns) Cleanup(ctx context.Context, namespace, stack string) erro
 	return l.Launcher.Cleanup(ctx, namespace, stack)
 }
 
-type launchedRun struct{ *launcher.Run }
+// launchedRun is a run in a runner pod; ended, when set, is called once
+// it is closed (a warm pod's run: its replacement starts then).
+type launchedRun struct {
+	*launcher.Run
+	ended func()
+}
+
+// Close deletes the run's pod, then reports the end.
+func (r launchedRun) Close(ctx context.Context) error {
+	err := r.Run.Close(ctx)
+	if r.ended != nil {
+		r.ended()
+	}
+	return err
+}
 
 // Died returns why the runner pod died, or nil while it lives or after a
 // normal close.
