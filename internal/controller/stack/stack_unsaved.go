@@ -31,9 +31,8 @@ const (
 )
 
 // unsavedStateWait bounds how long the controller retries writing the
-// state tofu could not upload, while the runner that holds it is kept: a
-// restart of the state store (tofu's own retries cover ~11 s of it) is
-// well inside it.
+// state tofu could not upload, holding the Stack's reconcile: a restart of
+// the state store (tofu's own retries cover ~11 s of it) is well inside it.
 const unsavedStateWait = 2 * time.Minute
 
 // saveUnsavedState handles an apply whose state upload got no answer
@@ -47,8 +46,10 @@ const unsavedStateWait = 2 * time.Minute
 func (r *Reconciler) saveUnsavedState(ctx context.Context, s *scope, p planRecord, applyErr error) error {
 	retried := classify(s.run.session, applyErr, ApplyFailedReason, "apply failed")
 	id := tf.ErroredStateID(p.id)
+	// Any state the state server would have taken fits: it was not
+	// refused as too large, only not answered.
 	var left bytes.Buffer
-	_, err := s.run.client.DownloadPlanUpTo(ctx, id, maxErroredStateBytes, &left)
+	_, err := s.run.client.DownloadPlanUpTo(ctx, id, max(r.Options.MaxStateBytes, maxErroredStateBytes), &left)
 	switch {
 	case runner.Reason(err) == runner.ReasonPlanNotFound:
 		// tofu failed before it had a state to save: nothing changed.
