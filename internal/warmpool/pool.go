@@ -2,14 +2,15 @@
 // ahead of demand, per namespace and runner class, as TerraceConfig
 // spec.runner.warm asks. A run reserves one (its run ID is then the warm
 // pod's), claims it through the launcher, and a replacement starts in the
-// background once that run ends (or at the next sync). A warm pod is never
-// handed out twice: once reserved it leaves the pool for good, claimed or
-// deleted.
+// background: at once in a burst of runs, else once that run ends. A warm
+// pod is never handed out twice: once reserved it leaves the pool for
+// good, claimed or deleted.
 //
 // The pool is level-driven: each sync compares what is wanted (Demand)
 // with the warm pods it holds and the unclaimed warm pods in the launcher's
 // cache (a former leader's are adopted or removed), then starts or deletes
-// pods. It syncs when a pod dies or its run ends, and every Resync.
+// pods. It syncs when a pod dies, is reserved in a burst or its run ends,
+// and every Resync.
 package warmpool
 
 import (
@@ -113,6 +114,8 @@ type Pool struct {
 	// the cache shows a pod claimed it still looks warm, and must be
 	// neither adopted nor removed.
 	taken map[string]time.Time
+	// inUse counts the pods handed out whose runs have not ended.
+	inUse int
 }
 
 // warmPod is one pod of the pool: starting (run nil), ready, or reserved.
@@ -176,9 +179,13 @@ func (p *Pool) Reserve(namespace, class, stack string) string {
 		if w.namespace != namespace || w.class != class || w.run == nil || w.reservedBy != "" || w.run.Err() != nil {
 			continue
 		}
-		// No sync now: the replacement starts when this pod's run ends
-		// (RunEnded) or at the next sync, whichever comes first. Started
-		// now, it would take the CPU the run needs.
+		// A lone run's replacement starts when the run ends (RunEnded) or
+		// at the next sync: started now, it would take the CPU the run
+		// needs. In a burst (another warm run reserved or going on), it
+		// starts now, so that the runs after this one find warm pods too.
+		if p.inUse > 0 || p.reservedLocked() > 0 {
+			p.wake()
+		}
 		w.reservedBy, w.reservedAt = stack, time.Now()
 		return w.run.ID()
 	}
@@ -201,12 +208,29 @@ func (p *Pool) Take(namespace, stack, runID string) Warm {
 	if w.run.Err() != nil {
 		return nil
 	}
+	p.inUse++
 	return w.run
 }
 
-// RunEnded tells the pool that the run on a pod it handed out (Take) ended:
-// the pod's replacement starts now.
-func (p *Pool) RunEnded() { p.wake() }
+// reservedLocked counts the pods reserved and not yet taken.
+func (p *Pool) reservedLocked() int {
+	n := 0
+	for _, w := range p.pods {
+		if w.reservedBy != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// RunEnded tells the pool that the run on a pod it handed out (Take)
+// ended, or could not claim it: the pod's replacement starts now.
+func (p *Pool) RunEnded() {
+	p.mu.Lock()
+	p.inUse = max(p.inUse-1, 0)
+	p.mu.Unlock()
+	p.wake()
+}
 
 // holds says whether the pool still holds the pod at key (not taken).
 func (p *Pool) holds(key string) bool {

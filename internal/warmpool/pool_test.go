@@ -370,3 +370,31 @@ func TestPoolReplacesATakenPodWhenItsRunEnds(t *testing.T) {
 	dying.end(errors.New("OOMKilled"))
 	waitStarted(3, "the replacement of a pod that died while warm")
 }
+
+// In a burst (a second run reserves while the first goes on), replacements
+// start at once, so that the runs after them find warm pods too.
+func TestPoolReplacesAtOnceInABurst(t *testing.T) {
+	l := &fakeLauncher{}
+	d := &demand{}
+	d.set(Want{Namespace: "team-a", Class: "c1", Count: 2})
+	p := New(Options{Launcher: l, Demand: d.get, Resync: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Start(ctx) }()
+	for p.Ready("team-a") < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	first := p.Reserve("team-a", "c1", "team-a/web")
+	if p.Take("team-a", "team-a/web", first) == nil {
+		t.Fatal("nothing to take")
+	}
+	if second := p.Reserve("team-a", "c1", "team-a/db"); second == "" {
+		t.Fatal("the second run found no warm pod")
+	}
+	for deadline := time.Now().Add(10 * time.Second); l.startedCount() < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d warm pods started, want 4: both replacements while both runs go on", l.startedCount())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -112,6 +112,9 @@ func (l LauncherRuns) claimWarm(ctx context.Context, spec launcher.RunSpec) (*la
 		return nil, nil
 	}
 	run, err := l.Launcher.Claim(ctx, w, spec)
+	if err != nil {
+		l.Warm.RunEnded() // the pod is gone: its replacement starts
+	}
 	if err == nil || errors.Is(err, launcher.ErrPolicyViolation) || errors.Is(err, launcher.ErrInvalidSpec) {
 		return run, err
 	}
