@@ -325,30 +325,40 @@ func TestPoolKeepsThePodsItIsStarting(t *testing.T) {
 	}
 }
 
+// runningPool starts a pool wanting count pods of team-a/c1 that syncs
+// only when woken (its resync is an hour), and waits until they are ready.
+func runningPool(t *testing.T, l *fakeLauncher, count int) *Pool {
+	t.Helper()
+	d := &demand{}
+	d.set(Want{Namespace: "team-a", Class: "c1", Count: count})
+	p := New(Options{Launcher: l, Demand: d.get, Resync: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = p.Start(ctx) }()
+	for p.Ready("team-a") < count {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return p
+}
+
+// waitForStarts waits until want warm pods were started in all.
+func waitForStarts(t *testing.T, l *fakeLauncher, want int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); l.startedCount() < want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d warm pods started, want %d: %s", l.startedCount(), want, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // A taken pod's replacement starts when its run ends (RunEnded), not when
 // it is reserved or claimed: started then, it would take the CPU the run
 // needs. A pod that dies while warm is replaced at once.
 func TestPoolReplacesATakenPodWhenItsRunEnds(t *testing.T) {
 	l := &fakeLauncher{}
-	d := &demand{}
-	d.set(Want{Namespace: "team-a", Class: "c1", Count: 1})
-	p := New(Options{Launcher: l, Demand: d.get, Resync: time.Hour})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = p.Start(ctx) }()
-	waitStarted := func(want int, what string) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); l.startedCount() < want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d warm pods started, want %d: %s", l.startedCount(), want, what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	waitStarted(1, "the first")
-	for p.Ready("team-a") == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	p := runningPool(t, l, 1)
+	waitStarted := func(want int, what string) { t.Helper(); waitForStarts(t, l, want, what) }
 	id := p.Reserve("team-a", "c1", "team-a/web")
 	w := p.Take("team-a", "team-a/web", id)
 	if w == nil {
@@ -375,15 +385,7 @@ func TestPoolReplacesATakenPodWhenItsRunEnds(t *testing.T) {
 // start at once, so that the runs after them find warm pods too.
 func TestPoolReplacesAtOnceInABurst(t *testing.T) {
 	l := &fakeLauncher{}
-	d := &demand{}
-	d.set(Want{Namespace: "team-a", Class: "c1", Count: 2})
-	p := New(Options{Launcher: l, Demand: d.get, Resync: time.Hour})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = p.Start(ctx) }()
-	for p.Ready("team-a") < 2 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	p := runningPool(t, l, 2)
 	first := p.Reserve("team-a", "c1", "team-a/web")
 	if p.Take("team-a", "team-a/web", first) == nil {
 		t.Fatal("nothing to take")
@@ -391,10 +393,5 @@ func TestPoolReplacesAtOnceInABurst(t *testing.T) {
 	if second := p.Reserve("team-a", "c1", "team-a/db"); second == "" {
 		t.Fatal("the second run found no warm pod")
 	}
-	for deadline := time.Now().Add(10 * time.Second); l.startedCount() < 4; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d warm pods started, want 4: both replacements while both runs go on", l.startedCount())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitForStarts(t, l, 4, "both replacements while both runs go on")
 }
