@@ -206,6 +206,7 @@ func (p *Pool) Take(namespace, stack, runID string) Warm {
 	delete(p.pods, key)
 	p.taken[key] = time.Now()
 	if w.run.Err() != nil {
+		p.wake() // it died reserved: no run will end on it
 		return nil
 	}
 	p.inUse++
