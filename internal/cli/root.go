@@ -25,6 +25,6 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(withAPI(newGetCommand(), apiGet), withAPI(newPlanCommand(), apiPlan), withAPI(newApproveCommand(), apiApprove),
 		withAPI(newOutputsCommand(), apiOutputs), withAPI(newHistoryCommand(), apiHistory),
 		newLogsCommand(), newReconcileCommand(), newSuspendCommand(), newResumeCommand(),
-		newDescribeCommand(), newReplanCommand(), newForceUnlockCommand())
+		newDescribeCommand(), newReplanCommand(), newForceUnlockCommand(), newPushStateCommand())
 	return root
 }

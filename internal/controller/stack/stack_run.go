@@ -221,13 +221,19 @@ func (r *Reconciler) mayHaveDeadRun(s *scope) bool {
 // restarted mid-run left them) and releases a state lock only such a run
 // can hold: runs of one Stack never overlap. After a run that settled
 // (its runner closed, tofu done with the lock) there is nothing to
-// recover, and the List of pods and the lock read are skipped.
+// recover, and the List of pods and the lock read are skipped, unless the
+// last apply's state is kept (StateNotSaved): that run's lock is then held
+// until the state is pushed (holdForUnsavedState).
 func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
-	if !s.run.recover {
+	// A lock kept on purpose is read even after a settled run.
+	keptState := stalledWith(s.stack, StateNotSavedReason)
+	if !s.run.recover && !keptState {
 		return nil
 	}
-	if err := r.cleanupEarlierRuns(ctx, s); err != nil {
-		return fmt.Errorf("failed to remove runner pods of earlier runs: %w", err)
+	if s.run.recover {
+		if err := r.cleanupEarlierRuns(ctx, s); err != nil {
+			return fmt.Errorf("failed to remove runner pods of earlier runs: %w", err)
+		}
 	}
 	if ownsBackend(s.stack) {
 		return nil // its lock is the backend's: Terrace cannot tell whose it is
@@ -236,6 +242,9 @@ func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
 	key := stateKey(s.stack)
 	holder, err := states.GetLock(ctx, key)
 	if err != nil || holder == nil {
+		return err
+	}
+	if err := holdForUnsavedState(s, holder); err != nil {
 		return err
 	}
 	if holder.Operation == migrate.LockOperation {

@@ -8,8 +8,10 @@ import (
 	"math"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
@@ -24,9 +26,9 @@ const (
 	StateSavedByControllerReason = "StateSavedByController"
 	// StateNotSavedReason: as above, but the state store did not answer
 	// the controller either, for unsavedStateWait: the state is kept in
-	// the plan store, for `tofu state push`, and the Stack is Stalled, so
-	// that no run plans from the stored state, which misses the apply's
-	// changes.
+	// the plan store, for `terrace push-state`, and the Stack is Stalled,
+	// so that no run plans from the stored state, which misses the
+	// apply's changes (holdForUnsavedState).
 	StateNotSavedReason = "StateNotSaved"
 )
 
@@ -144,5 +146,26 @@ func (r *Reconciler) keepUnsavedState(ctx context.Context, s *scope, p planRecor
 	where := partsWhere(parts.ids)
 	r.recordFailedRelease(ctx, s, p, "applied, but neither tofu nor the controller could save the state; it is kept as plan "+where)
 	r.warningEvent(s.stack, StateNotSavedReason, "the state tofu could not save after applying %s is kept as plan %s", p.id, where)
-	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s, to push with `tofu state push` before the Stack runs again", p.id, writeErr.Error(), where)
+	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s; the Stack does not run again until it is pushed: `terrace push-state %s %s -n %s`", p.id, writeErr.Error(), where, s.stack.Name, id, s.stack.Namespace)
+}
+
+// holdForUnsavedState keeps a Stack Stalled with StateNotSaved while the
+// lock of the run whose state is kept is still held: a run now would
+// release it as a dead run's and plan from a state that misses that
+// apply's changes. `terrace push-state` writes the kept state and releases
+// the lock; `terrace force-unlock` releases it without (the user's choice).
+func holdForUnsavedState(s *scope, holder *state.LockInfo) error {
+	if !stalledWith(s.stack, StateNotSavedReason) {
+		return nil
+	}
+	if _, stack, _, ok := pki.Identity(holder.Owner).Runner(); !ok || stack != s.stack.Name {
+		return nil
+	}
+	return reconcile.Terminalf(StateNotSavedReason, "%s", reconcile.Get(s.stack, terracev1.StalledCondition).Message)
+}
+
+// stalledWith says whether the Stack is Stalled with reason.
+func stalledWith(stack *terracev1.Stack, reason string) bool {
+	c := reconcile.Get(stack, terracev1.StalledCondition)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason
 }

@@ -15,9 +15,11 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 	"github.com/terrace-dev/terrace/internal/state/storetest"
 )
 
@@ -189,17 +191,23 @@ func TestEnvtestStateTofuCouldNotUploadIsSavedByTheController(t *testing.T) {
 	}
 }
 
+// runOfWeb is the scope of run runID of a Stack "web" (not created) in
+// e's namespace, with the suite's Secrets store as its state store.
+func runOfWeb(e *suiteEnv, runID string) (*scope, *secrets.Store) {
+	store, _ := suiteStores()
+	stack := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: e.ns}}
+	stack.Spec.Workspace = state.DefaultWorkspace
+	return &scope{stack: stack, log: logr.Discard(), run: &runScope{id: runID, stores: &storeSet{States: store}}}, store
+}
+
 // writeUnsavedState writes under the run's own lock and releases it, does
 // not write a state already stored, and writes nothing over the lock of
 // anyone else.
 func TestEnvtestTheControllerSavesTheStateOnlyUnderTheRunsOwnLock(t *testing.T) {
 	e := newSuiteEnv(t)
 	ctx := context.Background()
-	store, _ := suiteStores()
-	stack := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: e.ns}}
-	stack.Spec.Workspace = state.DefaultWorkspace
-	key := stateKey(stack)
-	s := &scope{stack: stack, log: logr.Discard(), run: &runScope{id: "run-2", stores: &storeSet{States: store}}}
+	s, store := runOfWeb(e, "run-2")
+	key := stateKey(s.stack)
 	r := &Reconciler{}
 	runOwner := string(pki.RunnerIdentity(e.ns, "web", "run-2"))
 	lock := func(id, owner string) {
@@ -243,5 +251,48 @@ func TestEnvtestTheControllerSavesTheStateOnlyUnderTheRunsOwnLock(t *testing.T) 
 	}
 	if now, _ := store.Get(ctx, key); now.Version != saved.Version {
 		t.Fatal("written over another holder's lock")
+	}
+}
+
+// A Stack Stalled with StateNotSaved does not run while the lock of the
+// run whose state is kept is held, even after that run settled: a run now
+// would release the lock as a dead run's and plan from a state that misses
+// the apply's changes. Once the lock is gone (`terrace push-state`, or
+// `terrace force-unlock`), it runs; another Stalled reason never holds it.
+func TestEnvtestAStackWhoseStateIsKeptWaitsForThePush(t *testing.T) {
+	e := newSuiteEnv(t)
+	ctx := context.Background()
+	s, store := runOfWeb(e, "run-2")
+	stack := s.stack
+	stack.Status.CurrentRun = "run-1"
+	key := stateKey(stack)
+	r := &Reconciler{}
+	lock := state.LockInfo{ID: "tofu-lock", Operation: state.ApplyOperation, Owner: string(pki.RunnerIdentity(e.ns, "web", "run-1"))}
+	if err := store.Lock(ctx, key, lock); err != nil {
+		t.Fatal(err)
+	}
+
+	reconcile.MarkStalled(stack, StateNotSavedReason, "kept as errored-state-plan-1: `terrace push-state web errored-state-plan-1`")
+	var terminal *reconcile.TerminalError
+	if err := r.recoverFromDeadRuns(ctx, s); !errors.As(err, &terminal) || !strings.Contains(err.Error(), "terrace push-state") {
+		t.Fatalf("err %v, want StateNotSaved kept with its message", err)
+	}
+	if held, _ := store.GetLock(ctx, key); held == nil {
+		t.Fatal("the kept state's lock was released")
+	}
+
+	if err := store.Unlock(ctx, key, state.OwnedLockID(lock.Owner, lock.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.recoverFromDeadRuns(ctx, s); err != nil {
+		t.Fatalf("after the push, the run is held: %v", err)
+	}
+
+	reconcile.MarkStalled(stack, PlanFailedReason, "a module error")
+	if err := store.Lock(ctx, key, lock); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.recoverFromDeadRuns(ctx, s); err != nil {
+		t.Fatalf("a Stack Stalled for another reason is held: %v", err)
 	}
 }
