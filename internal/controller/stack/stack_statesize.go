@@ -60,7 +60,7 @@ func (r *Reconciler) keepErroredState(ctx context.Context, s *scope, p planRecor
 	where := partsWhere(parts.ids)
 	r.recordFailedRelease(ctx, s, p, "applied, but the state server refused the state as too large; it is kept as plan "+where)
 	r.warningEvent(s.stack, StateTooLargeReason, "the state the state server refused after applying %s is kept as plan %s", p.id, where)
-	return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save is kept in the Stack's plan store as %s", runnerMessage(applyErr), where)
+	return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save is kept in the Stack's plan store as %s; once the limit allows, `terrace push-state %s %s -n %s` makes it the current state", runnerMessage(applyErr), where, s.stack.Name, id, s.stack.Namespace)
 }
 
 const (

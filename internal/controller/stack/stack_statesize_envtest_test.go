@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,7 +102,10 @@ func TestEnvtestStateRefusedAfterApplyIsKept(t *testing.T) {
 	if !strings.Contains(msg, "kept in the Stack's plan store as errored-state-") {
 		t.Fatalf("Ready message %q does not say where the state was kept", msg)
 	}
-	id := msg[strings.LastIndex(msg, "errored-state-"):]
+	id := regexp.MustCompile(`errored-state-[a-z0-9-]+`).FindString(msg)
+	if !strings.Contains(msg, "terrace push-state big "+id) {
+		t.Errorf("Ready message %q does not say how to push the kept state", msg)
+	}
 	store, _ := suiteStores()
 	kept, err := store.GetPlan(context.Background(), state.PlanKey{Namespace: e.ns, Stack: "big", ID: id})
 	if err != nil {
