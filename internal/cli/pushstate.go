@@ -36,9 +36,12 @@ func newPushStateCommand() *cobra.Command {
 			return err
 		}
 		defer closeStores()
-		pushed, err := pushKeptState(ctx, k, set, stack, cmd.Flags().Arg(1))
+		pushed, released, err := pushKeptState(ctx, k, set, stack, cmd.Flags().Arg(1))
 		if err != nil {
 			return err
+		}
+		if released != nil {
+			fmt.Fprintf(s.out, "released the state lock the failed run left: %s\n", lockText(released))
 		}
 		fmt.Fprintf(s.out, "the state of Stack %s/%s (workspace %s) is now serial %d (%d bytes, from %s); its next run plans from it: `terrace reconcile %s -n %s`\n",
 			stack.Namespace, stack.Name, workspaceOf(stack), pushed.Serial, pushed.Size, cmd.Flags().Arg(1), stack.Name, stack.Namespace)
@@ -46,41 +49,41 @@ func newPushStateCommand() *cobra.Command {
 	})
 }
 
-// pushKeptState writes the kept state id as the Stack's current state and
-// removes its records.
-func pushKeptState(ctx context.Context, k *kube, set *backend.Set, stack *terracev1.Stack, id string) (state.StateMeta, error) {
+// pushKeptState writes the kept state id as the Stack's current state,
+// releases the lock it was written under (returned) and removes its records.
+func pushKeptState(ctx context.Context, k *kube, set *backend.Set, stack *terracev1.Stack, id string) (state.StateMeta, *state.LockInfo, error) {
 	data, parts, err := readKeptState(ctx, set.Plans, stack, id)
 	if err != nil {
-		return state.StateMeta{}, err
+		return state.StateMeta{}, nil, err
 	}
 	key := state.Key{Namespace: stack.Namespace, Stack: stack.Name, Workspace: workspaceOf(stack)}
 	holder, err := set.States.GetLock(ctx, key)
 	if err != nil {
-		return state.StateMeta{}, fmt.Errorf("failed to read the state lock of %s: %w", key, err)
+		return state.StateMeta{}, nil, fmt.Errorf("failed to read the state lock of %s: %w", key, err)
 	}
 	var lockID string
 	if holder != nil {
 		if err := mayForceUnlock(ctx, k, stack, holder, ""); err != nil {
-			return state.StateMeta{}, err
+			return state.StateMeta{}, nil, err
 		}
 		lockID = state.OwnedLockID(holder.Owner, holder.ID)
 	}
 	// The store refuses another lineage or a serial not above the stored one.
 	meta, err := set.States.Put(ctx, key, data, state.PutOptions{LockID: lockID})
 	if err != nil {
-		return state.StateMeta{}, fmt.Errorf("refused to write %s as the state of %s: %w", id, key, err)
+		return state.StateMeta{}, nil, fmt.Errorf("refused to write %s as the state of %s: %w", id, key, err)
 	}
 	if lockID != "" {
 		if err := set.States.Unlock(ctx, key, lockID); err != nil {
-			return meta, fmt.Errorf("wrote %s as the state of %s, but failed to release the failed run's lock (%s): %w; release it with `terrace force-unlock %s -n %s`", id, key, lockText(holder), err, stack.Name, stack.Namespace)
+			return meta, nil, fmt.Errorf("wrote %s as the state of %s, but failed to release the failed run's lock (%s): %w; release it with `terrace force-unlock %s -n %s`", id, key, lockText(holder), err, stack.Name, stack.Namespace)
 		}
 	}
 	for _, p := range parts {
 		if err := set.Plans.DeletePlan(ctx, state.PlanKey{Namespace: stack.Namespace, Stack: stack.Name, ID: p}); err != nil {
-			return meta, fmt.Errorf("wrote %s as the state of %s, but failed to remove its record %s: %w", id, key, p, err)
+			return meta, holder, fmt.Errorf("wrote %s as the state of %s, but failed to remove its record %s: %w", id, key, p, err)
 		}
 	}
-	return meta, nil
+	return meta, holder, nil
 }
 
 // readKeptState joins the plan records id, id-part-2, id-part-3... the

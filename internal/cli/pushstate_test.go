@@ -59,7 +59,7 @@ func TestPushStateWritesTheKeptStateUnderTheFailedRunsLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustContain(t, "push-state", out, "is now serial 5", "terrace reconcile web")
+	mustContain(t, "push-state", out, "released the state lock the failed run left: lock tofu-lock", "is now serial 5", "terrace reconcile web")
 	if cur, err := states.Get(ctx, key); err != nil || cur.Digest != state.Digest(kept) {
 		t.Fatalf("current state %+v (%v), want the kept one", cur, err)
 	}

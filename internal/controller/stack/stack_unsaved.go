@@ -146,7 +146,7 @@ func (r *Reconciler) keepUnsavedState(ctx context.Context, s *scope, p planRecor
 	where := partsWhere(parts.ids)
 	r.recordFailedRelease(ctx, s, p, "applied, but neither tofu nor the controller could save the state; it is kept as plan "+where)
 	r.warningEvent(s.stack, StateNotSavedReason, "the state tofu could not save after applying %s is kept as plan %s", p.id, where)
-	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s; the Stack does not run again until it is pushed: `terrace push-state %s %s -n %s`", p.id, writeErr.Error(), where, s.stack.Name, id, s.stack.Namespace)
+	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s; the Stack does not run while the failed run's lock is held: push it first with `terrace push-state %s %s -n %s`", p.id, writeErr.Error(), where, s.stack.Name, id, s.stack.Namespace)
 }
 
 // holdForUnsavedState keeps a Stack Stalled with StateNotSaved while the
