@@ -101,9 +101,11 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		anonPeak = p.sampleAnonPeak()
 		processCalls = mustRequests(b, p)
 	}
+	served := clusterRequests(b, e.cs)
 	b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
 	terrace, terraceDone, peak := e.stacksToReady(b, n)
 	b.Logf("clock stops at %s", time.Now().Format("15:04:05.000"))
+	b.ReportMetric((clusterRequests(b, e.cs)-served)/float64(n), "cluster-requests/stack")
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")
 	b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
