@@ -37,6 +37,40 @@ func (l *Launcher) deleteObjects(ctx context.Context, namespace, podName string,
 	return errors.Join(errs...)
 }
 
+// deleteUnlessRetained deletes a runner pod read from the cache, on
+// condition that it is still the object read (UID and resourceVersion).
+// The cache may not show yet that the pod was marked retained since (by
+// this Launcher's own Close a moment ago): on a conflict the pod is read
+// again and judged afresh. deleted is false for a pod left in place.
+func (l *Launcher) deleteUnlessRetained(ctx context.Context, pod *corev1.Pod) (deleted bool, err error) {
+	pods := l.opts.Client.CoreV1().Pods(pod.Namespace)
+	for range 3 {
+		if pod.Annotations[AnnotationRetained] == "true" {
+			return false, nil
+		}
+		uid, version := pod.UID, pod.ResourceVersion
+		err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &version}})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			return true, nil
+		case !apierrors.IsConflict(err):
+			return false, fmt.Errorf("failed to delete runner pod %s: %w", pod.Name, err)
+		}
+		fresh, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("failed to read runner pod %s: %w", pod.Name, err)
+		}
+		if fresh.UID != uid {
+			return false, nil // another pod of that name now: not this pass's to judge
+		}
+		pod = fresh
+	}
+	return false, nil
+}
+
 // Cleanup deletes the runner pods and TLS Secrets of a Stack that no run
 // of this Launcher is using, such as those a restarted or former leader
 // left mid-run. Deleting a pod stops its runner gracefully (tofu releases
@@ -59,8 +93,12 @@ func (l *Launcher) Cleanup(ctx context.Context, namespace, stack string) error {
 			continue
 		}
 		log.Info("deleting runner pod of an earlier run", "pod", pod.Name, "runID", runID)
-		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, ""); err != nil {
+		deleted, err := l.deleteUnlessRetained(ctx, pod)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if !deleted {
+			keep[runID] = true
 		}
 	}
 	secrets, err := l.opts.Client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(stack, ComponentRunnerTLS)})
@@ -97,7 +135,11 @@ func (l *Launcher) CleanupRun(ctx context.Context, namespace, stack, runID strin
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("deleting runner pod of an earlier run", "pod", pod.Name, "runID", podRun)
-		if err := l.deleteObjects(ctx, namespace, pod.Name, pod.UID, secretName(pod.Name)); err != nil {
+		deleted, err := l.deleteUnlessRetained(ctx, pod)
+		if err == nil && deleted {
+			err = l.deleteObjects(ctx, namespace, "", "", secretName(pod.Name))
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
