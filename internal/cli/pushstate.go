@@ -61,22 +61,18 @@ func pushKeptState(ctx context.Context, k *kube, set *backend.Set, stack *terrac
 	if err != nil {
 		return state.StateMeta{}, nil, fmt.Errorf("failed to read the state lock of %s: %w", key, err)
 	}
-	var lockID string
 	if holder != nil {
 		if err := mayForceUnlock(ctx, k, stack, holder, ""); err != nil {
 			return state.StateMeta{}, nil, err
 		}
-		lockID = state.OwnedLockID(holder.Owner, holder.ID)
 	}
-	// The store refuses another lineage or a serial not above the stored one.
-	meta, err := set.States.Put(ctx, key, data, state.PutOptions{LockID: lockID})
+	meta, err := state.PutAndRelease(ctx, set.States, key, data, holder)
+	var unreleased *state.ReleaseError
+	if errors.As(err, &unreleased) {
+		return meta, nil, fmt.Errorf("wrote %s as the state of %s, but failed to release the failed run's lock (%s): %w; release it with `terrace force-unlock %s -n %s`", id, key, lockText(holder), unreleased.Err, stack.Name, stack.Namespace)
+	}
 	if err != nil {
 		return state.StateMeta{}, nil, fmt.Errorf("refused to write %s as the state of %s: %w", id, key, err)
-	}
-	if lockID != "" {
-		if err := set.States.Unlock(ctx, key, lockID); err != nil {
-			return meta, nil, fmt.Errorf("wrote %s as the state of %s, but failed to release the failed run's lock (%s): %w; release it with `terrace force-unlock %s -n %s`", id, key, lockText(holder), err, stack.Name, stack.Namespace)
-		}
 	}
 	for _, p := range parts {
 		if err := set.Plans.DeletePlan(ctx, state.PlanKey{Namespace: stack.Namespace, Stack: stack.Name, ID: p}); err != nil {

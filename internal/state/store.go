@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -285,3 +286,48 @@ func StateAfterApply(ctx context.Context, s Store, key Key, owner string) (*Stat
 	}
 	return s.Get(ctx, key)
 }
+
+// PutAndRelease writes data as key's current state under holder, the lock
+// held now (nil for none), with its owner's ID, then releases that lock:
+// a write on behalf of a run whose own upload and lock release got no
+// answer. The caller decides that holder may be written under. A state
+// already current (only the answer to its upload was lost) is not written
+// again. The store's rules stand: another lineage, or a serial not above
+// the stored one, is refused and the lock kept.
+func PutAndRelease(ctx context.Context, s Store, key Key, data []byte, holder *LockInfo) (StateMeta, error) {
+	var lockID string
+	if holder != nil {
+		lockID = OwnedLockID(holder.Owner, holder.ID)
+	}
+	current, err := s.Get(ctx, key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return StateMeta{}, err
+	}
+	meta := StateMeta{}
+	if current != nil {
+		meta = current.StateMeta
+	}
+	if current == nil || current.Digest != Digest(data) {
+		if meta, err = s.Put(ctx, key, data, PutOptions{LockID: lockID}); err != nil {
+			return StateMeta{}, err
+		}
+	}
+	if lockID != "" {
+		if err := s.Unlock(ctx, key, lockID); err != nil {
+			return meta, &ReleaseError{Lock: *holder, Err: err}
+		}
+	}
+	return meta, nil
+}
+
+// ReleaseError is PutAndRelease's state written but its lock not released.
+type ReleaseError struct {
+	Lock LockInfo
+	Err  error
+}
+
+func (e *ReleaseError) Error() string {
+	return fmt.Sprintf("the state was written, but lock %s could not be released: %v", e.Lock.ID, e.Err)
+}
+
+func (e *ReleaseError) Unwrap() error { return e.Err }

@@ -244,8 +244,10 @@ func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
 	if err != nil || holder == nil {
 		return err
 	}
-	if err := holdForUnsavedState(s, holder); err != nil {
-		return err
+	if keptState {
+		if err := holdForUnsavedState(s, holder); err != nil {
+			return err
+		}
 	}
 	if holder.Operation == migrate.LockOperation {
 		// Never break a migration's lock: the copy would miss what we write.

@@ -94,38 +94,21 @@ func (r *Reconciler) retryUnsavedWrite(ctx context.Context, s *scope, data []byt
 
 // writeUnsavedState writes data, the state tofu could not upload, as the
 // Stack's current state. The run's apply lock is usually still held (its
-// release got no answer either): the write is made under it, by its
-// owner's ID, and the lock released after. A lock of anyone else is a
-// *state.LockedError and nothing is written. A state already stored (the
-// upload was saved, only its answer lost) is not written again.
+// release got no answer either): the write is made under it and the lock
+// released after (state.PutAndRelease). A lock of anyone else is a
+// *state.LockedError and nothing is written.
 func (r *Reconciler) writeUnsavedState(ctx context.Context, s *scope, data []byte) error {
 	states := s.run.stores.States
 	key := stateKey(s.stack)
-	owner := string(pki.RunnerIdentity(s.stack.Namespace, s.stack.Name, s.run.id))
 	holder, err := states.GetLock(ctx, key)
 	if err != nil {
 		return err
 	}
-	var lockID string
-	if holder != nil {
-		if holder.Owner != owner {
-			return &state.LockedError{Key: key.String(), Holder: holder}
-		}
-		lockID = state.OwnedLockID(owner, holder.ID)
+	if holder != nil && holder.Owner != string(pki.RunnerIdentity(s.stack.Namespace, s.stack.Name, s.run.id)) {
+		return &state.LockedError{Key: key.String(), Holder: holder}
 	}
-	current, err := states.Get(ctx, key)
-	if err != nil && !errors.Is(err, state.ErrNotFound) {
-		return err
-	}
-	if current == nil || current.Digest != state.Digest(data) {
-		if _, err := states.Put(ctx, key, data, state.PutOptions{LockID: lockID}); err != nil {
-			return err
-		}
-	}
-	if lockID == "" {
-		return nil
-	}
-	return states.Unlock(ctx, key, lockID)
+	_, err = state.PutAndRelease(ctx, states, key, data, holder)
+	return err
 }
 
 // keepUnsavedState keeps the state the controller could not write in the
@@ -149,15 +132,12 @@ func (r *Reconciler) keepUnsavedState(ctx context.Context, s *scope, p planRecor
 	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s; the Stack does not run while the failed run's lock is held: push it first with `terrace push-state %s %s -n %s`", p.id, writeErr.Error(), where, s.stack.Name, id, s.stack.Namespace)
 }
 
-// holdForUnsavedState keeps a Stack Stalled with StateNotSaved while the
-// lock of the run whose state is kept is still held: a run now would
+// holdForUnsavedState keeps a Stack Stalled with StateNotSaved so while
+// the lock of the run whose state is kept is still held: a run now would
 // release it as a dead run's and plan from a state that misses that
 // apply's changes. `terrace push-state` writes the kept state and releases
 // the lock; `terrace force-unlock` releases it without (the user's choice).
 func holdForUnsavedState(s *scope, holder *state.LockInfo) error {
-	if !stalledWith(s.stack, StateNotSavedReason) {
-		return nil
-	}
 	if _, stack, _, ok := pki.Identity(holder.Owner).Runner(); !ok || stack != s.stack.Name {
 		return nil
 	}
