@@ -143,8 +143,12 @@ func (s *podState) phase() corev1.PodPhase {
 
 // computeStatus derives the pod status from the state, keeping conditions
 // devnode does not own (readiness gates, DisruptionTarget) and the
-// transition times of conditions whose status did not change.
-func computeStatus(pod *corev1.Pod, s *podState, now metav1.Time) corev1.PodStatus {
+// transition times of conditions whose status did not change. written is
+// the status devnode wrote last (nil before its first write): its own
+// conditions' times come from there, since the pod object may be an older
+// watch event that does not show that write yet, and a time read from it
+// would differ from the one written, for a write that changes nothing else.
+func computeStatus(pod *corev1.Pod, s *podState, written *corev1.PodStatus, now metav1.Time) corev1.PodStatus {
 	phase := s.phase()
 	status := corev1.PodStatus{
 		Phase:     phase,
@@ -210,6 +214,13 @@ func computeStatus(pod *corev1.Pod, s *podState, now metav1.Time) corev1.PodStat
 		previous[c.Type] = c
 		if !ownedTypes[c.Type] {
 			status.Conditions = append(status.Conditions, c)
+		}
+	}
+	if written != nil {
+		for _, c := range written.Conditions {
+			if ownedTypes[c.Type] {
+				previous[c.Type] = c
+			}
 		}
 	}
 	for _, c := range owned {

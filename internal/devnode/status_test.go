@@ -57,7 +57,7 @@ func TestComputeStatus(t *testing.T) {
 	st := &podState{podIP: "127.0.0.5", initialized: true, sandboxReady: true, containers: []*containerState{
 		{name: "main", image: "terrace", runningSince: &now, pid: 42, started: true, ready: true, restartCount: 1, last: term(2)},
 	}}
-	s := computeStatus(pod, st, now)
+	s := computeStatus(pod, st, nil, now)
 	if s.Phase != corev1.PodRunning || s.PodIP != "127.0.0.5" || len(s.PodIPs) != 1 || s.HostIP != hostIP {
 		t.Fatalf("unexpected status %+v", s)
 	}
@@ -80,7 +80,7 @@ func TestComputeStatus(t *testing.T) {
 
 	st.containers[0].terminated(term(3))
 	st.containers[0].final = true
-	s = computeStatus(pod, st, now)
+	s = computeStatus(pod, st, nil, now)
 	if s.Phase != corev1.PodFailed {
 		t.Fatalf("phase %s", s.Phase)
 	}

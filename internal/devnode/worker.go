@@ -2,6 +2,7 @@ package devnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
 // volumeRefresh is how often Secret, ConfigMap and token volumes are
@@ -231,8 +233,13 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 			return
 		}
 	}
+	// The first status waits for the sandbox (volumes written, or their
+	// failure), as the kubelet reports a pod's IP with its sandbox: one
+	// write where there were two a few milliseconds apart.
 	now := metav1.Now()
-	w.update(func(s *podState) { s.podIP, s.startTime = ip, &now })
+	w.mu.Lock()
+	w.state.podIP, w.state.startTime = ip, &now
+	w.mu.Unlock()
 	if err := os.MkdirAll(w.volumesDir(), 0o700); err != nil {
 		w.fail("DevnodeError", fmt.Sprintf("failed to create pod directory: %v", err))
 		return
@@ -369,47 +376,79 @@ func (w *podWorker) statusLoop(ctx context.Context) {
 	}
 }
 
+// writeStatus writes the pod status when it differs from the one written
+// last, as the kubelet does: a strategic merge patch of what changed since,
+// with the pod's UID as its precondition. A patch needs no resourceVersion,
+// so another writer's change to the pod (a warm runner's claim relabels
+// it) costs no conflict, re-read and second write, and conditions others
+// own are left as they are.
 func (w *podWorker) writeStatus(ctx context.Context) error {
 	w.mu.Lock()
-	pod := w.pod
-	status := computeStatus(pod, w.state, metav1.Now())
-	unchanged := w.written != nil && equality.Semantic.DeepEqual(*w.written, status)
+	pod, written := w.pod, w.written
+	status := computeStatus(pod, w.state, written, metav1.Now())
 	w.mu.Unlock()
-	if unchanged {
+	base := &pod.Status
+	if written != nil {
+		if equality.Semantic.DeepEqual(*written, status) {
+			return nil
+		}
+		base = written
+	}
+	patch, err := statusPatch(w.uid, base, &status)
+	if err != nil {
+		return err
+	}
+	updated, err := w.node.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) || otherPod(err) {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
-		next := pod.DeepCopy()
-		next.Status = status
-		updated, err := w.node.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
-		if err == nil {
-			w.mu.Lock()
-			w.written = &status
-			if w.pod.ResourceVersion == pod.ResourceVersion {
-				w.pod = updated
-			}
-			w.mu.Unlock()
-			return nil
-		}
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= 3 {
-			return fmt.Errorf("failed to update status: %w", err)
-		}
-		fresh, getErr := w.node.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if getErr != nil {
-			return ignoreNotFound(getErr)
-		}
-		if fresh.UID != w.uid {
-			return nil
-		}
-		w.mu.Lock()
-		w.pod = fresh
-		status = computeStatus(fresh, w.state, metav1.Now())
-		w.mu.Unlock()
-		pod = fresh
+	if err != nil {
+		return fmt.Errorf("failed to update status: %w", err)
 	}
+	w.mu.Lock()
+	w.written = &status
+	if w.pod.ResourceVersion == pod.ResourceVersion {
+		w.pod = updated
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+// otherPod reports a patch refused by its UID precondition: the pod of
+// that name is another one now.
+func otherPod(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
+}
+
+// statusPatch is the strategic merge patch from status from to status to
+// of the pod uid. The UID is in the patch as a precondition: the API server
+// refuses to apply it to another pod of the same name.
+func statusPatch(uid types.UID, from, to *corev1.PodStatus) ([]byte, error) {
+	old, err := json.Marshal(corev1.Pod{Status: *from})
+	if err != nil {
+		return nil, err
+	}
+	updated, err := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: *to})
+	if err != nil {
+		return nil, err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(old, updated, corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("failed to make the pod status patch: %w", err)
+	}
+	return patch, nil
 }
 
 // cleanup releases the pod's address and files and, after a deletion,
@@ -441,11 +480,4 @@ func (w *podWorker) cleanup(ctx context.Context) {
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		w.node.log.Info("failed to remove pod", "pod", w.key, "error", err.Error())
 	}
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

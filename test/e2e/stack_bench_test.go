@@ -105,7 +105,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
 	terrace, terraceDone, peak := e.stacksToReady(b, n)
 	b.Logf("clock stops at %s", time.Now().Format("15:04:05.000"))
-	b.ReportMetric((clusterRequests(b, e.cs)-served)/float64(n), "cluster-requests/stack")
+	b.ReportMetric(logClusterRequests(b, served, clusterRequests(b, e.cs), n), "cluster-requests/stack")
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")
 	b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
@@ -167,10 +167,13 @@ type countingTransport struct{ next http.RoundTripper }
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	controllerRequests.Add(1)
 	requestKinds.add(requestKind(r))
-	if tracingRequests {
-		requestKinds.trace(time.Now().Format("15:04:05.000") + " " + r.Method + " " + r.URL.RequestURI())
+	if !tracingRequests {
+		return c.next.RoundTrip(r)
 	}
-	return c.next.RoundTrip(r)
+	start := time.Now()
+	resp, err := c.next.RoundTrip(r)
+	requestKinds.trace(fmt.Sprintf("%s %5.1fms %s %s", start.Format("15:04:05.000"), float64(time.Since(start).Microseconds())/1000, r.Method, r.URL.RequestURI()))
+	return resp, err
 }
 
 // tracingRequests (TERRACE_BENCH_TRACE=1) logs every request of a 1-Stack
@@ -199,12 +202,14 @@ func (k *kindCounter) trace(request string) {
 	k.traced = append(k.traced, request)
 }
 
-// takeTrace returns the traced requests and forgets them.
+// takeTrace returns the traced requests, in the order they started, and
+// forgets them. Each is traced when its answer comes.
 func (k *kindCounter) takeTrace() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	t := k.traced
 	k.traced = nil
+	slices.Sort(t) // each starts with the time it was sent
 	return t
 }
 
@@ -439,8 +444,12 @@ func (e *stackEnv) stacksToReady(b *testing.B, n int) (time.Duration, []time.Dur
 				DriftDetection: &terracev1.DriftDetection{Mode: terracev1.DriftDetectionDisabled},
 			},
 		}
+		created := time.Now()
 		if err := e.c.Create(context.Background(), s); err != nil {
 			b.Fatal(err)
+		}
+		if tracingRequests && n == 1 {
+			b.Logf("the Stack's create took %s", time.Since(created).Round(100*time.Microsecond))
 		}
 	}
 	end, firsts := waitReady(20 * time.Minute)
