@@ -15,8 +15,9 @@ LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION)
 
 all: build
 
-build: ## Build the terrace binary into bin/.
+build: ## Build the terrace and terrace-runner binaries into bin/.
 	go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace ./cmd/terrace
+	go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace-runner ./cmd/terrace-runner
 
 # The image: one OCI index of linux/amd64 and linux/arm64, built without a
 # container engine (hack/image, internal/image). One commit gives one digest:
@@ -28,13 +29,15 @@ IMAGE_CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE_LAYOUT := $(LOCALBIN)/image
 
-image: ## Build the terrace image (static terrace + tofu per platform) as an OCI layout in bin/image; prints its digest.
+image: ## Build the terrace image (static terrace, terrace-runner and tofu per platform) as an OCI layout in bin/image; prints its digest.
 	@args=""; for p in $(IMAGE_PLATFORMS); do \
 	  os=$${p%/*}; arch=$${p#*/}; out=$(LOCALBIN)/$${os}_$${arch}; \
 	  echo "terrace for $$p" >&2; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch nice go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS) -s -w' -o $$out/terrace ./cmd/terrace; \
+	  for cmd in terrace terrace-runner; do \
+	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch nice go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS) -s -w' -o $$out/$$cmd ./cmd/$$cmd || exit 1; \
+	  done; \
 	  tofu=$$(hack/tools/build.sh --tofu-for $$p); \
-	  args="$$args --platform $$p=$$out/terrace,$$tofu"; \
+	  args="$$args --platform $$p=$$out/terrace,$$tofu,$$out/terrace-runner"; \
 	done; \
 	go run ./hack/image build --out $(IMAGE_LAYOUT) --created $(IMAGE_CREATED) \
 	  --source $(IMAGE_SOURCE) --revision $(IMAGE_REVISION) --version $(VERSION) $$args

@@ -1,7 +1,7 @@
 // Command image builds Terrace's OCI image from binaries already built for
 // each platform, and pushes it; `make image` and `make push` call it.
 //
-//	go run ./hack/image build --out bin/image --platform linux/amd64=bin/linux_amd64/terrace,<tofu> ...
+//	go run ./hack/image build --out bin/image --platform linux/amd64=bin/linux_amd64/terrace,<tofu>,bin/linux_amd64/terrace-runner ...
 //	go run ./hack/image push --layout bin/image registry.example.com/terrace:v0.1.0
 package main
 
@@ -37,7 +37,7 @@ func main() {
 	}
 }
 
-// platforms collects --platform os/arch=terrace,tofu.
+// platforms collects --platform os/arch=terrace,tofu[,terrace-runner].
 type platforms []image.Platform
 
 func (p *platforms) String() string { return fmt.Sprint(*p) }
@@ -45,11 +45,15 @@ func (p *platforms) String() string { return fmt.Sprint(*p) }
 func (p *platforms) Set(v string) error {
 	plat, bins, ok := strings.Cut(v, "=")
 	osName, arch, ok2 := strings.Cut(plat, "/")
-	terrace, tofu, ok3 := strings.Cut(bins, ",")
-	if !ok || !ok2 || !ok3 {
-		return fmt.Errorf("want os/arch=<terrace binary>,<tofu binary>, got %q", v)
+	paths := strings.Split(bins, ",")
+	if !ok || !ok2 || len(paths) < 2 || len(paths) > 3 {
+		return fmt.Errorf("want os/arch=<terrace binary>,<tofu binary>[,<terrace-runner binary>], got %q", v)
 	}
-	*p = append(*p, image.Platform{OS: osName, Architecture: arch, Terrace: terrace, Tofu: tofu})
+	platform := image.Platform{OS: osName, Architecture: arch, Terrace: paths[0], Tofu: paths[1]}
+	if len(paths) == 3 {
+		platform.Runner = paths[2]
+	}
+	*p = append(*p, platform)
 	return nil
 }
 
@@ -60,7 +64,7 @@ func build(args []string) error {
 	out := fs.String("out", "bin/image", "directory of the OCI image layout to write (replaced)")
 	created := fs.String("created", "0", "Unix time of every timestamp in the image (make image passes the commit's time)")
 	caFile := fs.String("ca-bundle", "", "PEM file to install as the CA bundle (default: the Mozilla roots of golang.org/x/crypto/x509roots/fallback)")
-	fs.Var(&plats, "platform", "os/arch=<terrace binary>,<tofu binary>; repeat for each platform")
+	fs.Var(&plats, "platform", "os/arch=<terrace binary>,<tofu binary>[,<terrace-runner binary>]; repeat for each platform (without terrace-runner, the image links it to terrace)")
 	fs.StringVar(&opts.Source, "source", "", "org.opencontainers.image.source label")
 	fs.StringVar(&opts.Revision, "revision", "", "org.opencontainers.image.revision label")
 	fs.StringVar(&opts.Version, "version", "", "org.opencontainers.image.version label")

@@ -80,7 +80,7 @@ func newDevCommand() *cobra.Command {
 	f.DurationVar(&o.demoTimeout, "demo-timeout", 10*time.Minute, "how long --demo waits for the examples")
 	f.StringVar(&o.examplesDir, "examples", "examples", "manifests --demo applies (looked up from the current directory upwards)")
 	f.StringVar(&o.crdDir, "crds", filepath.Join("config", "crd", "bases"), "CRD manifests to install (looked up from the current directory upwards)")
-	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary the dev image is built from, with tofu, and pushed to the cluster's loopback registry (default: this binary)")
+	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary the dev image is built from, with the terrace-runner beside it (if any) and tofu, and pushed to the cluster's loopback registry (default: this binary)")
 	f.StringVar(&o.nodeName, "node-name", "devnode", "name of the Node devnode registers")
 	f.StringVar(&o.podSubnet, "pod-subnet", "", "loopback range for pod addresses, such as 127.0.0.0/24 (default: a random 127.x.y.0/24)")
 	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "directory runner pods install providers from, exclusively [TERRACE_PROVIDER_MIRROR]")

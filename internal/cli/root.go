@@ -4,6 +4,8 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/terrace-dev/terrace/internal/runnercmd"
 )
 
 // NewRootCommand returns the terrace command with every subcommand attached.
@@ -16,7 +18,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCommand())
-	root.AddCommand(newRunnerCommand())
+	root.AddCommand(runnercmd.NewCommand("runner"))
 	root.AddCommand(newDevCommand())
 	root.AddCommand(newControllerCommand())
 	root.AddCommand(newStateCommand())

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/terrace-dev/terrace/internal/image"
+	"github.com/terrace-dev/terrace/internal/runnercmd"
 )
 
 // ImageRepository is the repository of the Terrace image, as published;
@@ -73,8 +74,8 @@ func (r *Registry) Stop() error {
 	return err
 }
 
-// PushDevImage builds the image of the host's platform from the terrace and
-// tofu binaries (uncompressed layers: it never leaves the machine) and pushes
+// PushDevImage builds the image of the host's platform from the terrace
+// (with the terrace-runner beside it, if any) and tofu binaries (uncompressed layers: it never leaves the machine) and pushes
 // it to the registry as <host>/terrace-dev/terrace:<tag> for each tag; with
 // no tags, as DevTag, as the binary's own version and as latest, the tags
 // the controller's image defaults may name. It returns the reference of
@@ -88,6 +89,11 @@ func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags 
 		tags = []string{DevTag, own, "latest"}
 	}
 	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: terrace, Tofu: tofu}
+	// The lean runner binary beside terrace (make build puts it there);
+	// without it the image links terrace-runner to terrace.
+	if runner := filepath.Join(filepath.Dir(terrace), runnercmd.Name); isRegularFile(runner) {
+		p.Runner = runner
+	}
 	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: image.Uncompressed}, p)
 	if err != nil {
 		return "", fmt.Errorf("failed to build the dev image: %w", err)
@@ -135,4 +141,9 @@ func binaryVersionTag(ctx context.Context, terrace string) (string, error) {
 // next to the tools cache: shared by dev clusters, kept between runs.
 func ImageCacheDir() string {
 	return filepath.Join(filepath.Dir(ToolsCacheDir()), "images")
+}
+
+func isRegularFile(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Mode().IsRegular()
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/terrace-dev/terrace/internal/runnercmd"
 )
 
 // DefaultImages are the image repositories devnode runs with the local
@@ -73,15 +75,26 @@ func binaryArgs(c *corev1.Container, images []string) ([]string, error) {
 	if len(c.Command) == 0 {
 		return append([]string(nil), c.Args...), nil
 	}
-	if !isTerraceCommand(c.Command[0]) {
+	var out []string
+	switch path.Base(c.Command[0]) {
+	case "terrace", "kubectl-terrace":
+	case runnercmd.Name:
+		// The lean runner binary is `terrace runner`.
+		out = []string{"runner"}
+	default:
 		return nil, &unsupportedError{reason: ReasonUnsupportedCommand, message: fmt.Sprintf(
 			"container %q: devnode runs only the terrace binary; command %q is not terrace", c.Name, c.Command[0])}
 	}
-	out := append([]string(nil), c.Command[1:]...)
+	out = append(out, c.Command[1:]...)
 	return append(out, c.Args...), nil
 }
 
+// isTerraceCommand reports whether cmd names the terrace binary, under one
+// of its names.
 func isTerraceCommand(cmd string) bool {
-	base := path.Base(cmd)
-	return base == "terrace" || base == "kubectl-terrace"
+	switch path.Base(cmd) {
+	case "terrace", "kubectl-terrace", runnercmd.Name:
+		return true
+	}
+	return false
 }

@@ -44,6 +44,7 @@ func TestBinaryArgs(t *testing.T) {
 		{"entrypoint", corev1.Container{Name: "c", Image: "terrace", Args: []string{"runner", "--listen=x"}}, []string{"runner", "--listen=x"}, ""},
 		{"command terrace", corev1.Container{Name: "c", Image: "terrace", Command: []string{"terrace", "runner"}, Args: []string{"-v"}}, []string{"runner", "-v"}, ""},
 		{"absolute command", corev1.Container{Name: "c", Image: "terrace", Command: []string{"/usr/local/bin/terrace"}}, []string{}, ""},
+		{"lean runner", corev1.Container{Name: "c", Image: "terrace", Command: []string{"/usr/local/bin/terrace-runner"}, Args: []string{"--listen=x"}}, []string{"runner", "--listen=x"}, ""},
 		{"kubectl plugin name", corev1.Container{Name: "c", Image: "terrace", Command: []string{"/kubectl-terrace", "get"}}, []string{"get"}, ""},
 		{"shell command", corev1.Container{Name: "c", Image: "terrace", Command: []string{"sh", "-c", "x"}}, nil, ReasonUnsupportedCommand},
 		{"other image", corev1.Container{Name: "c", Image: "busybox", Command: []string{"terrace"}}, nil, ReasonUnsupportedImage},

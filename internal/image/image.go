@@ -1,5 +1,5 @@
 // Package image builds Terrace's container image without a container
-// engine: a static terrace binary, a static tofu binary, a CA bundle, a
+// engine: a static terrace binary and its lean terrace-runner, a static tofu binary, a CA bundle, a
 // non-root user and writable /tmp and work directories, assembled with
 // go-containerregistry into an OCI index of one image per platform. The
 // same inputs always give the same digest: entries are sorted, and every
@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/terrace-dev/terrace/internal/runnercmd"
 )
 
 // Where things are in the image.
@@ -27,6 +30,8 @@ const (
 	BinDir = "/usr/local/bin"
 	// Entrypoint is the terrace binary.
 	Entrypoint = BinDir + "/terrace"
+	// RunnerPath is the terrace-runner binary, the command of runner pods.
+	RunnerPath = runnercmd.ImagePath
 	// Home is the user's home directory.
 	Home = "/home/nonroot"
 	// WorkDir is the image's working directory, writable by the user.
@@ -50,6 +55,11 @@ type Platform struct {
 	// Terrace and Tofu are paths on the host of static binaries built for
 	// this platform.
 	Terrace, Tofu string
+	// Runner is the host path of the static terrace-runner binary (runner
+	// pods start it). Empty, the image links terrace-runner to terrace,
+	// which then behaves as it: what `terrace dev` does with a terrace
+	// binary that has no terrace-runner beside it.
+	Runner string
 }
 
 // String is the platform in os/arch form.
@@ -113,7 +123,10 @@ func BuildImage(opts Options, p Platform) (v1.Image, error) {
 }
 
 func buildImage(opts Options, p Platform, base v1.Layer) (v1.Image, error) {
-	for _, bin := range []string{p.Terrace, p.Tofu} {
+	for _, bin := range []string{p.Terrace, p.Tofu, p.Runner} {
+		if bin == "" && p.Runner == "" {
+			continue // the runner, linked to terrace
+		}
 		if info, err := os.Stat(bin); err != nil || !info.Mode().IsRegular() {
 			return nil, fmt.Errorf("binary %q is missing: build it for %s first (make image does)", bin, p)
 		}
@@ -125,7 +138,11 @@ func buildImage(opts Options, p Platform, base v1.Layer) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	terrace, err := layerFiles{{name: strings.TrimPrefix(Entrypoint, "/"), mode: 0o755, hostPath: p.Terrace}}.withParents().layer(created, opts.level())
+	runner := entry{name: strings.TrimPrefix(RunnerPath, "/"), mode: 0o755, hostPath: p.Runner}
+	if p.Runner == "" {
+		runner.mode, runner.hostPath, runner.linkTo = 0o777, "", path.Base(Entrypoint)
+	}
+	terrace, err := layerFiles{{name: strings.TrimPrefix(Entrypoint, "/"), mode: 0o755, hostPath: p.Terrace}, runner}.withParents().layer(created, opts.level())
 	if err != nil {
 		return nil, err
 	}

@@ -17,11 +17,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// fakeBinaries writes stand-ins for terrace and tofu of one platform.
+// fakeBinaries writes stand-ins for terrace, terrace-runner and tofu of one platform.
 func fakeBinaries(t *testing.T, dir, arch string) Platform {
 	t.Helper()
-	p := Platform{OS: "linux", Architecture: arch, Terrace: filepath.Join(dir, arch+"-terrace"), Tofu: filepath.Join(dir, arch+"-tofu")}
-	for _, f := range []string{p.Terrace, p.Tofu} {
+	p := Platform{OS: "linux", Architecture: arch, Terrace: filepath.Join(dir, arch+"-terrace"), Tofu: filepath.Join(dir, arch+"-tofu"), Runner: filepath.Join(dir, arch+"-terrace-runner")}
+	for _, f := range []string{p.Terrace, p.Tofu, p.Runner} {
 		if err := os.WriteFile(f, []byte("#!/bin/false\n"+f+"\n"), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -144,6 +144,54 @@ func TestIndexHasOneImagePerPlatformRunningTerraceAsNonRoot(t *testing.T) {
 // binaries of the image's platform.
 func checkFiles(t *testing.T, img v1.Image, arch string) {
 	t.Helper()
+	headers, contents := readFiles(t, img)
+	want := map[string]struct {
+		mode int64
+		uid  int
+	}{
+		"tmp/":                              {0o1777, 0},
+		"workspace/":                        {0o755, UID},
+		"home/nonroot/":                     {0o700, UID},
+		"usr/local/bin/terrace":             {0o755, 0},
+		"usr/local/bin/terrace-runner":      {0o755, 0},
+		"usr/local/bin/tofu":                {0o755, 0},
+		"etc/ssl/certs/ca-certificates.crt": {0o644, 0},
+		"etc/passwd":                        {0o644, 0},
+	}
+	for name, w := range want {
+		hdr := headers[name]
+		if hdr == nil {
+			t.Errorf("%s is missing from the image", name)
+			continue
+		}
+		if hdr.Mode != w.mode || hdr.Uid != w.uid || hdr.Gid != w.uid {
+			t.Errorf("%s: mode %o owner %d:%d, want %o %d:%d", name, hdr.Mode, hdr.Uid, hdr.Gid, w.mode, w.uid, w.uid)
+		}
+	}
+	for _, bin := range []string{"terrace", "terrace-runner"} {
+		if got := string(contents["usr/local/bin/"+bin]); !strings.HasSuffix(strings.TrimSpace(got), "/"+arch+"-"+bin) {
+			t.Errorf("the %s image holds %s %q", arch, bin, got)
+		}
+	}
+	certs, rest := 0, contents["etc/ssl/certs/ca-certificates.crt"]
+	for {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			t.Errorf("CA bundle: %v", err)
+		}
+		certs++
+	}
+	if certs < 100 {
+		t.Errorf("the CA bundle holds %d certificates, want the Mozilla roots", certs)
+	}
+}
+
+// readFiles reads every layer of img: the headers and contents by name.
+func readFiles(t *testing.T, img v1.Image) (map[string]*tar.Header, map[string][]byte) {
+	t.Helper()
 	layers, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)
@@ -175,44 +223,23 @@ func checkFiles(t *testing.T, img v1.Image, arch string) {
 		}
 		_ = rc.Close()
 	}
-	want := map[string]struct {
-		mode int64
-		uid  int
-	}{
-		"tmp/":                              {0o1777, 0},
-		"workspace/":                        {0o755, UID},
-		"home/nonroot/":                     {0o700, UID},
-		"usr/local/bin/terrace":             {0o755, 0},
-		"usr/local/bin/tofu":                {0o755, 0},
-		"etc/ssl/certs/ca-certificates.crt": {0o644, 0},
-		"etc/passwd":                        {0o644, 0},
+	return headers, contents
+}
+
+// An image built from a terrace binary alone (`terrace dev` with no
+// terrace-runner beside it) links terrace-runner to terrace, which then
+// behaves as the runner.
+func TestWithoutTheRunnerBinaryTheImageLinksItToTerrace(t *testing.T) {
+	p := fakeBinaries(t, t.TempDir(), "amd64")
+	p.Runner = ""
+	img, err := BuildImage(Options{Created: time.Unix(1700000000, 0)}, p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for name, w := range want {
-		hdr := headers[name]
-		if hdr == nil {
-			t.Errorf("%s is missing from the image", name)
-			continue
-		}
-		if hdr.Mode != w.mode || hdr.Uid != w.uid || hdr.Gid != w.uid {
-			t.Errorf("%s: mode %o owner %d:%d, want %o %d:%d", name, hdr.Mode, hdr.Uid, hdr.Gid, w.mode, w.uid, w.uid)
-		}
-	}
-	if got := string(contents["usr/local/bin/terrace"]); !strings.HasSuffix(strings.TrimSpace(got), "/"+arch+"-terrace") {
-		t.Errorf("the %s image holds terrace %q", arch, got)
-	}
-	certs, rest := 0, contents["etc/ssl/certs/ca-certificates.crt"]
-	for {
-		var block *pem.Block
-		if block, rest = pem.Decode(rest); block == nil {
-			break
-		}
-		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-			t.Errorf("CA bundle: %v", err)
-		}
-		certs++
-	}
-	if certs < 100 {
-		t.Errorf("the CA bundle holds %d certificates, want the Mozilla roots", certs)
+	headers, _ := readFiles(t, img)
+	hdr := headers["usr/local/bin/terrace-runner"]
+	if hdr == nil || hdr.Typeflag != tar.TypeSymlink || hdr.Linkname != "terrace" {
+		t.Fatalf("terrace-runner is %+v, want a link to terrace beside it", hdr)
 	}
 }
 

@@ -28,6 +28,7 @@ type entry struct {
 	uid, gid int
 	data     []byte // regular file contents
 	hostPath string // or a file on the host whose contents are streamed
+	linkTo   string // or a symbolic link to this path, relative to the link's directory
 }
 
 // layerFiles is the content of one layer, written in sorted order.
@@ -54,6 +55,8 @@ func (e entry) write(tw *tar.Writer, modTime time.Time) error {
 	switch {
 	case e.dir:
 		hdr.Typeflag, hdr.Name = tar.TypeDir, strings.TrimSuffix(e.name, "/")+"/"
+	case e.linkTo != "":
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.linkTo
 	case e.hostPath != "":
 		f, err := os.Open(e.hostPath)
 		if err != nil {

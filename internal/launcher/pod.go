@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runnercmd"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
@@ -237,7 +238,6 @@ func buildPod(p podParams) *corev1.Pod {
 	// the host's network namespace on its own 127.0.0.N. The brackets make
 	// the address valid for IPv4 and IPv6 alike.
 	args := []string{
-		"runner",
 		fmt.Sprintf("--listen=[$(POD_IP)]:%d", p.grpcPort),
 		fmt.Sprintf("--health-listen=[$(POD_IP)]:%d", p.healthPort),
 		"--tls-dir=" + tlsMountPath,
@@ -323,7 +323,10 @@ func buildPod(p podParams) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name:  containerName,
 				Image: p.image,
-				Args:  args,
+				// The lean runner binary: the terrace entrypoint would
+				// start with twice the work and memory.
+				Command: []string{runnercmd.ImagePath},
+				Args:    args,
 				Ports: []corev1.ContainerPort{
 					{Name: grpcPortName, ContainerPort: p.grpcPort, Protocol: corev1.ProtocolTCP},
 					{Name: healthPortNm, ContainerPort: p.healthPort, Protocol: corev1.ProtocolTCP},

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,13 +73,13 @@ func TestPodSpec(t *testing.T) {
 				if pod.Spec.ServiceAccountName != "default" {
 					t.Errorf("serviceAccountName = %q", pod.Spec.ServiceAccountName)
 				}
-				for _, arg := range []string{"runner", "--listen=[$(POD_IP)]:9090", "--health-listen=[$(POD_IP)]:9091", "--tls-dir=/etc/terrace/tls", "--work-dir=/var/lib/terrace/work", "--binary=tofu", "--interrupt-grace=2m0s"} {
+				for _, arg := range []string{"--listen=[$(POD_IP)]:9090", "--health-listen=[$(POD_IP)]:9091", "--tls-dir=/etc/terrace/tls", "--work-dir=/var/lib/terrace/work", "--binary=tofu", "--interrupt-grace=2m0s"} {
 					if !hasArg(c, arg) {
 						t.Errorf("args %q lack %q", c.Args, arg)
 					}
 				}
-				if c.Args[0] != "runner" || len(c.Command) != 0 {
-					t.Errorf("command %q args %q: want the image entrypoint with the runner subcommand", c.Command, c.Args)
+				if !slices.Equal(c.Command, []string{"/usr/local/bin/terrace-runner"}) || hasArg(c, "runner") {
+					t.Errorf("command %q args %q: want the image's lean runner binary", c.Command, c.Args)
 				}
 				for _, a := range c.Args {
 					if strings.HasPrefix(a, "--provider-mirror") {

@@ -9,20 +9,23 @@ import (
 	"time"
 )
 
-// BuildTerrace builds ./cmd/terrace of this checkout into dir and returns
-// the binary's path; its progress goes to stderr. Test packages that run
-// the binary (as devnode's pods or as controller processes) call it from
-// TestMain.
+// BuildTerrace builds ./cmd/terrace of this checkout into dir, and
+// ./cmd/terrace-runner beside it (the dev image takes the runner pods'
+// binary from there), and returns terrace's path; the progress goes to
+// stderr. Test packages that run the binary (as devnode's pods or as
+// controller processes) call it from TestMain.
 func BuildTerrace(dir string) (string, error) {
-	bin := filepath.Join(dir, "terrace")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/terrace")
-	build.Dir = RepoRoot()
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	begin := time.Now()
-	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("failed to build terrace: %w", err)
+	for _, cmd := range []string{"terrace", "terrace-runner"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "./cmd/"+cmd)
+		build.Dir = RepoRoot()
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return "", fmt.Errorf("failed to build %s: %w", cmd, err)
+		}
 	}
-	fmt.Fprintf(os.Stderr, "built %s in %s\n", bin, time.Since(begin).Round(time.Second))
+	bin := filepath.Join(dir, "terrace")
+	fmt.Fprintf(os.Stderr, "built %s and terrace-runner in %s\n", bin, time.Since(begin).Round(time.Second))
 	return bin, nil
 }
 

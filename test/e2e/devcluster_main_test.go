@@ -7,12 +7,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/testenv"
@@ -44,16 +42,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	terraceBinary = filepath.Join(tmp, "terrace")
-	build := exec.Command("go", "build", "-o", terraceBinary, "./cmd/terrace")
-	build.Dir = testenv.RepoRoot()
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	begin := time.Now()
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: failed to build terrace:", err)
+	if terraceBinary, err = testenv.BuildTerrace(tmp); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	fmt.Fprintf(os.Stderr, "e2e: built %s in %s\n", terraceBinary, time.Since(begin).Round(time.Second))
 
 	code := m.Run()
 	stopSharedPostgres()

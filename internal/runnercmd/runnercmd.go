@@ -1,4 +1,9 @@
-package cli
+// Package runnercmd is the runner's command line: `terrace runner`, and the
+// terrace-runner binary that runner pods start. It is kept apart from the
+// rest of the CLI so that terrace-runner links only the runner, tofu's
+// executor and the PKI: a third of the terrace binary's startup work and
+// half its memory, paid once per run.
+package runnercmd
 
 import (
 	"context"
@@ -74,10 +79,20 @@ func (o *runnerOptions) bindFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.interruptGrace, "interrupt-grace", envDuration("TERRACE_RUNNER_INTERRUPT_GRACE", 2*time.Minute), "how long tofu may take to stop after an interrupt before it is killed [TERRACE_RUNNER_INTERRUPT_GRACE]")
 }
 
-func newRunnerCommand() *cobra.Command {
+// Name is the lean runner binary's name, and the name under which the
+// terrace binary behaves as it (see cmd/terrace).
+const Name = "terrace-runner"
+
+// ImagePath is where Terrace's image holds it (internal/image), the
+// command of every runner pod (internal/launcher).
+const ImagePath = "/usr/local/bin/" + Name
+
+// NewCommand returns the runner command as use: "runner" under terrace,
+// Name as a binary of its own.
+func NewCommand(use string) *cobra.Command {
 	var o runnerOptions
 	cmd := &cobra.Command{
-		Use:   "runner",
+		Use:   use,
 		Short: "Serve the runner gRPC service that runs tofu/terraform for the controller",
 		Long: "The runner runs in a pod per run. It serves terrace.runner.v1 over mutual TLS, accepting\n" +
 			"only the controller's identity, and keeps everything in a private work directory that it\n" +

@@ -1,0 +1,20 @@
+// Command terrace-runner is what runner pods start: `terrace runner` as a
+// binary of its own, linking only the runner, tofu's executor and the PKI,
+// so that each run's process starts with half the work and memory.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/terrace-dev/terrace/internal/runnercmd"
+)
+
+func main() {
+	cmd := runnercmd.NewCommand(runnercmd.Name)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
