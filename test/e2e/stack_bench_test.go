@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,6 +88,7 @@ func BenchmarkStackToReady(b *testing.B) {
 
 // benchStacksOnce is one measurement of n Stacks against n direct applies.
 func benchStacksOnce(b *testing.B, n, warm int) {
+	waitNoNamespaceTerminating(b)
 	direct, directDone := directApplies(b, n, benchConcurrency)
 	e := newStackEnv(b)
 	b.Cleanup(func() { e.removeStacks(b) })
@@ -425,6 +427,25 @@ func mustRequests(b *testing.B, p *controllerProcess) float64 {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// waitNoNamespaceTerminating waits until the namespaces of earlier
+// measurements are gone: their deletion (pods, Secrets, the warm pool's
+// pods) would share the machine with this one.
+func waitNoNamespaceTerminating(b *testing.B) {
+	cs := kubernetes.NewForConfigOrDie(sharedDev(b).Cluster.Config)
+	eventually(b, 3*time.Minute, "earlier namespaces deleted", func() error {
+		list, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ns := range list.Items {
+			if ns.Status.Phase == corev1.NamespaceTerminating {
+				return fmt.Errorf("namespace %s is still being deleted", ns.Name)
+			}
+		}
+		return nil
+	})
 }
 
 // removeStacks deletes the namespace's Stacks and waits until they are
