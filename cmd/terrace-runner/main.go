@@ -11,9 +11,7 @@ import (
 )
 
 func main() {
-	cmd := runnercmd.NewCommand(runnercmd.Name)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	if err := cmd.Execute(); err != nil {
+	if err := runnercmd.NewRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/terrace-dev/terrace/internal/cli"
+	"github.com/terrace-dev/terrace/internal/runnerbin"
 	"github.com/terrace-dev/terrace/internal/runnercmd"
 )
 
@@ -22,12 +23,10 @@ func main() {
 
 // command is what the binary started as argv0 runs.
 func command(argv0 string) *cobra.Command {
-	if filepath.Base(argv0) != runnercmd.Name {
+	if filepath.Base(argv0) != runnerbin.Name {
 		return cli.NewRootCommand()
 	}
 	// Started as terrace-runner (a link to terrace in an image built
 	// without the lean binary): the runner, as terrace-runner would be.
-	cmd := runnercmd.NewCommand(runnercmd.Name)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	return cmd
+	return runnercmd.NewRoot()
 }

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +47,7 @@ func (p *platforms) Set(v string) error {
 	plat, bins, ok := strings.Cut(v, "=")
 	osName, arch, ok2 := strings.Cut(plat, "/")
 	paths := strings.Split(bins, ",")
-	if !ok || !ok2 || len(paths) < 2 || len(paths) > 3 {
+	if !ok || !ok2 || len(paths) < 2 || len(paths) > 3 || slices.Contains(paths, "") {
 		return fmt.Errorf("want os/arch=<terrace binary>,<tofu binary>[,<terrace-runner binary>], got %q", v)
 	}
 	platform := image.Platform{OS: osName, Architecture: arch, Terrace: paths[0], Tofu: paths[1]}

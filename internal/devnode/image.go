@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/terrace-dev/terrace/internal/runnercmd"
+	"github.com/terrace-dev/terrace/internal/runnerbin"
 )
 
 // DefaultImages are the image repositories devnode runs with the local
@@ -76,9 +76,9 @@ func binaryArgs(c *corev1.Container, images []string) ([]string, error) {
 		return append([]string(nil), c.Args...), nil
 	}
 	var out []string
-	switch path.Base(c.Command[0]) {
-	case "terrace", "kubectl-terrace":
-	case runnercmd.Name:
+	switch {
+	case isTerraceCommand(c.Command[0]):
+	case path.Base(c.Command[0]) == runnerbin.Name:
 		// The lean runner binary is `terrace runner`.
 		out = []string{"runner"}
 	default:
@@ -89,12 +89,9 @@ func binaryArgs(c *corev1.Container, images []string) ([]string, error) {
 	return append(out, c.Args...), nil
 }
 
-// isTerraceCommand reports whether cmd names the terrace binary, under one
-// of its names.
+// isTerraceCommand reports whether cmd names the terrace binary (an exec
+// probe may run it too).
 func isTerraceCommand(cmd string) bool {
-	switch path.Base(cmd) {
-	case "terrace", "kubectl-terrace", runnercmd.Name:
-		return true
-	}
-	return false
+	base := path.Base(cmd)
+	return base == "terrace" || base == "kubectl-terrace"
 }

@@ -1,9 +1,10 @@
 // Package image builds Terrace's container image without a container
-// engine: a static terrace binary and its lean terrace-runner, a static tofu binary, a CA bundle, a
-// non-root user and writable /tmp and work directories, assembled with
-// go-containerregistry into an OCI index of one image per platform. The
-// same inputs always give the same digest: entries are sorted, and every
-// timestamp, owner and mode is fixed by the builder.
+// engine: a static terrace binary and its lean terrace-runner, a static
+// tofu binary, a CA bundle, a non-root user and writable /tmp and work
+// directories, assembled with go-containerregistry into an OCI index of
+// one image per platform. The same inputs always give the same digest:
+// entries are sorted, and every timestamp, owner and mode is fixed by the
+// builder.
 package image
 
 import (
@@ -19,7 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/terrace-dev/terrace/internal/runnercmd"
+	"github.com/terrace-dev/terrace/internal/runnerbin"
 )
 
 // Where things are in the image.
@@ -31,7 +32,7 @@ const (
 	// Entrypoint is the terrace binary.
 	Entrypoint = BinDir + "/terrace"
 	// RunnerPath is the terrace-runner binary, the command of runner pods.
-	RunnerPath = runnercmd.ImagePath
+	RunnerPath = runnerbin.ImagePath
 	// Home is the user's home directory.
 	Home = "/home/nonroot"
 	// WorkDir is the image's working directory, writable by the user.
@@ -123,10 +124,11 @@ func BuildImage(opts Options, p Platform) (v1.Image, error) {
 }
 
 func buildImage(opts Options, p Platform, base v1.Layer) (v1.Image, error) {
-	for _, bin := range []string{p.Terrace, p.Tofu, p.Runner} {
-		if bin == "" && p.Runner == "" {
-			continue // the runner, linked to terrace
-		}
+	bins := []string{p.Terrace, p.Tofu}
+	if p.Runner != "" {
+		bins = append(bins, p.Runner) // else linked to terrace
+	}
+	for _, bin := range bins {
 		if info, err := os.Stat(bin); err != nil || !info.Mode().IsRegular() {
 			return nil, fmt.Errorf("binary %q is missing: build it for %s first (make image does)", bin, p)
 		}

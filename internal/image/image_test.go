@@ -254,6 +254,12 @@ func TestBuildRefusesMissingBinaries(t *testing.T) {
 	if _, err := Build(Options{}); err == nil {
 		t.Fatal("built an image of no platform")
 	}
+	// Without terrace-runner (linked to terrace), terrace is still required.
+	p := fakeBinaries(t, t.TempDir(), "amd64")
+	p.Runner, p.Terrace = "", ""
+	if _, err := BuildImage(Options{}, p); err == nil {
+		t.Fatal("built an image without its terrace binary")
+	}
 }
 
 func TestFastCompressionKeepsTheSameFiles(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/runnercmd"
+	"github.com/terrace-dev/terrace/internal/runnerbin"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
@@ -325,7 +325,7 @@ func buildPod(p podParams) *corev1.Pod {
 				Image: p.image,
 				// The lean runner binary: the terrace entrypoint would
 				// start with twice the work and memory.
-				Command: []string{runnercmd.ImagePath},
+				Command: []string{runnerbin.ImagePath},
 				Args:    args,
 				Ports: []corev1.ContainerPort{
 					{Name: grpcPortName, ContainerPort: p.grpcPort, Protocol: corev1.ProtocolTCP},

@@ -1,8 +1,8 @@
 // Package runnercmd is the runner's command line: `terrace runner`, and the
 // terrace-runner binary that runner pods start. It is kept apart from the
 // rest of the CLI so that terrace-runner links only the runner, tofu's
-// executor and the PKI: a third of the terrace binary's startup work and
-// half its memory, paid once per run.
+// executor and the PKI: half the terrace binary's startup work and size,
+// paid once per run.
 package runnercmd
 
 import (
@@ -24,6 +24,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runnerbin"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
 
@@ -79,13 +80,13 @@ func (o *runnerOptions) bindFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.interruptGrace, "interrupt-grace", envDuration("TERRACE_RUNNER_INTERRUPT_GRACE", 2*time.Minute), "how long tofu may take to stop after an interrupt before it is killed [TERRACE_RUNNER_INTERRUPT_GRACE]")
 }
 
-// Name is the lean runner binary's name, and the name under which the
-// terrace binary behaves as it (see cmd/terrace).
-const Name = "terrace-runner"
-
-// ImagePath is where Terrace's image holds it (internal/image), the
-// command of every runner pod (internal/launcher).
-const ImagePath = "/usr/local/bin/" + Name
+// NewRoot returns the runner command as the root of a binary: the lean
+// terrace-runner, or terrace started under that name.
+func NewRoot() *cobra.Command {
+	cmd := NewCommand(runnerbin.Name)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	return cmd
+}
 
 // NewCommand returns the runner command as use: "runner" under terrace,
 // Name as a binary of its own.
