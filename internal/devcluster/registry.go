@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,12 +14,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/terrace-dev/terrace/internal/image"
-	"github.com/terrace-dev/terrace/internal/runnercmd"
+	"github.com/terrace-dev/terrace/internal/runnerbin"
 )
 
 // ImageRepository is the repository of the Terrace image, as published;
@@ -75,8 +78,9 @@ func (r *Registry) Stop() error {
 }
 
 // PushDevImage builds the image of the host's platform from the terrace
-// (with the terrace-runner beside it, if any) and tofu binaries (uncompressed layers: it never leaves the machine) and pushes
-// it to the registry as <host>/terrace-dev/terrace:<tag> for each tag; with
+// binary (with the terrace-runner beside it, if of the same build) and tofu
+// (uncompressed layers: it never leaves the machine) and pushes it to the
+// registry as <host>/terrace-dev/terrace:<tag> for each tag; with
 // no tags, as DevTag, as the binary's own version and as latest, the tags
 // the controller's image defaults may name. It returns the reference of
 // the first tag.
@@ -89,9 +93,10 @@ func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags 
 		tags = []string{DevTag, own, "latest"}
 	}
 	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: terrace, Tofu: tofu}
-	// The lean runner binary beside terrace (make build puts it there);
-	// without it the image links terrace-runner to terrace.
-	if runner := filepath.Join(filepath.Dir(terrace), runnercmd.Name); isRegularFile(runner) {
+	// The lean runner binary beside terrace (make build puts it there),
+	// if it was built from the same source; else the image links
+	// terrace-runner to terrace.
+	if runner := filepath.Join(filepath.Dir(terrace), runnerbin.Name); sameBuild(terrace, runner) {
 		p.Runner = runner
 	}
 	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: image.Uncompressed}, p)
@@ -143,7 +148,30 @@ func ImageCacheDir() string {
 	return filepath.Join(filepath.Dir(ToolsCacheDir()), "images")
 }
 
-func isRegularFile(path string) bool {
-	info, err := os.Stat(path)
-	return err == nil && info.Mode().IsRegular()
+// sameBuild reports whether the Go binaries a and b were built from the same
+// source: one revision, in the same state, with the same linker flags (the
+// version). A terrace-runner left from an older build beside a new terrace
+// would otherwise run every run with old code. Uncommitted changes to the
+// same revision are alike to it.
+func sameBuild(a, b string) bool {
+	infoA, err := buildinfo.ReadFile(a)
+	if err != nil {
+		return false
+	}
+	infoB, err := buildinfo.ReadFile(b)
+	if err != nil {
+		return false
+	}
+	return buildKey(infoA) == buildKey(infoB)
+}
+
+func buildKey(info *debug.BuildInfo) string {
+	var key []string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision", "vcs.time", "vcs.modified", "-ldflags":
+			key = append(key, s.Key+"="+s.Value)
+		}
+	}
+	return info.GoVersion + " " + strings.Join(key, " ")
 }
