@@ -141,13 +141,23 @@ func (s *podState) phase() corev1.PodPhase {
 	}
 }
 
+// ownedConditions are the pod conditions devnode sets; others (readiness
+// gates, DisruptionTarget) belong to other writers.
+var ownedConditions = map[corev1.PodConditionType]bool{
+	corev1.PodReadyToStartContainers: true,
+	corev1.PodInitialized:            true,
+	corev1.PodReady:                  true,
+	corev1.ContainersReady:           true,
+	corev1.PodScheduled:              true,
+}
+
 // computeStatus derives the pod status from the state, keeping conditions
-// devnode does not own (readiness gates, DisruptionTarget) and the
-// transition times of conditions whose status did not change. written is
-// the status devnode wrote last (nil before its first write): its own
-// conditions' times come from there, since the pod object may be an older
-// watch event that does not show that write yet, and a time read from it
-// would differ from the one written, for a write that changes nothing else.
+// devnode does not own and the transition times of conditions whose status
+// did not change. written is the status devnode wrote last (nil before its
+// first write): its own conditions' times come from there, since the pod
+// object may be an older watch event that does not show that write yet,
+// and a time read from it would differ from the one written, for a write
+// that changes nothing else.
 func computeStatus(pod *corev1.Pod, s *podState, written *corev1.PodStatus, now metav1.Time) corev1.PodStatus {
 	phase := s.phase()
 	status := corev1.PodStatus{
@@ -170,7 +180,34 @@ func computeStatus(pod *corev1.Pod, s *podState, written *corev1.PodStatus, now 
 		status.ContainerStatuses = append(status.ContainerStatuses, c.status())
 	}
 
-	terminal := phase == corev1.PodSucceeded || phase == corev1.PodFailed
+	previous := map[corev1.PodConditionType]corev1.PodCondition{}
+	for _, c := range pod.Status.Conditions {
+		previous[c.Type] = c
+		if !ownedConditions[c.Type] {
+			status.Conditions = append(status.Conditions, c)
+		}
+	}
+	if written != nil {
+		for _, c := range written.Conditions {
+			if ownedConditions[c.Type] {
+				previous[c.Type] = c
+			}
+		}
+	}
+	for _, c := range s.conditions(pod, phase == corev1.PodSucceeded || phase == corev1.PodFailed) {
+		if p, ok := previous[c.Type]; ok && p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		} else {
+			c.LastTransitionTime = now
+		}
+		status.Conditions = append(status.Conditions, c)
+	}
+	sort.SliceStable(status.Conditions, func(i, j int) bool { return status.Conditions[i].Type < status.Conditions[j].Type })
+	return status
+}
+
+// conditions are devnode's own conditions of the pod, without times.
+func (s *podState) conditions(pod *corev1.Pod, terminal bool) []corev1.PodCondition {
 	var unready []string
 	for _, c := range s.containers {
 		if !c.ready {
@@ -197,42 +234,26 @@ func computeStatus(pod *corev1.Pod, s *podState, written *corev1.PodStatus, now 
 	}
 	initialized := condition(corev1.PodInitialized, s.initialized, "ContainersNotInitialized",
 		fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(notInit, " ")))
-	owned := []corev1.PodCondition{
+	return []corev1.PodCondition{
 		condition(corev1.PodReadyToStartContainers, s.sandboxReady && !terminal, "", ""),
 		initialized,
 		ready,
 		containersReady,
 		condition(corev1.PodScheduled, true, "", ""),
 	}
+}
 
-	ownedTypes := map[corev1.PodConditionType]bool{}
-	for _, c := range owned {
-		ownedTypes[c.Type] = true
-	}
-	previous := map[corev1.PodConditionType]corev1.PodCondition{}
-	for _, c := range pod.Status.Conditions {
-		previous[c.Type] = c
-		if !ownedTypes[c.Type] {
-			status.Conditions = append(status.Conditions, c)
+// ownedPart is status without the conditions of other writers: what
+// devnode writes, and compares with what it wrote.
+func ownedPart(status corev1.PodStatus) corev1.PodStatus {
+	out := *status.DeepCopy()
+	out.Conditions = nil
+	for _, c := range status.Conditions {
+		if ownedConditions[c.Type] {
+			out.Conditions = append(out.Conditions, *c.DeepCopy())
 		}
 	}
-	if written != nil {
-		for _, c := range written.Conditions {
-			if ownedTypes[c.Type] {
-				previous[c.Type] = c
-			}
-		}
-	}
-	for _, c := range owned {
-		if p, ok := previous[c.Type]; ok && p.Status == c.Status {
-			c.LastTransitionTime = p.LastTransitionTime
-		} else {
-			c.LastTransitionTime = now
-		}
-		status.Conditions = append(status.Conditions, c)
-	}
-	sort.SliceStable(status.Conditions, func(i, j int) bool { return status.Conditions[i].Type < status.Conditions[j].Type })
-	return status
+	return out
 }
 
 func condition(t corev1.PodConditionType, ok bool, reason, message string) corev1.PodCondition {

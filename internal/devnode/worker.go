@@ -145,10 +145,15 @@ func (w *podWorker) wait(d time.Duration) bool {
 
 // update changes the state under the lock and schedules a status write.
 func (w *podWorker) update(fn func(*podState)) {
+	w.set(fn)
+	w.markDirty()
+}
+
+// set changes the state under the lock, for the next status write.
+func (w *podWorker) set(fn func(*podState)) {
 	w.mu.Lock()
 	fn(w.state)
 	w.mu.Unlock()
-	w.markDirty()
 }
 
 func (w *podWorker) markDirty() {
@@ -225,61 +230,10 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 		}
 		return
 	}
-	ip := hostIP
-	if !pod.Spec.HostNetwork {
-		var err error
-		if ip, err = w.node.ips.allocate(); err != nil {
-			w.fail("DevnodeError", err.Error())
-			return
-		}
-	}
-	// The first status waits for the sandbox (volumes written, or their
-	// failure), as the kubelet reports a pod's IP with its sandbox: one
-	// write where there were two a few milliseconds apart.
-	now := metav1.Now()
-	w.mu.Lock()
-	w.state.podIP, w.state.startTime = ip, &now
-	w.mu.Unlock()
-	if err := os.MkdirAll(w.volumesDir(), 0o700); err != nil {
-		w.fail("DevnodeError", fmt.Sprintf("failed to create pod directory: %v", err))
+	volumes, ok := w.setUpSandbox(ctx, pod)
+	if !ok {
 		return
 	}
-	if err := os.Chmod(w.podDir, 0o700); err != nil {
-		w.fail("DevnodeError", fmt.Sprintf("failed to protect pod directory: %v", err))
-		return
-	}
-
-	volumes := newVolumeWriter(w.node.client, pod, ip, w.volumesDir())
-	// A Secret made right after its pod (a runner's TLS Secret) is
-	// usually there by the second look: retry soon, then back off, as the
-	// kubelet does (from 500 ms).
-	retry := 100 * time.Millisecond
-	for {
-		err := volumes.writeAll(ctx)
-		if err == nil {
-			break
-		}
-		var unsupported *unsupportedError
-		if errors.As(err, &unsupported) {
-			w.fail(unsupported.reason, unsupported.message)
-			return
-		}
-		w.update(func(s *podState) {
-			for _, c := range append(append([]*containerState(nil), s.initContainers...), s.containers...) {
-				c.waitingReason, c.waitingMessage = "ContainerCreating", "MountVolume.SetUp failed: "+err.Error()
-			}
-		})
-		if w.wait(retry) {
-			return
-		}
-		retry = min(2*retry, 2*time.Second)
-	}
-	w.update(func(s *podState) {
-		s.sandboxReady = true
-		for _, c := range s.containers {
-			c.waitingMessage = ""
-		}
-	})
 	refreshCtx, stopRefresh := context.WithCancel(ctx)
 	defer stopRefresh()
 	go w.refreshVolumes(refreshCtx, volumes)
@@ -322,6 +276,65 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 		}()
 	}
 	wg.Wait()
+}
+
+// setUpSandbox gives the pod its address, directory and volumes; false
+// when the pod failed or halted meanwhile.
+func (w *podWorker) setUpSandbox(ctx context.Context, pod *corev1.Pod) (*volumeWriter, bool) {
+	ip := hostIP
+	if !pod.Spec.HostNetwork {
+		var err error
+		if ip, err = w.node.ips.allocate(); err != nil {
+			w.fail("DevnodeError", err.Error())
+			return nil, false
+		}
+	}
+	// The first status normally waits for the sandbox (volumes written, or
+	// their failure), as the kubelet reports a pod's IP with its sandbox:
+	// one write where there were two a few milliseconds apart. (A pod
+	// update seen meanwhile may still write it earlier.)
+	now := metav1.Now()
+	w.set(func(s *podState) { s.podIP, s.startTime = ip, &now })
+	if err := os.MkdirAll(w.volumesDir(), 0o700); err != nil {
+		w.fail("DevnodeError", fmt.Sprintf("failed to create pod directory: %v", err))
+		return nil, false
+	}
+	if err := os.Chmod(w.podDir, 0o700); err != nil {
+		w.fail("DevnodeError", fmt.Sprintf("failed to protect pod directory: %v", err))
+		return nil, false
+	}
+	volumes := newVolumeWriter(w.node.client, pod, ip, w.volumesDir())
+	// A Secret made right after its pod (a runner's TLS Secret) is
+	// usually there by the second look: retry soon, then back off, as the
+	// kubelet does (from 500 ms).
+	retry := 100 * time.Millisecond
+	for {
+		err := volumes.writeAll(ctx)
+		if err == nil {
+			break
+		}
+		var unsupported *unsupportedError
+		if errors.As(err, &unsupported) {
+			w.fail(unsupported.reason, unsupported.message)
+			return nil, false
+		}
+		w.update(func(s *podState) {
+			for _, c := range append(append([]*containerState(nil), s.initContainers...), s.containers...) {
+				c.waitingReason, c.waitingMessage = "ContainerCreating", "MountVolume.SetUp failed: "+err.Error()
+			}
+		})
+		if w.wait(retry) {
+			return nil, false
+		}
+		retry = min(2*retry, 2*time.Second)
+	}
+	w.update(func(s *podState) {
+		s.sandboxReady = true
+		for _, c := range s.containers {
+			c.waitingMessage = ""
+		}
+	})
+	return volumes, true
 }
 
 // validate refuses pods devnode can never run.
@@ -376,30 +389,32 @@ func (w *podWorker) statusLoop(ctx context.Context) {
 	}
 }
 
-// writeStatus writes the pod status when it differs from the one written
-// last, as the kubelet does: a strategic merge patch of what changed since,
-// with the pod's UID as its precondition. A patch needs no resourceVersion,
-// so another writer's change to the pod (a warm runner's claim relabels
-// it) costs no conflict, re-read and second write, and conditions others
-// own are left as they are.
+// writeStatus writes devnode's part of the pod status when it differs from
+// what it wrote last: a strategic merge patch of the change, with the pod's
+// UID as its precondition, as the kubelet patches. A patch needs no
+// resourceVersion, so another writer's change to the pod (a warm runner's
+// claim relabels it) costs no conflict, re-read and second write; other
+// writers' conditions are neither compared nor written. A field of
+// devnode's that someone else changed stays so until devnode changes it:
+// nothing else writes them on the dev cluster.
 func (w *podWorker) writeStatus(ctx context.Context) error {
 	w.mu.Lock()
 	pod, written := w.pod, w.written
-	status := computeStatus(pod, w.state, written, metav1.Now())
+	status := ownedPart(computeStatus(pod, w.state, written, metav1.Now()))
 	w.mu.Unlock()
-	base := &pod.Status
+	base := ownedPart(pod.Status)
 	if written != nil {
 		if equality.Semantic.DeepEqual(*written, status) {
 			return nil
 		}
-		base = written
+		base = *written
 	}
-	patch, err := statusPatch(w.uid, base, &status)
+	patch, err := statusPatch(w.uid, &base, &status)
 	if err != nil {
 		return err
 	}
 	updated, err := w.node.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if apierrors.IsNotFound(err) || otherPod(err) {
+	if apierrors.IsNotFound(err) || ((apierrors.IsInvalid(err) || apierrors.IsConflict(err)) && w.replaced(ctx, pod)) {
 		return nil
 	}
 	if err != nil {
@@ -414,22 +429,14 @@ func (w *podWorker) writeStatus(ctx context.Context) error {
 	return nil
 }
 
-// otherPod reports a patch refused by its UID precondition: the pod of
-// that name is another one now.
-func otherPod(err error) bool {
-	if !apierrors.IsInvalid(err) {
-		return false
+// replaced reports whether the pod of pod's name is gone or another one
+// now: the API server refuses a patch whose UID precondition fails.
+func (w *podWorker) replaced(ctx context.Context, pod *corev1.Pod) bool {
+	current, err := w.node.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
 	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Details == nil {
-		return false
-	}
-	for _, c := range status.Status().Details.Causes {
-		if c.Field == "metadata.uid" {
-			return true
-		}
-	}
-	return false
+	return err == nil && current.UID != w.uid
 }
 
 // statusPatch is the strategic merge patch from status from to status to
