@@ -397,6 +397,8 @@ func TestTerminated(t *testing.T) {
 		{"evicted", withContainer(corev1.PodFailed, "Evicted", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 137}}), false, "Evicted", code(137)},
 		{"deadline without container status", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}}, false, "DeadlineExceeded", nil},
 		{"failed without reason", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}, false, "Failed", nil},
+		{"image without terrace-runner", withContainer(corev1.PodFailed, "", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128,
+			Message: `exec: "/usr/local/bin/terrace-runner": stat /usr/local/bin/terrace-runner: no such file or directory`}}), false, "StartError", code(128)},
 		{"succeeded", withContainer(corev1.PodSucceeded, "", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}), false, "Completed", code(0)},
 		{"being deleted", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, false, "Deleted", nil},
 		{"deleted", &corev1.Pod{}, true, "Deleted", nil},
@@ -416,6 +418,9 @@ func TestTerminated(t *testing.T) {
 			}
 			if (tt.wantCode == nil) != (got.ExitCode == nil) || (tt.wantCode != nil && *tt.wantCode != *got.ExitCode) {
 				t.Errorf("exit code = %v, want %v", got.ExitCode, tt.wantCode)
+			}
+			if strings.Contains(got.Message, "terrace-runner") && !strings.Contains(got.Message, "use the Terrace image of the controller's version") {
+				t.Errorf("a runner image without terrace-runner gets no hint: %q", got.Message)
 			}
 			if !strings.Contains(got.Error(), "ns/p") || !strings.Contains(got.Error(), tt.wantReason) {
 				t.Errorf("message %q", got.Error())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runnerbin"
 )
 
 // TerminatedError says how a runner pod ended before its run was closed.
@@ -310,6 +311,17 @@ func podReady(pod *corev1.Pod) bool {
 // neverStarts are waiting reasons no retry can cure.
 var neverStarts = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
 
+// withRunnerHint says what to do when the runtime could not start the
+// runner binary: an image from before terrace-runner, or one of the user's
+// own that lacks it.
+func withRunnerHint(message string) string {
+	if !strings.Contains(message, runnerbin.ImagePath) {
+		return message
+	}
+	return message + " (runner pods start " + runnerbin.ImagePath + ": use the Terrace image of the controller's version, " +
+		"or build the runner image FROM it, or link terrace-runner to terrace in it)"
+}
+
 // terminated says how the pod ended, or nil while the runner can still run.
 func terminated(name string, pod *corev1.Pod, deleted bool) *TerminatedError {
 	if pod == nil || deleted {
@@ -335,7 +347,7 @@ func terminated(name string, pod *corev1.Pod, deleted bool) *TerminatedError {
 				term.Reason = t.Reason
 			}
 			if term.Message == "" {
-				term.Message = strings.TrimSpace(t.Message)
+				term.Message = withRunnerHint(strings.TrimSpace(t.Message))
 			}
 			if term.Reason == "" {
 				term.Reason = "Terminated"
