@@ -79,8 +79,8 @@ func (e *Executor) directEnv() []string {
 // initGOGC is the garbage collector's GOGC for `tofu init`, unless the
 // runner's environment sets GOGC. Most of an init's CPU is the start of
 // tofu itself, whose package initialisation allocates about 8 MB: at the
-// default of 100 the collector runs through it, and 400 lets it pass
-// (about 25 ms of CPU against 15 ms). An init holds little (the configuration and
+// default of 100 the collector runs through it, and 400 lets it pass (an
+// init's user CPU: about 25 ms at 100, 15 ms at 400). An init holds little (the configuration and
 // the lock file) and starts no provider, so its memory stays small. Plan
 // and apply keep the default: providers inherit tofu's environment, and
 // their heaps are what a pod's memory limit is sized for.

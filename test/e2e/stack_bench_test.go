@@ -91,7 +91,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	waitNoNamespaceTerminating(b)
 	direct, directDone := directApplies(b, n, benchConcurrency)
 	e := newStackEnv(b)
-	b.Cleanup(func() { e.removeStacks(b) })
+	defer e.removeStacks(b) // before the next iteration, with -benchtime Nx too
 	e.prepareBench(b, warm)
 	e.programReady(b)
 	calls, kinds := controllerRequests.Load(), requestKinds.snapshot()
