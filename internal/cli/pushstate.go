@@ -88,10 +88,7 @@ func readKeptState(ctx context.Context, plans state.PlanStore, stack *terracev1.
 	var data []byte
 	var parts []string
 	for n := 1; ; n++ {
-		partID := id
-		if n > 1 {
-			partID = fmt.Sprintf("%s-part-%d", id, n)
-		}
+		partID := state.PartID(id, n)
 		p, err := plans.GetPlan(ctx, state.PlanKey{Namespace: stack.Namespace, Stack: stack.Name, ID: partID})
 		if errors.Is(err, state.ErrNotFound) && n > 1 {
 			break

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -20,6 +21,16 @@ type PlanKey struct {
 	Stack     string
 	// ID is the plan id the Stack's status and spec.approvePlan carry.
 	ID string
+}
+
+// PartID is the ID of part n (from 1) of a record kept in plan records of
+// a bounded size: id itself, then id-part-2, id-part-3... (a state the
+// state server could not take, kept by the controller for push-state).
+func PartID(id string, n int) string {
+	if n <= 1 {
+		return id
+	}
+	return fmt.Sprintf("%s-part-%d", id, n)
 }
 
 // Validate checks that every part is set and printable, without slashes.

@@ -121,9 +121,7 @@ func (p *planParts) Close() error {
 
 func (p *planParts) keep() error {
 	key := p.key
-	if n := len(p.ids); n > 0 {
-		key.ID = fmt.Sprintf("%s-part-%d", p.key.ID, n+1)
-	}
+	key.ID = state.PartID(p.key.ID, len(p.ids)+1)
 	if _, err := p.store.PutPlan(p.ctx, state.Plan{PlanMeta: state.PlanMeta{Key: key}, Binary: p.buf}); err != nil {
 		p.failed = true
 		return fmt.Errorf("failed to keep part %d of %s: %w", len(p.ids)+1, p.key, err)
