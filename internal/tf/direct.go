@@ -19,20 +19,17 @@ import (
 // maxStderrTail bounds the stderr kept for a failed command's error.
 const maxStderrTail = 64 << 10
 
-// runJSON runs the tool with args in dir, its -json stdout read by stream
-// and its stderr passed to logf line by line, both redacted. Cancelling
-// ctx interrupts tofu (SIGINT) and kills it after the grace period, as
-// terraform-exec does.
-func (e *Executor) runJSON(ctx context.Context, what, dir string, stream *uiStream, logf LogFunc, args ...string) error {
+// runJSON runs the tool with args in dir and env (directEnv), its -json
+// stdout read by stream and its stderr passed to logf line by line, both
+// redacted. Cancelling ctx interrupts tofu (SIGINT) and kills it after the
+// grace period, as terraform-exec does.
+func (e *Executor) runJSON(ctx context.Context, what, dir string, env []string, stream *uiStream, logf LogFunc, args ...string) error {
 	if err := ctx.Err(); err != nil {
 		return e.commandError(what, ctx, err)
 	}
 	cmd := exec.CommandContext(ctx, e.execPath, args...)
 	cmd.Dir = dir
-	cmd.Env = e.directEnv()
-	if what == "init" {
-		cmd.Env = withInitGC(cmd.Env)
-	}
+	cmd.Env = env
 	// Providers die with the runner, and tofu gets its own process group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -63,9 +60,16 @@ func (e *Executor) runJSON(ctx context.Context, what, dir string, stream *uiStre
 }
 
 // directEnv is environment() as terraform-exec would pass it: in
-// automation, no workspace override, no logging to stderr.
-func (e *Executor) directEnv() []string {
+// automation, no workspace override, no logging to stderr. defaults are
+// "KEY=value" settings the environment may override.
+func (e *Executor) directEnv(defaults ...string) []string {
 	env := e.environment()
+	for _, kv := range defaults {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
 	env["TF_IN_AUTOMATION"] = "1"
 	delete(env, "TF_WORKSPACE")
 	out := make([]string, 0, len(env))
@@ -80,21 +84,12 @@ func (e *Executor) directEnv() []string {
 // runner's environment sets GOGC. Most of an init's CPU is the start of
 // tofu itself, whose package initialisation allocates about 8 MB: at the
 // default of 100 the collector runs through it, and 400 lets it pass (an
-// init's user CPU: about 25 ms at 100, 15 ms at 400). An init holds little (the configuration and
-// the lock file) and starts no provider, so its memory stays small. Plan
-// and apply keep the default: providers inherit tofu's environment, and
-// their heaps are what a pod's memory limit is sized for.
+// init's user CPU: about 25 ms at 100, 15 ms at 400). An init holds
+// little (the configuration and the lock file) and starts no provider, so
+// its memory stays small. Plan and apply keep the default: providers
+// inherit tofu's environment, and their heaps are what a pod's memory
+// limit is sized for.
 const initGOGC = "400"
-
-// withInitGC sets GOGC for init in env, unless it is set.
-func withInitGC(env []string) []string {
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "GOGC=") {
-			return env
-		}
-	}
-	return append(env, "GOGC="+initGOGC)
-}
 
 // tailWriter keeps the last limit bytes of the (already redacted) lines
 // added to it.

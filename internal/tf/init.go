@@ -85,7 +85,7 @@ func (e *Executor) runInit(ctx context.Context, dir string, opts InitOptions, lo
 			args = append(args, "-upgrade")
 		}
 		stream := e.uiStreamTo(logf)
-		if err := e.runJSON(ctx, "init", dir, stream, logf, args...); err != nil {
+		if err := e.runJSON(ctx, "init", dir, e.directEnv("GOGC="+initGOGC), stream, logf, args...); err != nil {
 			return "", err
 		}
 		if v := stream.toolVersion(); v != "" {

@@ -47,7 +47,7 @@ func (e *Executor) ApplyInOneProcess(ctx context.Context, opts PlanOptions, logf
 			planned(result())
 		}
 	}
-	runErr := e.runJSON(ctx, "apply", e.moduleDir, stream, logf, oneProcessArgs(opts, varFiles)...)
+	runErr := e.runJSON(ctx, "apply", e.moduleDir, e.directEnv(), stream, logf, oneProcessArgs(opts, varFiles)...)
 	if runErr == nil {
 		stream.planDone() // a stream without apply messages
 		res = result()
