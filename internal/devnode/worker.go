@@ -402,11 +402,13 @@ func (w *podWorker) writeStatus(ctx context.Context) error {
 	pod, written := w.pod, w.written
 	status := ownedPart(computeStatus(pod, w.state, written, metav1.Now()))
 	w.mu.Unlock()
-	base := ownedPart(pod.Status)
-	if written != nil {
-		if equality.Semantic.DeepEqual(*written, status) {
-			return nil
-		}
+	var base corev1.PodStatus
+	switch {
+	case written == nil:
+		base = ownedPart(pod.Status)
+	case equality.Semantic.DeepEqual(*written, status):
+		return nil
+	default:
 		base = *written
 	}
 	patch, err := statusPatch(w.uid, &base, &status)
