@@ -31,6 +31,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/terrace-dev/terrace/internal/scheme"
 )
 
 // Options configure a devnode.
@@ -140,7 +142,7 @@ func New(cfg *rest.Config, opts Options) (*Node, error) {
 	if err != nil {
 		host, port = u.Host, "443"
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(scheme.Protobuf(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
 	}

@@ -125,7 +125,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := program.SetupWithManager(mgr, program.Options{ArtifactBaseURL: artifactURL}); err != nil {
 		return nil, fmt.Errorf("failed to set up the Program controller: %w", err)
 	}
-	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	clientset, err := kubernetes.NewForConfig(scheme.Protobuf(mgr.GetConfig()))
 	if err != nil {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
 	}
