@@ -278,6 +278,14 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 	wg.Wait()
 }
 
+// A volume's first retry comes after firstMountRetry, doubling up to 2 s;
+// its failure is reported from the retry of reportMountFailureAfter on
+// (after 150 ms of failures).
+const (
+	firstMountRetry         = 10 * time.Millisecond
+	reportMountFailureAfter = 160 * time.Millisecond
+)
+
 // setUpSandbox gives the pod its address, directory and volumes; false
 // when the pod failed or halted meanwhile.
 func (w *podWorker) setUpSandbox(ctx context.Context, pod *corev1.Pod) (*volumeWriter, bool) {
@@ -305,9 +313,11 @@ func (w *podWorker) setUpSandbox(ctx context.Context, pod *corev1.Pod) (*volumeW
 	}
 	volumes := newVolumeWriter(w.node.client, pod, ip, w.volumesDir())
 	// A Secret made right after its pod (a runner's TLS Secret) is
-	// usually there by the second look: retry soon, then back off, as the
-	// kubelet does (from 500 ms).
-	retry := 100 * time.Millisecond
+	// usually there a few milliseconds later: retry soon, then back off,
+	// as the kubelet does (from 500 ms). The failure goes into the status
+	// only once it outlasts the first retries, so a Secret that is merely
+	// late costs a GET, not a status write.
+	retry := firstMountRetry
 	for {
 		err := volumes.writeAll(ctx)
 		if err == nil {
@@ -318,11 +328,13 @@ func (w *podWorker) setUpSandbox(ctx context.Context, pod *corev1.Pod) (*volumeW
 			w.fail(unsupported.reason, unsupported.message)
 			return nil, false
 		}
-		w.update(func(s *podState) {
-			for _, c := range append(append([]*containerState(nil), s.initContainers...), s.containers...) {
-				c.waitingReason, c.waitingMessage = "ContainerCreating", "MountVolume.SetUp failed: "+err.Error()
-			}
-		})
+		if retry >= reportMountFailureAfter {
+			w.update(func(s *podState) {
+				for _, c := range append(append([]*containerState(nil), s.initContainers...), s.containers...) {
+					c.waitingReason, c.waitingMessage = "ContainerCreating", "MountVolume.SetUp failed: "+err.Error()
+				}
+			})
+		}
 		if w.wait(retry) {
 			return nil, false
 		}
