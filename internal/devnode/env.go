@@ -43,25 +43,23 @@ func (s *objectSource) secret(ctx context.Context, name string, optional *bool) 
 	s.mu.Lock()
 	sec, ok := s.secrets[name]
 	s.mu.Unlock()
-	if ok {
-		return sec, nil
+	if !ok {
+		var err error
+		if sec, err = s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			sec = nil // missing: remembered, so a prefetch's miss costs no second GET
+		} else if err != nil {
+			return nil, fmt.Errorf("failed to get secret %q: %w", name, err)
+		}
+		s.mu.Lock()
+		s.secrets[name] = sec
+		s.mu.Unlock()
 	}
-	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if sec == nil {
 		if optional != nil && *optional {
-			s.mu.Lock()
-			s.secrets[name] = nil
-			s.mu.Unlock()
 			return nil, nil
 		}
 		return nil, &configError{fmt.Sprintf("secret %q not found", name)}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to get secret %q: %w", name, err)
-	}
-	s.mu.Lock()
-	s.secrets[name] = sec
-	s.mu.Unlock()
 	return sec, nil
 }
 
@@ -70,25 +68,23 @@ func (s *objectSource) configMap(ctx context.Context, name string, optional *boo
 	s.mu.Lock()
 	cm, ok := s.configMaps[name]
 	s.mu.Unlock()
-	if ok {
-		return cm, nil
+	if !ok {
+		var err error
+		if cm, err = s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			cm = nil // missing: remembered, so a prefetch's miss costs no second GET
+		} else if err != nil {
+			return nil, fmt.Errorf("failed to get configmap %q: %w", name, err)
+		}
+		s.mu.Lock()
+		s.configMaps[name] = cm
+		s.mu.Unlock()
 	}
-	cm, err := s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if cm == nil {
 		if optional != nil && *optional {
-			s.mu.Lock()
-			s.configMaps[name] = nil
-			s.mu.Unlock()
 			return nil, nil
 		}
 		return nil, &configError{fmt.Sprintf("configmap %q not found", name)}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to get configmap %q: %w", name, err)
-	}
-	s.mu.Lock()
-	s.configMaps[name] = cm
-	s.mu.Unlock()
 	return cm, nil
 }
 
