@@ -40,52 +40,42 @@ func newObjectSource(client kubernetes.Interface, namespace string) *objectSourc
 
 // secret returns the Secret, nil when it is missing and optional.
 func (s *objectSource) secret(ctx context.Context, name string, optional *bool) (*corev1.Secret, error) {
-	s.mu.Lock()
-	sec, ok := s.secrets[name]
-	s.mu.Unlock()
-	if !ok {
-		var err error
-		if sec, err = s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			sec = nil // missing: remembered, so a prefetch's miss costs no second GET
-		} else if err != nil {
-			return nil, fmt.Errorf("failed to get secret %q: %w", name, err)
-		}
-		s.mu.Lock()
-		s.secrets[name] = sec
-		s.mu.Unlock()
-	}
-	if sec == nil {
-		if optional != nil && *optional {
-			return nil, nil
-		}
-		return nil, &configError{fmt.Sprintf("secret %q not found", name)}
-	}
-	return sec, nil
+	return lookup(s, s.secrets, "secret", name, optional, func() (*corev1.Secret, error) {
+		return s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{})
+	})
 }
 
 // configMap returns the ConfigMap, nil when it is missing and optional.
 func (s *objectSource) configMap(ctx context.Context, name string, optional *bool) (*corev1.ConfigMap, error) {
+	return lookup(s, s.configMaps, "configmap", name, optional, func() (*corev1.ConfigMap, error) {
+		return s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{})
+	})
+}
+
+// lookup reads an object at most once per resolution: a miss is remembered
+// too, so a prefetch's miss costs no second GET.
+func lookup[T any](s *objectSource, cache map[string]*T, kind, name string, optional *bool, get func() (*T, error)) (*T, error) {
 	s.mu.Lock()
-	cm, ok := s.configMaps[name]
+	obj, ok := cache[name]
 	s.mu.Unlock()
 	if !ok {
 		var err error
-		if cm, err = s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			cm = nil // missing: remembered, so a prefetch's miss costs no second GET
+		if obj, err = get(); apierrors.IsNotFound(err) {
+			obj = nil
 		} else if err != nil {
-			return nil, fmt.Errorf("failed to get configmap %q: %w", name, err)
+			return nil, fmt.Errorf("failed to get %s %q: %w", kind, name, err)
 		}
 		s.mu.Lock()
-		s.configMaps[name] = cm
+		cache[name] = obj
 		s.mu.Unlock()
 	}
-	if cm == nil {
+	if obj == nil {
 		if optional != nil && *optional {
 			return nil, nil
 		}
-		return nil, &configError{fmt.Sprintf("configmap %q not found", name)}
+		return nil, &configError{fmt.Sprintf("%s %q not found", kind, name)}
 	}
-	return cm, nil
+	return obj, nil
 }
 
 // prefetch reads the Secrets and ConfigMaps the pod's volumes name, all at
