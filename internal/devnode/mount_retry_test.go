@@ -2,6 +2,7 @@ package devnode
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -52,7 +53,7 @@ func TestALateSecretIsReportedOnlyWhenItStaysMissing(t *testing.T) {
 			if _, ok := w.setUpSandbox(context.Background(), pod); !ok {
 				t.Fatal("the sandbox did not come up")
 			}
-			// One GET per look: a miss of the volumes' prefetch is not read again.
+			// One GET per miss, and the one that finds it.
 			if gets != tc.misses+1 {
 				t.Fatalf("%d GETs of the Secret, want %d", gets, tc.misses+1)
 			}
@@ -63,5 +64,26 @@ func TestALateSecretIsReportedOnlyWhenItStaysMissing(t *testing.T) {
 				t.Fatal("the sandbox is not marked ready")
 			}
 		})
+	}
+}
+
+// TestAPrefetchsMissIsNotReadAgain checks that a resolution reads a missing
+// Secret once: the prefetch's miss answers the volume's own lookup.
+func TestAPrefetchsMissIsNotReadAgain(t *testing.T) {
+	cs := fake.NewClientset()
+	gets := 0
+	cs.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		return false, nil, nil
+	})
+	src := newObjectSource(cs, "ns")
+	src.prefetch(context.Background(), []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tls"}}}})
+	_, err := src.secret(context.Background(), "tls", nil)
+	var missing *configError
+	if !errors.As(err, &missing) {
+		t.Fatalf("a missing Secret gave %v, want a configError", err)
+	}
+	if gets != 1 {
+		t.Fatalf("%d GETs of the missing Secret, want 1", gets)
 	}
 }
