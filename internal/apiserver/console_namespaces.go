@@ -38,8 +38,16 @@ func (s *site) listEachNamespace(ctx context.Context, scope *listScope, named []
 		scope.stacks.Items = append(scope.stacks.Items, there.Items...)
 	}
 	if len(scope.listed) == 0 {
-		// Nowhere to look: the caller's own refusal says why.
-		return kubeError(s.Caller.List(ctx, &terracev1.StackList{}, client.InNamespace(s.Namespace)), "Stacks")
+		// Nowhere to look: the caller's own refusal says why. A list that
+		// succeeds now means the caller's rights grew meanwhile (a
+		// RoleBinding just made): it is the answer.
+		var here terracev1.StackList
+		if err := s.Caller.List(ctx, &here, append(slices.Clone(scope.options), client.InNamespace(s.Namespace))...); err != nil {
+			return kubeError(err, "Stacks")
+		}
+		scope.listed = []string{s.Namespace}
+		scope.versions[s.Namespace] = here.ResourceVersion
+		scope.stacks.Items = append(scope.stacks.Items, here.Items...)
 	}
 	from := "the namespaces you named and " + s.Namespace
 	if everyNamespace {
