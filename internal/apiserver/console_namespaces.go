@@ -33,9 +33,7 @@ func (s *site) listEachNamespace(ctx context.Context, scope *listScope, named []
 		if err != nil {
 			return kubeError(err, "Stacks in namespace "+ns)
 		}
-		scope.listed = append(scope.listed, ns)
-		scope.versions[ns] = there.ResourceVersion
-		scope.stacks.Items = append(scope.stacks.Items, there.Items...)
+		scope.add(ns, &there)
 	}
 	if len(scope.listed) == 0 {
 		// Nowhere to look: the caller's own refusal says why. A list that
@@ -45,9 +43,7 @@ func (s *site) listEachNamespace(ctx context.Context, scope *listScope, named []
 		if err := s.Caller.List(ctx, &here, append(slices.Clone(scope.options), client.InNamespace(s.Namespace))...); err != nil {
 			return kubeError(err, "Stacks")
 		}
-		scope.listed = []string{s.Namespace}
-		scope.versions[s.Namespace] = here.ResourceVersion
-		scope.stacks.Items = append(scope.stacks.Items, here.Items...)
+		scope.add(s.Namespace, &here)
 	}
 	from := "the namespaces you named and " + s.Namespace
 	if everyNamespace {
@@ -55,6 +51,13 @@ func (s *site) listEachNamespace(ctx context.Context, scope *listScope, named []
 	}
 	scope.note = fmt.Sprintf("You may not list Stacks in every namespace: showing those you may list, from %s: %s.", from, strings.Join(scope.listed, ", "))
 	return nil
+}
+
+// add records one namespace's list.
+func (l *listScope) add(ns string, list *terracev1.StackList) {
+	l.listed = append(l.listed, ns)
+	l.versions[ns] = list.ResourceVersion
+	l.stacks.Items = append(l.stacks.Items, list.Items...)
 }
 
 // candidateNamespaces are every Namespace when the caller may list them,
