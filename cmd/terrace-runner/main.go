@@ -1,6 +1,7 @@
 // Command terrace-runner is what runner pods start: `terrace runner` as a
 // binary of its own, linking only the runner, tofu's executor and the PKI,
-// so that each run's process starts with half the work and memory.
+// and no Kubernetes client (deps_test.go), so that each run's process starts
+// with a fifth of the work and memory of the controller's binary.
 package main
 
 import (

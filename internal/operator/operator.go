@@ -20,12 +20,14 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/backend"
 	"github.com/terrace-dev/terrace/internal/controller/config"
 	"github.com/terrace-dev/terrace/internal/controller/program"
 	"github.com/terrace-dev/terrace/internal/controller/stack"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/pki/casecret"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
@@ -107,7 +109,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	currentRuns := &httpbackend.StackRuns{Stacks: mgr.GetClient(), Pods: runnerPods, Live: mgr.GetAPIReader()}
-	artifacts := artifact.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)
+	artifacts := artifactserver.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)
 	artifacts.CheckRuns(currentRuns)
 	if err := mgr.Add(artifacts); err != nil {
 		return nil, err
@@ -185,12 +187,12 @@ func setupPKI(ctx context.Context, mgr ctrl.Manager, opts Options) (*pki.Authori
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create client: %w", err)
 	}
-	caSecret := &pki.CASecret{Client: direct, Key: types.NamespacedName{Namespace: opts.Namespace, Name: opts.CASecretName}}
+	caSecret := &casecret.Store{Client: direct, Key: types.NamespacedName{Namespace: opts.Namespace, Name: opts.CASecretName}}
 	authority, err := caSecret.LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to load the controller CA from Secret %s/%s: %w", opts.Namespace, opts.CASecretName, err)
 	}
-	if err := pki.AddToManager(mgr, caSecret, authority, 0, 0); err != nil {
+	if err := casecret.AddToManager(mgr, caSecret, authority, 0, 0); err != nil {
 		return nil, nil, err
 	}
 	var ips []net.IP

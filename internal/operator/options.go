@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 	"github.com/terrace-dev/terrace/internal/version"
 )
@@ -68,7 +68,7 @@ type Options struct {
 	PostgresAllowedHosts []string
 
 	// Artifact configures the Program artifact server.
-	Artifact artifact.ServerOptions
+	Artifact artifactserver.ServerOptions
 	// State configures the Terraform http state server.
 	State httpbackend.Options
 }
@@ -90,7 +90,7 @@ func (o Options) stateServerURL() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("failed to read the port of --state-server-bind-address %q: %w", o.State.ListenAddress, err)
 	}
-	return "https://" + artifact.DefaultServiceName + "." + o.Namespace + ".svc:" + port, nil
+	return "https://" + artifactserver.DefaultServiceName + "." + o.Namespace + ".svc:" + port, nil
 }
 
 // DefaultOptions returns the options for an in-cluster controller.
@@ -109,7 +109,7 @@ func DefaultOptions() Options {
 		Image:             version.ImageReference(),
 		SyncPeriod:        10 * time.Hour,
 		MaxConcurrentRuns: 4,
-		Artifact:          artifact.ServerOptions{ListenAddress: artifact.DefaultListenAddress, CacheBytes: artifact.DefaultCacheBytes},
+		Artifact:          artifactserver.ServerOptions{ListenAddress: artifactserver.DefaultListenAddress, CacheBytes: artifactserver.DefaultCacheBytes},
 		State:             httpbackend.DefaultOptions(),
 	}
 	o.SourceArtifactHosts = DefaultSourceArtifactHosts()
@@ -130,7 +130,7 @@ func (o Options) ServingDNSNames() []string {
 	if len(o.ServerDNSNames) > 0 {
 		return o.ServerDNSNames
 	}
-	svc := artifact.DefaultServiceName
+	svc := artifactserver.DefaultServiceName
 	return []string{svc, svc + "." + o.Namespace, svc + "." + o.Namespace + ".svc", "localhost"}
 }
 

@@ -47,7 +47,8 @@ type Options struct {
 	Clock func() time.Time
 }
 
-func (o Options) withDefaults() (Options, error) {
+// WithDefaults fills in the defaults of the zero fields.
+func (o Options) WithDefaults() (Options, error) {
 	if o.CAValidity == 0 {
 		o.CAValidity = DefaultCAValidity
 	}
@@ -176,7 +177,7 @@ func NewAuthority(caValidity time.Duration) (*Authority, error) {
 
 // NewAuthorityWithOptions returns an authority with a freshly generated CA.
 func NewAuthorityWithOptions(opts Options) (*Authority, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -184,13 +185,12 @@ func NewAuthorityWithOptions(opts Options) (*Authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	recordCAExpiry(ca)
 	return &Authority{opts: opts, current: ca}, nil
 }
 
 // NewAuthorityFromCAs returns an authority over existing CAs; previous may be nil.
 func NewAuthorityFromCAs(opts Options, current, previous *CA) (*Authority, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,6 @@ func (a *Authority) SetCAs(current, previous *CA) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.current, a.previous = current, previous
-	recordCAExpiry(current)
 	return nil
 }
 

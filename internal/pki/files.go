@@ -9,15 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // The layout of a leaf in a Secret and in a directory where that Secret is
 // mounted: a kubernetes.io/tls Secret plus the CA bundle.
 const (
-	LeafCertKey     = corev1.TLSCertKey       // tls.crt
-	LeafKeyKey      = corev1.TLSPrivateKeyKey // tls.key
+	LeafCertKey     = "tls.crt" // corev1.TLSCertKey
+	LeafKeyKey      = "tls.key" // corev1.TLSPrivateKeyKey
 	LeafCABundleKey = "ca.crt"
 )
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/terrace-dev/terrace/internal/pki/pkitest"
 )
 
 func TestRunnerIdentityRoundTrip(t *testing.T) {
@@ -172,7 +174,7 @@ func TestIdentityFromRequest(t *testing.T) {
 }
 
 func TestIssuedCertificateRenews(t *testing.T) {
-	clock := newTestClock(time.Now())
+	clock := pkitest.NewClock(time.Now())
 	a := mustAuthority(t, Options{Clock: clock.Now})
 	src := NewIssuedCertificate(a, LeafRequest{Identity: ControllerIdentity, Validity: 2 * time.Hour})
 	first, err := src.Certificate()

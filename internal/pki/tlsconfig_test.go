@@ -3,11 +3,11 @@ package pki
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/terrace-dev/terrace/internal/pki/pkitest"
 )
 
 // handshakeResult is what each side of one real TLS connection saw.
@@ -18,66 +18,18 @@ type handshakeResult struct {
 
 func (r handshakeResult) ok() bool { return r.serverErr == nil && r.clientErr == nil }
 
-// handshake runs one TLS connection over a loopback listener: the server
-// completes the handshake and writes a line, the client reads it. In TLS
-// 1.3 a client learns that the server refused its certificate only when it
-// reads, so both sides exchange data before the result counts.
+// handshake runs one real TLS connection (pkitest.Connect) and names each
+// side's peer.
 func handshake(t *testing.T, server, client *tls.Config) handshakeResult {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("failed to listen: %v", err)
+	h := pkitest.Connect(t, server, client)
+	res := handshakeResult{serverErr: h.ServerErr, clientErr: h.ClientErr}
+	if res.serverErr == nil {
+		res.serverPeer, res.serverErr = PeerIdentity(&h.ServerState)
 	}
-	defer ln.Close()
-
-	type serverSide struct {
-		err  error
-		peer Identity
-	}
-	done := make(chan serverSide, 1)
-	go func() {
-		raw, err := ln.Accept()
-		if err != nil {
-			done <- serverSide{err: err}
-			return
-		}
-		conn := tls.Server(raw, server)
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		if err := conn.Handshake(); err != nil {
-			done <- serverSide{err: err}
-			return
-		}
-		cs := conn.ConnectionState()
-		peer, err := PeerIdentity(&cs)
-		if err != nil {
-			done <- serverSide{err: err}
-			return
-		}
-		_, err = conn.Write([]byte("ok\n"))
-		done <- serverSide{err: err, peer: peer}
-	}()
-
-	var res handshakeResult
-	raw, err := net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
-	if err != nil {
-		t.Fatalf("failed to dial: %v", err)
-	}
-	conn := tls.Client(raw, client)
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	res.clientErr = conn.Handshake()
 	if res.clientErr == nil {
-		buf := make([]byte, 3)
-		if _, err := io.ReadFull(conn, buf); err != nil {
-			res.clientErr = err
-		} else {
-			cs := conn.ConnectionState()
-			res.clientPeer, res.clientErr = PeerIdentity(&cs)
-		}
+		res.clientPeer, res.clientErr = PeerIdentity(&h.ClientState)
 	}
-	_ = conn.Close()
-	s := <-done
-	res.serverErr, res.serverPeer = s.err, s.peer
 	return res
 }
 
@@ -101,6 +53,15 @@ func mustIssue(t *testing.T, a *Authority, id Identity) tls.Certificate {
 		t.Fatal(err)
 	}
 	return cert
+}
+
+func issue(t *testing.T, a *Authority, id Identity, validity time.Duration) *Leaf {
+	t.Helper()
+	l, err := a.Issue(LeafRequest{Identity: id, Validity: validity})
+	if err != nil {
+		t.Fatalf("failed to issue %s: %v", id, err)
+	}
+	return l
 }
 
 var testRunner = RunnerIdentity("team-a", "network", "run-1")

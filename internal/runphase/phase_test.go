@@ -3,9 +3,6 @@ package runphase
 import (
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 func TestTimingsListPhasesInRunOrder(t *testing.T) {
@@ -32,29 +29,5 @@ func TestTimingsListPhasesInRunOrder(t *testing.T) {
 	done() // once
 	if _, ok := tm.Get(Records); !ok {
 		t.Error("Start's func recorded nothing")
-	}
-}
-
-func TestObserveFillsThePhaseHistogram(t *testing.T) {
-	var tm Timings
-	tm.Add(Init, 150*time.Millisecond)
-	tm.Add(Outputs, 0)
-	tm.Observe("destroy")
-	for phase, wantSum := range map[Phase]float64{Init: 0.15, Outputs: 0} {
-		var m dto.Metric
-		if err := phaseSeconds.WithLabelValues(string(phase), "destroy").(prometheus.Metric).Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		h := m.GetHistogram()
-		if h.GetSampleCount() != 1 || h.GetSampleSum() != wantSum {
-			t.Errorf("%s: count %d sum %g, want 1 and %g", phase, h.GetSampleCount(), h.GetSampleSum(), wantSum)
-		}
-	}
-	var m dto.Metric
-	if err := phaseSeconds.WithLabelValues(string(Apply), "destroy").(prometheus.Metric).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if m.GetHistogram().GetSampleCount() != 0 {
-		t.Error("an unrecorded phase was observed")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/stack"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/pki/casecret"
 )
 
 // Fault kinds, the rows of the results table.
@@ -391,9 +392,9 @@ func (e *env) rotateCA(ctx context.Context, interval time.Duration) int {
 				return err
 			}
 			if issuing == nil {
-				issuing, issuingKey = s.Data[pki.SecretKeyCACert], s.Data[pki.SecretKeyCAKey]
-				if len(s.Data[pki.SecretKeyPreviousCACert]) > 0 {
-					issuing, issuingKey = s.Data[pki.SecretKeyPreviousCACert], s.Data[pki.SecretKeyPreviousCAKey]
+				issuing, issuingKey = s.Data[casecret.SecretKeyCACert], s.Data[casecret.SecretKeyCAKey]
+				if len(s.Data[casecret.SecretKeyPreviousCACert]) > 0 {
+					issuing, issuingKey = s.Data[casecret.SecretKeyPreviousCACert], s.Data[casecret.SecretKeyPreviousCAKey]
 				}
 			}
 			next, err := pki.GenerateCA(pki.DefaultCAValidity, time.Now())
@@ -401,8 +402,8 @@ func (e *env) rotateCA(ctx context.Context, interval time.Duration) int {
 				return err
 			}
 			s.Data = map[string][]byte{
-				pki.SecretKeyCACert: next.CertPEM(), pki.SecretKeyCAKey: next.KeyPEM(),
-				pki.SecretKeyPreviousCACert: issuing, pki.SecretKeyPreviousCAKey: issuingKey,
+				casecret.SecretKeyCACert: next.CertPEM(), casecret.SecretKeyCAKey: next.KeyPEM(),
+				casecret.SecretKeyPreviousCACert: issuing, casecret.SecretKeyPreviousCAKey: issuingKey,
 			}
 			return e.c.Update(ctx, &s)
 		}()

@@ -40,7 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/operator"
 	"github.com/terrace-dev/terrace/internal/scheme"
@@ -221,12 +221,12 @@ func TestManifestServiceMatchesTheAdvertisedServers(t *testing.T) {
 		t.Errorf("the serving certificate names %v, not the Service %s", opts.ServingDNSNames(), serviceHost)
 	}
 	// With no --state-server-advertised-url the state server is advertised
-	// at the same Service (artifact.DefaultServiceName) with its listen port.
+	// at the same Service (artifactserver.DefaultServiceName) with its listen port.
 	if opts.State.AdvertisedURL != "" {
 		t.Errorf("the Deployment sets --state-server-advertised-url=%s; runners should use the Service default", opts.State.AdvertisedURL)
 	}
-	if d.service.Name != artifact.DefaultServiceName {
-		t.Errorf("the Service is %s; the controller advertises the state server at %s", d.service.Name, artifact.DefaultServiceName)
+	if d.service.Name != artifactserver.DefaultServiceName {
+		t.Errorf("the Service is %s; the controller advertises the state server at %s", d.service.Name, artifactserver.DefaultServiceName)
 	}
 
 	servers := []struct {

@@ -23,6 +23,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/pki/casecret"
 )
 
 // readyWarmPod waits for an unclaimed, ready warm pod in the namespace
@@ -163,7 +164,7 @@ func TestTenancyWarmRunners(t *testing.T) {
 // hands a warm runner for the run id (the runner holds them only in memory).
 func (e *stackEnv) issueRunLeaf(t *testing.T, id pki.Identity) *pki.Leaf {
 	t.Helper()
-	ca := &pki.CASecret{Client: e.c, Key: types.NamespacedName{Namespace: operatorNamespace, Name: "terrace-ca"}}
+	ca := &casecret.Store{Client: e.c, Key: types.NamespacedName{Namespace: operatorNamespace, Name: "terrace-ca"}}
 	authority, err := ca.LoadOrCreate(context.Background(), pki.Options{})
 	if err != nil {
 		t.Fatal(err)

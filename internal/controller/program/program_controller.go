@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
@@ -134,15 +134,15 @@ func (r *Reconciler) validate(_ context.Context, s *programScope) error {
 // are served by the artifact server, which rebuilds them identically.
 func (r *Reconciler) buildArtifact(_ context.Context, s *programScope) error {
 	p := s.program
-	data, digest, err := artifact.BuildProgram(p)
+	data, digest, err := artifactserver.BuildProgram(p)
 	if err != nil {
 		s.invalid = true
 		return reconcile.Terminal(terracev1.InvalidProgramReason, err)
 	}
 	size := int64(len(data))
 	s.artifact = &terracev1.Artifact{
-		URL:            artifact.ProgramURL(r.ArtifactBaseURL, p.Namespace, p.Name, p.Generation),
-		Revision:       artifact.ProgramRevision(p.Generation, digest),
+		URL:            artifactserver.ProgramURL(r.ArtifactBaseURL, p.Namespace, p.Name, p.Generation),
+		Revision:       artifactserver.ProgramRevision(p.Generation, digest),
 		Digest:         digest,
 		Size:           &size,
 		LastUpdateTime: metav1.Now(),

@@ -20,6 +20,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/readiness"
@@ -186,7 +187,7 @@ func TestProgramServesItsArtifactAndMovesWithEdits(t *testing.T) {
 	}
 
 	// Building the same Program again gives identical bytes.
-	rebuilt, digest, err := artifact.BuildProgram(edited)
+	rebuilt, digest, err := artifactserver.BuildProgram(edited)
 	if err != nil || !bytes.Equal(rebuilt, data) || digest != b.Digest {
 		t.Fatalf("a second build differs from the served bytes (%v)", err)
 	}
@@ -227,7 +228,7 @@ func TestInvalidProgramStallsAndRecovers(t *testing.T) {
 	if got.Status.Artifact != nil || reconcile.IsTrue(got, terracev1.ReconcilingCondition) {
 		t.Fatalf("an invalid program advertises an artifact or is still Reconciling: %+v", got.Status)
 	}
-	invalidURL := artifact.ProgramURL(baseURL, ns, "broken", got.Generation)
+	invalidURL := artifactserver.ProgramURL(baseURL, ns, "broken", got.Generation)
 	if code, body := fetch(t, pki.RunnerIdentity(ns, "s", "r"), invalidURL); code != http.StatusConflict || !strings.Contains(string(body), "modules/x/main.tf:3:") {
 		t.Fatalf("invalid generation served: %d %q", code, body)
 	}

@@ -13,7 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
@@ -65,7 +65,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	serverCert := pki.NewIssuedCertificate(authority, pki.LeafRequest{Identity: pki.ControllerIdentity, Validity: time.Hour})
-	server := artifact.NewServer(artifact.ServerOptions{ListenAddress: addr, BaseURL: baseURL}, mgr.GetCache(), mgr.GetAPIReader(), serverCert, authority)
+	server := artifactserver.NewServer(artifactserver.ServerOptions{ListenAddress: addr, BaseURL: baseURL}, mgr.GetCache(), mgr.GetAPIReader(), serverCert, authority)
 	if err := mgr.Add(server); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

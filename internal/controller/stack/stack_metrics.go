@@ -1,10 +1,13 @@
 package stack
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runphase"
 )
 
 var (
@@ -30,10 +33,17 @@ var (
 		Name: "terrace_stack_ready",
 		Help: "1 when the Stack is Ready, 0 otherwise.",
 	}, []string{"namespace", "name"})
+	// phaseSeconds is terrace_run_phase_seconds: where runs spend their
+	// time. Its labels are bounded: the seven phases and the run kinds.
+	phaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "terrace_run_phase_seconds",
+		Help:    "Duration of each phase of a run (pod, fetch, init, plan, apply, outputs, records), by run kind.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+	}, []string{"phase", "kind"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(runsTotal, runDuration, runnerStartDuration, driftDetectedTotal, stackReady)
+	metrics.Registry.MustRegister(runsTotal, runDuration, runnerStartDuration, driftDetectedTotal, stackReady, phaseSeconds)
 }
 
 // recordMetrics records the outcome of a reconcile.
@@ -54,4 +64,12 @@ func recordMetrics(stack *terracev1.Stack, s *scope, runErr error, seconds float
 		runsTotal.WithLabelValues(string(s.observed.kind), result).Inc()
 		runDuration.WithLabelValues(string(s.observed.kind)).Observe(seconds)
 	}
+}
+
+// observePhases records every phase of t in terrace_run_phase_seconds
+// under the run's kind (plan, apply, drift, destroy).
+func observePhases(t *runphase.Timings, kind string) {
+	t.Each(func(p runphase.Phase, d time.Duration) {
+		phaseSeconds.WithLabelValues(string(p), kind).Observe(d.Seconds())
+	})
 }

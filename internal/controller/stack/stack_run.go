@@ -173,7 +173,7 @@ func closeRun(ctx context.Context, s *scope) {
 		s.log.Error(err, "failed to remove runner pod")
 	}
 	s.run.session = nil
-	s.run.timings.Observe(string(s.run.kind))
+	observePhases(&s.run.timings, string(s.run.kind))
 	s.log.Info("run finished", append([]any{"run", s.run.id, "kind", s.run.kind}, s.run.timings.KeysAndValues()...)...)
 }
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/pki/casecret"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
@@ -20,13 +21,13 @@ var env *testenv.Env
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 // replica is one controller replica's view: its own client, as separate processes would have.
-func replica(t *testing.T, key types.NamespacedName) *pki.CASecret {
+func replica(t *testing.T, key types.NamespacedName) *casecret.Store {
 	t.Helper()
 	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pki.CASecret{Client: c, Key: key}
+	return &casecret.Store{Client: c, Key: key}
 }
 
 // together runs fn on n goroutines released at the same moment and waits for all.
@@ -54,7 +55,7 @@ func TestConcurrentLoadOrCreateConvergesOnOneCA(t *testing.T) {
 	for round := range 5 {
 		key := types.NamespacedName{Namespace: ns, Name: "terrace-ca-" + string(rune('a'+round))}
 		const replicas = 3
-		stores := make([]*pki.CASecret, replicas)
+		stores := make([]*casecret.Store, replicas)
 		for i := range stores {
 			stores[i] = replica(t, key)
 		}
@@ -71,7 +72,7 @@ func TestConcurrentLoadOrCreateConvergesOnOneCA(t *testing.T) {
 				t.Fatalf("round %d replica %d: %v", round, i, errs[i])
 			}
 			cur, prev := authorities[i].CAs()
-			if string(cur.CertPEM()) != string(secret.Data[pki.SecretKeyCACert]) || prev != nil {
+			if string(cur.CertPEM()) != string(secret.Data[casecret.SecretKeyCACert]) || prev != nil {
 				t.Fatalf("round %d: replica %d holds a CA other than the stored one", round, i)
 			}
 		}
@@ -90,7 +91,7 @@ func TestConcurrentRotationRotatesOnce(t *testing.T) {
 	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
 	opts := pki.Options{Clock: clock}
 
-	stores := []*pki.CASecret{replica(t, key), replica(t, key), replica(t, key)}
+	stores := []*casecret.Store{replica(t, key), replica(t, key), replica(t, key)}
 	authorities := make([]*pki.Authority, len(stores))
 	for i, s := range stores {
 		a, err := s.LoadOrCreate(ctx, opts)
@@ -105,7 +106,7 @@ func TestConcurrentRotationRotatesOnce(t *testing.T) {
 	syncCtx, stopSync := context.WithCancel(ctx)
 	syncDone := make(chan error, 1)
 	go func() {
-		syncDone <- (&pki.CASync{Secret: stores[2], Authority: authorities[2], Interval: 50 * time.Millisecond}).Start(syncCtx)
+		syncDone <- (&casecret.CASync{Secret: stores[2], Authority: authorities[2], Interval: 50 * time.Millisecond}).Start(syncCtx)
 	}()
 	defer func() {
 		stopSync()
@@ -120,7 +121,7 @@ func TestConcurrentRotationRotatesOnce(t *testing.T) {
 	rotated := make([]bool, 2)
 	errs := make([]error, 2)
 	together(2, func(i int) {
-		rotated[i], errs[i] = stores[i].RotateIfDue(ctx, authorities[i], pki.DefaultRotateWhenRemaining)
+		rotated[i], errs[i] = stores[i].RotateIfDue(ctx, authorities[i], casecret.DefaultRotateWhenRemaining)
 	})
 	for i := range errs {
 		if errs[i] != nil {

@@ -1,4 +1,4 @@
-package pki
+package casecret
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/terrace-dev/terrace/internal/pki"
 )
 
 const (
@@ -18,15 +20,15 @@ const (
 )
 
 // rotationDue reports whether ca has less than fraction of its lifetime left at now.
-func rotationDue(ca *CA, now time.Time, fraction float64) bool {
-	lifetime := ca.cert.NotAfter.Sub(ca.Created())
-	remaining := ca.cert.NotAfter.Sub(now)
+func rotationDue(ca *pki.CA, now time.Time, fraction float64) bool {
+	lifetime := ca.Certificate().NotAfter.Sub(ca.Created())
+	remaining := ca.Certificate().NotAfter.Sub(now)
 	return float64(remaining) < float64(lifetime)*fraction
 }
 
 // checkRotationFraction refuses fractions that would drop a previous CA that
 // is still valid, or leave too little overlap for new leaves to spread.
-func checkRotationFraction(fraction float64, opts Options) error {
+func checkRotationFraction(fraction float64, opts pki.Options) error {
 	if fraction <= 0 || fraction > 0.5 {
 		return fmt.Errorf("rotation threshold %v must be in (0, 0.5] so the CA two rotations back has expired", fraction)
 	}
@@ -41,7 +43,7 @@ func checkRotationFraction(fraction float64, opts Options) error {
 // trusted until it expires. The write is a compare-and-swap: when another
 // writer got there first, its CAs are adopted instead. a ends up holding
 // what the Secret holds either way.
-func (s *CASecret) RotateIfDue(ctx context.Context, a *Authority, fraction float64) (rotated bool, err error) {
+func (s *Store) RotateIfDue(ctx context.Context, a *pki.Authority, fraction float64) (rotated bool, err error) {
 	opts := a.Options()
 	if err := checkRotationFraction(fraction, opts); err != nil {
 		return false, err
@@ -56,16 +58,16 @@ func (s *CASecret) RotateIfDue(ctx context.Context, a *Authority, fraction float
 		}
 		now := opts.Clock()
 		if !rotationDue(stored.current, now, fraction) {
-			return false, a.SetCAs(stored.current, stored.previous)
+			return false, setCAs(a, stored.current, stored.previous)
 		}
-		next, err := GenerateCA(opts.CAValidity, now)
+		next, err := pki.GenerateCA(opts.CAValidity, now)
 		if err != nil {
 			return false, err
 		}
 		// The CA before current has expired by now (fraction <= 1/2), so dropping it loses nothing.
 		err = s.put(ctx, stored, next, stored.current)
 		if err == nil {
-			return true, a.SetCAs(next, stored.current)
+			return true, setCAs(a, next, stored.current)
 		}
 		if !lostRace(err) {
 			return false, fmt.Errorf("failed to store rotated CA in Secret %s: %w", s.Key, err)
@@ -78,8 +80,8 @@ func (s *CASecret) RotateIfDue(ctx context.Context, a *Authority, fraction float
 // equal to the CA Secret, so leaves issued by whichever replica rotated are
 // trusted everywhere.
 type CASync struct {
-	Secret    *CASecret
-	Authority *Authority
+	Secret    *Store
+	Authority *pki.Authority
 	// Interval between reads; DefaultSyncInterval when zero.
 	Interval time.Duration
 }
@@ -107,8 +109,8 @@ func (r *CASync) Start(ctx context.Context) error {
 // CARotation is a manager.Runnable for the leader: it rotates the CA in the
 // Secret before it expires.
 type CARotation struct {
-	Secret    *CASecret
-	Authority *Authority
+	Secret    *Store
+	Authority *pki.Authority
 	// RotateWhenRemaining is the fraction of a CA's lifetime left when it is
 	// rotated; DefaultRotateWhenRemaining when zero.
 	RotateWhenRemaining float64
@@ -145,7 +147,7 @@ func (r *CARotation) Start(ctx context.Context) error {
 }
 
 // AddToManager adds the sync (all replicas) and rotation (leader) runnables.
-func AddToManager(mgr manager.Manager, s *CASecret, a *Authority, rotateWhenRemaining float64, syncInterval time.Duration) error {
+func AddToManager(mgr manager.Manager, s *Store, a *pki.Authority, rotateWhenRemaining float64, syncInterval time.Duration) error {
 	if err := mgr.Add(&CASync{Secret: s, Authority: a, Interval: syncInterval}); err != nil {
 		return fmt.Errorf("failed to add CA sync: %w", err)
 	}

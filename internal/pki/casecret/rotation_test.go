@@ -1,9 +1,10 @@
-package pki
+package casecret
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"sync"
 	"testing"
 	"time"
@@ -12,42 +13,25 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/pki/pkitest"
 )
-
-// testClock is a settable clock shared by an Authority and TLS configs.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock(t time.Time) *testClock { return &testClock{now: t} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 const day = 24 * time.Hour
 
 var caSecretKey = types.NamespacedName{Namespace: "terrace-system", Name: "terrace-ca"}
 
-func newFakeCASecret(opts ...func(*fake.ClientBuilder)) *CASecret {
+func newFakeCASecret(opts ...func(*fake.ClientBuilder)) *Store {
 	b := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme)
 	for _, o := range opts {
 		o(b)
 	}
-	return &CASecret{Client: b.Build(), Key: caSecretKey}
+	return &Store{Client: b.Build(), Key: caSecretKey}
 }
 
-// issuerOf returns the CA (of those given) that signed a leaf.
-func issuerOf(t *testing.T, leaf *Leaf, cas ...*CA) *CA {
+// issuerOf returns the pki.CA (of those given) that signed a leaf.
+func issuerOf(t *testing.T, leaf *pki.Leaf, cas ...*pki.CA) *pki.CA {
 	t.Helper()
 	c, err := leaf.Certificate()
 	if err != nil {
@@ -62,16 +46,16 @@ func issuerOf(t *testing.T, leaf *Leaf, cas ...*CA) *CA {
 	return nil
 }
 
-func leafTrust(t *testing.T, l *Leaf) TrustSource {
+func leafTrust(t *testing.T, l *pki.Leaf) pki.TrustSource {
 	t.Helper()
 	pool, err := l.TrustPool()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return TrustFunc(func() *x509.CertPool { return pool })
+	return pki.TrustFunc(func() *x509.CertPool { return pool })
 }
 
-func tlsCert(t *testing.T, l *Leaf) tls.Certificate {
+func tlsCert(t *testing.T, l *pki.Leaf) tls.Certificate {
 	t.Helper()
 	c, err := l.TLSCertificate()
 	if err != nil {
@@ -80,24 +64,44 @@ func tlsCert(t *testing.T, l *Leaf) tls.Certificate {
 	return c
 }
 
-func issue(t *testing.T, a *Authority, id Identity, validity time.Duration) *Leaf {
+// testRunner is a run's runner identity.
+var testRunner = pki.RunnerIdentity("team-a", "network", "run-1")
+
+// handshake runs one real TLS connection and says whether both sides
+// completed it.
+func handshake(t *testing.T, server, client *tls.Config) pkitest.Handshake {
 	t.Helper()
-	l, err := a.Issue(LeafRequest{Identity: id, Validity: validity})
+	return pkitest.Connect(t, server, client)
+}
+
+// runnerServer is a runner's gRPC side: it accepts only the controller.
+func runnerServer(cert tls.Certificate, trust pki.TrustSource) *tls.Config {
+	return pki.ServerTLSConfig(pki.StaticCertificate(cert), trust, pki.RequireIdentity(pki.ControllerIdentity))
+}
+
+// controllerClient is the controller dialling one run's runner.
+func controllerClient(cert *tls.Certificate, trust pki.TrustSource, runner pki.Identity) *tls.Config {
+	return pki.ClientTLSConfig(pki.StaticCertificate(*cert), trust, runner)
+}
+
+func issue(t *testing.T, a *pki.Authority, id pki.Identity, validity time.Duration) *pki.Leaf {
+	t.Helper()
+	l, err := a.Issue(pki.LeafRequest{Identity: id, Validity: validity})
 	if err != nil {
 		t.Fatalf("failed to issue %s: %v", id, err)
 	}
 	return l
 }
 
-// TestRotationOverlap walks a CA through its life with real handshakes at
+// TestRotationOverlap walks a pki.CA through its life with real handshakes at
 // each step: rotation when a third of its life is left, old and new leaves
-// working together during the overlap, the old CA dropped once expired.
+// working together during the overlap, the old pki.CA dropped once expired.
 func TestRotationOverlap(t *testing.T) {
 	ctx := context.Background()
-	clock := newTestClock(time.Now())
+	clock := pkitest.NewClock(time.Now())
 	at := func(cfg *tls.Config) *tls.Config { cfg.Time = clock.Now; return cfg }
 	s := newFakeCASecret()
-	a, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,41 +120,41 @@ func TestRotationOverlap(t *testing.T) {
 	}
 	ca2, previous := a.CAs()
 	if ca2.Equal(ca1) || !previous.Equal(ca1) {
-		t.Fatal("after rotation the new CA must be current and the old one previous")
+		t.Fatal("after rotation the new pki.CA must be current and the old one previous")
 	}
 	if n := len(mustParseBundle(t, a.CABundlePEM())); n != 2 {
 		t.Fatalf("bundle holds %d CAs during the overlap, want 2", n)
 	}
 
-	// Until the new CA is activated the controller still gets CA1 leaves, so
+	// Until the new pki.CA is activated the controller still gets CA1 leaves, so
 	// the run that only knows CA1 keeps talking to it.
 	clock.Advance(time.Hour)
-	controllerEarly := issue(t, a, ControllerIdentity, 24*time.Hour)
+	controllerEarly := issue(t, a, pki.ControllerIdentity, 24*time.Hour)
 	if issuerOf(t, controllerEarly, ca1, ca2) != ca1 {
-		t.Fatal("the new CA issued before its activation delay")
+		t.Fatal("the new pki.CA issued before its activation delay")
 	}
 	res := handshake(t,
 		at(runnerServer(tlsCert(t, runnerBefore), leafTrust(t, runnerBefore))),
 		at(controllerClient(ptr(tlsCert(t, controllerEarly)), a, testRunner)))
-	if !res.ok() {
-		t.Fatalf("run started before rotation: server %v, client %v", res.serverErr, res.clientErr)
+	if !res.OK() {
+		t.Fatalf("run started before rotation: server %v, client %v", res.ServerErr, res.ClientErr)
 	}
 	clock.Advance(19 * time.Hour)
-	controllerOld := issue(t, a, ControllerIdentity, 24*time.Hour)
+	controllerOld := issue(t, a, pki.ControllerIdentity, 24*time.Hour)
 	if issuerOf(t, controllerOld, ca1, ca2) != ca1 {
-		t.Fatal("the new CA issued before its activation delay")
+		t.Fatal("the new pki.CA issued before its activation delay")
 	}
 
 	// After activation new leaves come from CA2; leaves from both CAs work together.
-	clock.Advance(DefaultActivationDelay - 20*time.Hour + time.Minute)
+	clock.Advance(pki.DefaultActivationDelay - 20*time.Hour + time.Minute)
 	runnerNew := issue(t, a, testRunner, 12*time.Hour)
-	controllerNew := issue(t, a, ControllerIdentity, 12*time.Hour)
+	controllerNew := issue(t, a, pki.ControllerIdentity, 12*time.Hour)
 	if issuerOf(t, runnerNew, ca1, ca2) != ca2 || issuerOf(t, controllerNew, ca1, ca2) != ca2 {
-		t.Fatal("the new CA is not issuing after its activation delay")
+		t.Fatal("the new pki.CA is not issuing after its activation delay")
 	}
 	for _, pair := range []struct {
 		name               string
-		runner, controller *Leaf
+		runner, controller *pki.Leaf
 	}{
 		{"new runner, old controller", runnerNew, controllerOld},
 		{"new runner, new controller", runnerNew, controllerNew},
@@ -158,15 +162,15 @@ func TestRotationOverlap(t *testing.T) {
 		res := handshake(t,
 			at(runnerServer(tlsCert(t, pair.runner), leafTrust(t, pair.runner))),
 			at(controllerClient(ptr(tlsCert(t, pair.controller)), a, testRunner)))
-		if !res.ok() {
-			t.Fatalf("%s: server %v, client %v", pair.name, res.serverErr, res.clientErr)
+		if !res.OK() {
+			t.Fatalf("%s: server %v, client %v", pair.name, res.ServerErr, res.ClientErr)
 		}
 	}
-	// An old-CA leaf on the controller side serving a runner that dials it (the state server).
-	stateServer := at(ServerTLSConfig(StaticCertificate(tlsCert(t, controllerOld)), a, nil))
-	res = handshake(t, stateServer, at(ClientTLSConfig(StaticCertificate(tlsCert(t, runnerNew)), leafTrust(t, runnerNew), ControllerIdentity)))
-	if !res.ok() {
-		t.Fatalf("old controller leaf serving a new runner: server %v, client %v", res.serverErr, res.clientErr)
+	// An old-pki.CA leaf on the controller side serving a runner that dials it (the state server).
+	stateServer := at(pki.ServerTLSConfig(pki.StaticCertificate(tlsCert(t, controllerOld)), a, nil))
+	res = handshake(t, stateServer, at(pki.ClientTLSConfig(pki.StaticCertificate(tlsCert(t, runnerNew)), leafTrust(t, runnerNew), pki.ControllerIdentity)))
+	if !res.OK() {
+		t.Fatalf("old controller leaf serving a new runner: server %v, client %v", res.ServerErr, res.ClientErr)
 	}
 
 	// Once CA1 expires it is no longer trusted or handed out.
@@ -174,7 +178,7 @@ func TestRotationOverlap(t *testing.T) {
 	if bundle := mustParseBundle(t, a.CABundlePEM()); len(bundle) != 1 || !bundle[0].Equal(ca2.Certificate()) {
 		t.Fatalf("bundle after CA1 expired holds %d CAs, want only CA2", len(bundle))
 	}
-	leafFromCA1 := issueWith(t, ca1, ControllerIdentity, ca1.Certificate().NotAfter.Add(-time.Hour))
+	leafFromCA1 := issueWith(t, ca1, pki.ControllerIdentity, ca1.Certificate().NotAfter.Add(-time.Hour))
 	if _, err := leafFromCA1.Verify(x509.VerifyOptions{Roots: a.TrustPool(), CurrentTime: ca1.Certificate().NotAfter.Add(-30 * time.Minute)}); err == nil {
 		t.Fatal("CA1 is still in the trust pool after it expired")
 	}
@@ -184,13 +188,13 @@ func TestRotationOverlap(t *testing.T) {
 	if rotated, err := s.RotateIfDue(ctx, a, DefaultRotateWhenRemaining); err != nil || !rotated {
 		t.Fatalf("second rotation: rotated=%v err=%v", rotated, err)
 	}
-	reloaded, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	reloaded, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cur, prev := reloaded.CAs()
 	if !prev.Equal(ca2) || cur.Equal(ca2) || cur.Equal(ca1) {
-		t.Fatal("the Secret after the second rotation must hold a third CA and CA2")
+		t.Fatal("the Secret after the second rotation must hold a third pki.CA and CA2")
 	}
 }
 
@@ -198,17 +202,21 @@ func ptr[T any](v T) *T { return &v }
 
 func mustParseBundle(t *testing.T, pemData []byte) []*x509.Certificate {
 	t.Helper()
-	certs, err := parseCertificatesPEM(pemData)
-	if err != nil {
-		t.Fatal(err)
+	var certs []*x509.Certificate
+	for block, rest := pem.Decode(pemData); block != nil; block, rest = pem.Decode(rest) {
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs = append(certs, c)
 	}
 	return certs
 }
 
 // issueWith signs a leaf directly with ca, valid around at.
-func issueWith(t *testing.T, ca *CA, id Identity, at time.Time) *x509.Certificate {
+func issueWith(t *testing.T, ca *pki.CA, id pki.Identity, at time.Time) *x509.Certificate {
 	t.Helper()
-	a, err := NewAuthorityFromCAs(Options{Clock: func() time.Time { return at }}, ca, nil)
+	a, err := pki.NewAuthorityFromCAs(pki.Options{Clock: func() time.Time { return at }}, ca, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +229,7 @@ func issueWith(t *testing.T, ca *CA, id Identity, at time.Time) *x509.Certificat
 
 func TestRotationThresholdChecked(t *testing.T) {
 	s := newFakeCASecret()
-	a, err := s.LoadOrCreate(context.Background(), Options{})
+	a, err := s.LoadOrCreate(context.Background(), pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,16 +241,16 @@ func TestRotationThresholdChecked(t *testing.T) {
 }
 
 // TestRotationAdoptsRivalWrite: when another writer rotates between our read
-// and our write, the compare-and-swap fails and its CA is adopted.
+// and our write, the compare-and-swap fails and its pki.CA is adopted.
 func TestRotationAdoptsRivalWrite(t *testing.T) {
 	ctx := context.Background()
-	clock := newTestClock(time.Now())
+	clock := pkitest.NewClock(time.Now())
 	s := newFakeCASecret()
-	a, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rival, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	rival, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +260,7 @@ func TestRotationAdoptsRivalWrite(t *testing.T) {
 	var once sync.Once
 	s.Client = interceptUpdate(s.Client, func() {
 		once.Do(func() {
-			rivalSecret := &CASecret{Client: s.Client.(*updateInterceptor).Client, Key: caSecretKey}
+			rivalSecret := &Store{Client: s.Client.(*updateInterceptor).Client, Key: caSecretKey}
 			if rotated, err := rivalSecret.RotateIfDue(ctx, rival, DefaultRotateWhenRemaining); err != nil || !rotated {
 				t.Errorf("rival rotation: rotated=%v err=%v", rotated, err)
 			}
@@ -263,12 +271,12 @@ func TestRotationAdoptsRivalWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rotated {
-		t.Fatal("rotated a second time instead of adopting the rival's CA")
+		t.Fatal("rotated a second time instead of adopting the rival's pki.CA")
 	}
 	ours, _ := a.CAs()
 	theirs, _ := rival.CAs()
 	if !ours.Equal(theirs) {
-		t.Fatal("did not adopt the rival's CA")
+		t.Fatal("did not adopt the rival's pki.CA")
 	}
 }
 
@@ -287,13 +295,13 @@ func (u *updateInterceptor) Update(ctx context.Context, obj client.Object, opts 
 	return u.Client.Update(ctx, obj, opts...)
 }
 
-// TestCARotationRunnable: the leader-only runnable rotates a due CA at once.
+// TestCARotationRunnable: the leader-only runnable rotates a due pki.CA at once.
 func TestCARotationRunnable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := newTestClock(time.Now())
+	clock := pkitest.NewClock(time.Now())
 	s := newFakeCASecret()
-	a, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +321,7 @@ func TestCARotationRunnable(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatal("the rotation runnable did not rotate a due CA")
+			t.Fatal("the rotation runnable did not rotate a due pki.CA")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -322,6 +330,6 @@ func TestCARotationRunnable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := (&CARotation{Secret: s, Authority: a, RotateWhenRemaining: 0.9}).Start(ctx); err == nil {
-		t.Fatal("the rotation runnable accepted a threshold that drops a valid CA")
+		t.Fatal("the rotation runnable accepted a threshold that drops a valid pki.CA")
 	}
 }

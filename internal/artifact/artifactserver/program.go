@@ -1,4 +1,4 @@
-package artifact
+package artifactserver
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/artifact"
 )
 
 // ProgramPath is the path a Program generation's tarball is served at.
@@ -28,14 +29,14 @@ func ProgramRevision(generation int64, digest string) string {
 
 // BuildProgram builds the tarball of the Program's current files. The
 // controller (to advertise the digest) and the server (to serve the bytes)
-// both call it; Build's determinism makes them agree.
+// both call it; artifact.Build's determinism makes them agree.
 func BuildProgram(p *terracev1.Program) (data []byte, digest string, err error) {
 	start := time.Now()
 	files := make(map[string][]byte, len(p.Spec.Files))
 	for name, content := range p.Spec.Files {
 		files[name] = []byte(content)
 	}
-	data, digest, err = Build(files)
+	data, digest, err = artifact.Build(files)
 	buildDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, "", fmt.Errorf("failed to build artifact of program %s/%s: %w", p.Namespace, p.Name, err)

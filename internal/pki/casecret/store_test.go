@@ -1,8 +1,7 @@
-package pki
+package casecret
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"strings"
 	"testing"
@@ -12,12 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/pki/pkitest"
 )
 
 func TestLoadOrCreateRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s := newFakeCASecret()
-	created, err := s.LoadOrCreate(ctx, Options{})
+	created, err := s.LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,19 +31,19 @@ func TestLoadOrCreateRoundTrip(t *testing.T) {
 		t.Fatalf("stored Secret has type %q and keys %v", secret.Type, keys(secret.Data))
 	}
 	if _, ok := secret.Data[SecretKeyPreviousCACert]; ok {
-		t.Fatal("a new CA Secret has a previous CA")
+		t.Fatal("a new pki.CA Secret has a previous pki.CA")
 	}
 
-	loaded, err := s.LoadOrCreate(ctx, Options{})
+	loaded, err := s.LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c1, _ := created.CAs()
 	c2, p2 := loaded.CAs()
 	if !c1.Equal(c2) || p2 != nil {
-		t.Fatal("loading the Secret did not return the stored CA")
+		t.Fatal("loading the Secret did not return the stored pki.CA")
 	}
-	// A leaf from one authority is trusted by the other: they are the same CA.
+	// A leaf from one authority is trusted by the other: they are the same pki.CA.
 	leaf := issue(t, created, testRunner, time.Hour)
 	cert, _ := leaf.Certificate()
 	if _, err := verifyPeerCert(cert, loaded); err != nil {
@@ -55,7 +57,7 @@ func TestLoadOrCreateFillsEmptySecret(t *testing.T) {
 	ctx := context.Background()
 	empty := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: caSecretKey.Name, Namespace: caSecretKey.Namespace}, Type: corev1.SecretTypeOpaque}
 	s := newFakeCASecret(func(b *fake.ClientBuilder) { b.WithObjects(empty) })
-	a, err := s.LoadOrCreate(ctx, Options{})
+	a, err := s.LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func TestLoadOrCreateFillsEmptySecret(t *testing.T) {
 	}
 	cur, _ := a.CAs()
 	if string(stored.Data[SecretKeyCACert]) != string(cur.CertPEM()) {
-		t.Fatal("the empty Secret was not filled with the CA in use")
+		t.Fatal("the empty Secret was not filled with the pki.CA in use")
 	}
 }
 
@@ -77,9 +79,9 @@ func TestLoadOrCreateRefusesCorruptSecret(t *testing.T) {
 		Data:       map[string][]byte{SecretKeyCACert: []byte("not a certificate"), SecretKeyCAKey: []byte(keyMaterial)},
 	}
 	s := newFakeCASecret(func(b *fake.ClientBuilder) { b.WithObjects(corrupt) })
-	_, err := s.LoadOrCreate(ctx, Options{})
+	_, err := s.LoadOrCreate(ctx, pki.Options{})
 	if err == nil {
-		t.Fatal("loaded a corrupt CA Secret")
+		t.Fatal("loaded a corrupt pki.CA Secret")
 	}
 	if strings.Contains(err.Error(), "c2VjcmV0") {
 		t.Fatalf("error leaks key material: %v", err)
@@ -92,34 +94,34 @@ func TestLoadOrCreateRefusesCorruptSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(stored.Data[SecretKeyCACert]) != "not a certificate" {
-		t.Fatal("a corrupt CA Secret was overwritten")
+		t.Fatal("a corrupt pki.CA Secret was overwritten")
 	}
 }
 
 // TestLoadOrCreateAdoptsRivalCreate: a replica that loses the create race
-// adopts the winner's CA.
+// adopts the winner's pki.CA.
 func TestLoadOrCreateAdoptsRivalCreate(t *testing.T) {
 	ctx := context.Background()
 	base := fake.NewClientBuilder().Build()
-	var rival *Authority
+	var rival *pki.Authority
 	racing := &createInterceptor{Client: base, before: func() {
 		if rival != nil {
 			return
 		}
 		var err error
-		rival, err = (&CASecret{Client: base, Key: caSecretKey}).LoadOrCreate(ctx, Options{})
+		rival, err = (&Store{Client: base, Key: caSecretKey}).LoadOrCreate(ctx, pki.Options{})
 		if err != nil {
 			t.Errorf("rival: %v", err)
 		}
 	}}
-	a, err := (&CASecret{Client: racing, Key: caSecretKey}).LoadOrCreate(ctx, Options{})
+	a, err := (&Store{Client: racing, Key: caSecretKey}).LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ours, _ := a.CAs()
 	theirs, _ := rival.CAs()
 	if !ours.Equal(theirs) {
-		t.Fatal("the losing replica kept its own CA")
+		t.Fatal("the losing replica kept its own pki.CA")
 	}
 }
 
@@ -135,13 +137,13 @@ func (c *createInterceptor) Create(ctx context.Context, obj client.Object, opts 
 
 func TestReloadPicksUpRotation(t *testing.T) {
 	ctx := context.Background()
-	clock := newTestClock(time.Now())
+	clock := pkitest.NewClock(time.Now())
 	s := newFakeCASecret()
-	leader, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	leader, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	follower, err := s.LoadOrCreate(ctx, Options{Clock: clock.Now})
+	follower, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +172,9 @@ func keys(m map[string][]byte) []string {
 	return ks
 }
 
-func verifyPeerCert(c *x509.Certificate, trust TrustSource) (Identity, error) {
-	return verifyPeer(tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}, trust.TrustPool(), x509.ExtKeyUsageClientAuth, time.Now())
+func verifyPeerCert(c *x509.Certificate, trust pki.TrustSource) (pki.Identity, error) {
+	if _, err := c.Verify(x509.VerifyOptions{Roots: trust.TrustPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: time.Now()}); err != nil {
+		return "", err
+	}
+	return pki.IdentityFromCertificate(c)
 }

@@ -1,8 +1,10 @@
-package pki
+package casecret
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/terrace-dev/terrace/internal/pki"
 )
 
 // caExpiry lets an alert fire before the CA expires: rotation should have
@@ -14,8 +16,8 @@ var caExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
 
 func init() { metrics.Registry.MustRegister(caExpiry) }
 
-func recordCAExpiry(ca *CA) {
+func recordCAExpiry(ca *pki.CA) {
 	if ca != nil {
-		caExpiry.Set(float64(ca.cert.NotAfter.Unix()))
+		caExpiry.Set(float64(ca.Certificate().NotAfter.Unix()))
 	}
 }

@@ -1,4 +1,4 @@
-package artifact
+package artifactserver
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/pki"
 )
 
@@ -166,7 +167,7 @@ func TestServerAnswers(t *testing.T) {
 				if rec.Header().Get("Content-Length") != fmt.Sprint(len(data)) || rec.Header().Get("Content-Type") != "application/gzip" {
 					t.Fatalf("headers %v", rec.Header())
 				}
-				if tc.wantBody != "" && Digest(rec.Body.Bytes()) != digest {
+				if tc.wantBody != "" && artifact.Digest(rec.Body.Bytes()) != digest {
 					t.Fatal("served bytes do not have the advertised digest")
 				}
 			}
@@ -189,7 +190,7 @@ func TestServerReadsLiveWhenTheCacheLags(t *testing.T) {
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, req)
 		_, digest, _ := BuildProgram(want)
-		if rec.Code != 200 || Digest(rec.Body.Bytes()) != digest {
+		if rec.Code != 200 || artifact.Digest(rec.Body.Bytes()) != digest {
 			t.Fatalf("%s: code %d, body %q", path, rec.Code, rec.Body.String())
 		}
 	}
@@ -291,8 +292,8 @@ func TestServerOverTLS(t *testing.T) {
 	url := ProgramURL(base, "ns", "p", 1)
 	_, digest, _ := BuildProgram(prog)
 
-	data, err := Fetch(context.Background(), p.httpClient(t, pki.RunnerIdentity("ns", "s", "r")), url, digest, 1<<20)
-	if err != nil || Digest(data) != digest {
+	data, err := artifact.Fetch(context.Background(), p.httpClient(t, pki.RunnerIdentity("ns", "s", "r")), url, digest, 1<<20)
+	if err != nil || artifact.Digest(data) != digest {
 		t.Fatalf("fetch: %v", err)
 	}
 	resp, err := p.httpClient(t, pki.RunnerIdentity("ns", "s", "r")).Get(url)
@@ -305,18 +306,18 @@ func TestServerOverTLS(t *testing.T) {
 		t.Fatalf("protocol %s, TLS %v", resp.Proto, resp.TLS)
 	}
 
-	var status *FetchStatusError
-	if _, err := Fetch(context.Background(), p.httpClient(t, pki.RunnerIdentity("other", "s", "r")), url, digest, 1<<20); !errors.As(err, &status) || status.StatusCode != http.StatusForbidden {
+	var status *artifact.FetchStatusError
+	if _, err := artifact.Fetch(context.Background(), p.httpClient(t, pki.RunnerIdentity("other", "s", "r")), url, digest, 1<<20); !errors.As(err, &status) || status.StatusCode != http.StatusForbidden {
 		t.Fatalf("want 403, got %v", err)
 	}
 	if _, err := p.httpClient(t, "").Get(url); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("a client without a certificate was not refused at the handshake: %v", err)
 	}
-	// A digest that does not match is refused by Fetch.
-	if _, err := Fetch(context.Background(), p.httpClient(t, pki.ControllerIdentity), url, Digest([]byte("x")), 1<<20); err == nil || !strings.Contains(err.Error(), "digest mismatch") {
+	// A digest that does not match is refused by artifact.Fetch.
+	if _, err := artifact.Fetch(context.Background(), p.httpClient(t, pki.ControllerIdentity), url, artifact.Digest([]byte("x")), 1<<20); err == nil || !strings.Contains(err.Error(), "digest mismatch") {
 		t.Fatalf("want a digest mismatch, got %v", err)
 	}
-	if _, err := Fetch(context.Background(), p.httpClient(t, pki.ControllerIdentity), url, digest, 10); err == nil || !strings.Contains(err.Error(), "more than 10") {
+	if _, err := artifact.Fetch(context.Background(), p.httpClient(t, pki.ControllerIdentity), url, digest, 10); err == nil || !strings.Contains(err.Error(), "more than 10") {
 		t.Fatalf("want a size error, got %v", err)
 	}
 }
