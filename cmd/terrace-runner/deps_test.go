@@ -13,9 +13,13 @@ import (
 // internal/artifact/artifactserver, the phase histogram in the Stack
 // controller).
 func TestTheRunnerLinksNoKubernetesClient(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
+		var stderr []byte
+		if exit, ok := err.(*exec.ExitError); ok {
+			stderr = exit.Stderr
+		}
+		t.Fatalf("go list: %v\n%s", err, stderr)
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		for _, banned := range []string{"k8s.io/", "sigs.k8s.io/", "github.com/prometheus/"} {

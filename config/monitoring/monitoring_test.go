@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	// Every package that registers terrace_* metrics with the controller's registry.
-	_ "github.com/terrace-dev/terrace/internal/artifact"
+	_ "github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	_ "github.com/terrace-dev/terrace/internal/controller/stack"
-	_ "github.com/terrace-dev/terrace/internal/pki"
+	_ "github.com/terrace-dev/terrace/internal/pki/casecret"
 	_ "github.com/terrace-dev/terrace/internal/state/httpbackend"
 )
 

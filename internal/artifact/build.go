@@ -1,5 +1,5 @@
-// Package artifact builds, serves, fetches and safely extracts the tar.gz
-// artifacts that runners execute.
+// Package artifact builds, fetches and safely extracts the tar.gz artifacts
+// that runners execute (the server that serves them is artifactserver).
 //
 // Build is deterministic: the same files give the same bytes, and so the same
 // digest, on every replica and every run of the same binary. Extract never

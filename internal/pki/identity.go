@@ -1,7 +1,7 @@
 // Package pki holds Terrace's certificate authority: the identities carried
 // in certificates, issuance of short-lived leaves, TLS configurations that
-// check the peer's identity, persistence of the CA in a Secret and its
-// rotation.
+// check the peer's identity. It links no Kubernetes client, because the
+// runner links it; the CA's Secret and its rotation are internal/pki/casecret.
 package pki
 
 import (

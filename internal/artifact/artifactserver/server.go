@@ -1,3 +1,7 @@
+// Package artifactserver serves Programs to runners as the tarballs that
+// internal/artifact builds, over mutual TLS, each runner only its own
+// namespace's. It is apart from internal/artifact because it reads
+// Programs through the Kubernetes client, which the runner does not link.
 package artifactserver
 
 import (

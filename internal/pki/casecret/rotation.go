@@ -76,26 +76,26 @@ func (s *Store) RotateIfDue(ctx context.Context, a *pki.Authority, fraction floa
 	return false, fmt.Errorf("failed to rotate CA Secret %s: it kept changing under %d attempts", s.Key, maxConflictRetries)
 }
 
-// CASync is a manager.Runnable for every replica: it keeps the Authority
+// Sync is a manager.Runnable for every replica: it keeps the Authority
 // equal to the CA Secret, so leaves issued by whichever replica rotated are
 // trusted everywhere.
-type CASync struct {
-	Secret    *Store
+type Sync struct {
+	Store     *Store
 	Authority *pki.Authority
 	// Interval between reads; DefaultSyncInterval when zero.
 	Interval time.Duration
 }
 
-var _ manager.LeaderElectionRunnable = (*CASync)(nil)
+var _ manager.LeaderElectionRunnable = (*Sync)(nil)
 
 // NeedLeaderElection is false: every replica serves TLS and needs the CAs.
-func (r *CASync) NeedLeaderElection() bool { return false }
+func (r *Sync) NeedLeaderElection() bool { return false }
 
 // Start re-reads the Secret every Interval until ctx ends.
-func (r *CASync) Start(ctx context.Context) error {
-	logger := log.FromContext(ctx).WithName("pki").WithValues("secret", r.Secret.Key.String())
+func (r *Sync) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName("pki").WithValues("secret", r.Store.Key.String())
 	return every(ctx, interval(r.Interval), func() {
-		changed, err := r.Secret.Reload(ctx, r.Authority)
+		changed, err := r.Store.Reload(ctx, r.Authority)
 		if err != nil {
 			logger.Error(err, "failed to reload CA secret")
 			return
@@ -106,10 +106,10 @@ func (r *CASync) Start(ctx context.Context) error {
 	})
 }
 
-// CARotation is a manager.Runnable for the leader: it rotates the CA in the
+// Rotation is a manager.Runnable for the leader: it rotates the CA in the
 // Secret before it expires.
-type CARotation struct {
-	Secret    *Store
+type Rotation struct {
+	Store     *Store
 	Authority *pki.Authority
 	// RotateWhenRemaining is the fraction of a CA's lifetime left when it is
 	// rotated; DefaultRotateWhenRemaining when zero.
@@ -118,13 +118,13 @@ type CARotation struct {
 	Interval time.Duration
 }
 
-var _ manager.LeaderElectionRunnable = (*CARotation)(nil)
+var _ manager.LeaderElectionRunnable = (*Rotation)(nil)
 
 // NeedLeaderElection is true: one writer rotates, the others adopt the result.
-func (r *CARotation) NeedLeaderElection() bool { return true }
+func (r *Rotation) NeedLeaderElection() bool { return true }
 
 // Start checks at once and then every Interval until ctx ends.
-func (r *CARotation) Start(ctx context.Context) error {
+func (r *Rotation) Start(ctx context.Context) error {
 	fraction := r.RotateWhenRemaining
 	if fraction == 0 {
 		fraction = DefaultRotateWhenRemaining
@@ -132,9 +132,9 @@ func (r *CARotation) Start(ctx context.Context) error {
 	if err := checkRotationFraction(fraction, r.Authority.Options()); err != nil {
 		return err
 	}
-	logger := log.FromContext(ctx).WithName("pki").WithValues("secret", r.Secret.Key.String())
+	logger := log.FromContext(ctx).WithName("pki").WithValues("secret", r.Store.Key.String())
 	return every(ctx, interval(r.Interval), func() {
-		rotated, err := r.Secret.RotateIfDue(ctx, r.Authority, fraction)
+		rotated, err := r.Store.RotateIfDue(ctx, r.Authority, fraction)
 		if err != nil {
 			logger.Error(err, "failed to rotate CA")
 			return
@@ -148,10 +148,10 @@ func (r *CARotation) Start(ctx context.Context) error {
 
 // AddToManager adds the sync (all replicas) and rotation (leader) runnables.
 func AddToManager(mgr manager.Manager, s *Store, a *pki.Authority, rotateWhenRemaining float64, syncInterval time.Duration) error {
-	if err := mgr.Add(&CASync{Secret: s, Authority: a, Interval: syncInterval}); err != nil {
+	if err := mgr.Add(&Sync{Store: s, Authority: a, Interval: syncInterval}); err != nil {
 		return fmt.Errorf("failed to add CA sync: %w", err)
 	}
-	if err := mgr.Add(&CARotation{Secret: s, Authority: a, RotateWhenRemaining: rotateWhenRemaining, Interval: syncInterval}); err != nil {
+	if err := mgr.Add(&Rotation{Store: s, Authority: a, RotateWhenRemaining: rotateWhenRemaining, Interval: syncInterval}); err != nil {
 		return fmt.Errorf("failed to add CA rotation: %w", err)
 	}
 	return nil

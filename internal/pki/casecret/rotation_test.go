@@ -22,7 +22,7 @@ const day = 24 * time.Hour
 
 var caSecretKey = types.NamespacedName{Namespace: "terrace-system", Name: "terrace-ca"}
 
-func newFakeCASecret(opts ...func(*fake.ClientBuilder)) *Store {
+func newFakeStore(opts ...func(*fake.ClientBuilder)) *Store {
 	b := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme)
 	for _, o := range opts {
 		o(b)
@@ -30,7 +30,7 @@ func newFakeCASecret(opts ...func(*fake.ClientBuilder)) *Store {
 	return &Store{Client: b.Build(), Key: caSecretKey}
 }
 
-// issuerOf returns the pki.CA (of those given) that signed a leaf.
+// issuerOf returns the CA (of those given) that signed a leaf.
 func issuerOf(t *testing.T, leaf *pki.Leaf, cas ...*pki.CA) *pki.CA {
 	t.Helper()
 	c, err := leaf.Certificate()
@@ -67,13 +67,6 @@ func tlsCert(t *testing.T, l *pki.Leaf) tls.Certificate {
 // testRunner is a run's runner identity.
 var testRunner = pki.RunnerIdentity("team-a", "network", "run-1")
 
-// handshake runs one real TLS connection and says whether both sides
-// completed it.
-func handshake(t *testing.T, server, client *tls.Config) pkitest.Handshake {
-	t.Helper()
-	return pkitest.Connect(t, server, client)
-}
-
 // runnerServer is a runner's gRPC side: it accepts only the controller.
 func runnerServer(cert tls.Certificate, trust pki.TrustSource) *tls.Config {
 	return pki.ServerTLSConfig(pki.StaticCertificate(cert), trust, pki.RequireIdentity(pki.ControllerIdentity))
@@ -93,14 +86,14 @@ func issue(t *testing.T, a *pki.Authority, id pki.Identity, validity time.Durati
 	return l
 }
 
-// TestRotationOverlap walks a pki.CA through its life with real handshakes at
+// TestRotationOverlap walks a CA through its life with real handshakes at
 // each step: rotation when a third of its life is left, old and new leaves
-// working together during the overlap, the old pki.CA dropped once expired.
+// working together during the overlap, the old CA dropped once expired.
 func TestRotationOverlap(t *testing.T) {
 	ctx := context.Background()
 	clock := pkitest.NewClock(time.Now())
 	at := func(cfg *tls.Config) *tls.Config { cfg.Time = clock.Now; return cfg }
-	s := newFakeCASecret()
+	s := newFakeStore()
 	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -120,20 +113,20 @@ func TestRotationOverlap(t *testing.T) {
 	}
 	ca2, previous := a.CAs()
 	if ca2.Equal(ca1) || !previous.Equal(ca1) {
-		t.Fatal("after rotation the new pki.CA must be current and the old one previous")
+		t.Fatal("after rotation the new CA must be current and the old one previous")
 	}
 	if n := len(mustParseBundle(t, a.CABundlePEM())); n != 2 {
 		t.Fatalf("bundle holds %d CAs during the overlap, want 2", n)
 	}
 
-	// Until the new pki.CA is activated the controller still gets CA1 leaves, so
+	// Until the new CA is activated the controller still gets CA1 leaves, so
 	// the run that only knows CA1 keeps talking to it.
 	clock.Advance(time.Hour)
 	controllerEarly := issue(t, a, pki.ControllerIdentity, 24*time.Hour)
 	if issuerOf(t, controllerEarly, ca1, ca2) != ca1 {
-		t.Fatal("the new pki.CA issued before its activation delay")
+		t.Fatal("the new CA issued before its activation delay")
 	}
-	res := handshake(t,
+	res := pkitest.Connect(t,
 		at(runnerServer(tlsCert(t, runnerBefore), leafTrust(t, runnerBefore))),
 		at(controllerClient(ptr(tlsCert(t, controllerEarly)), a, testRunner)))
 	if !res.OK() {
@@ -142,7 +135,7 @@ func TestRotationOverlap(t *testing.T) {
 	clock.Advance(19 * time.Hour)
 	controllerOld := issue(t, a, pki.ControllerIdentity, 24*time.Hour)
 	if issuerOf(t, controllerOld, ca1, ca2) != ca1 {
-		t.Fatal("the new pki.CA issued before its activation delay")
+		t.Fatal("the new CA issued before its activation delay")
 	}
 
 	// After activation new leaves come from CA2; leaves from both CAs work together.
@@ -150,7 +143,7 @@ func TestRotationOverlap(t *testing.T) {
 	runnerNew := issue(t, a, testRunner, 12*time.Hour)
 	controllerNew := issue(t, a, pki.ControllerIdentity, 12*time.Hour)
 	if issuerOf(t, runnerNew, ca1, ca2) != ca2 || issuerOf(t, controllerNew, ca1, ca2) != ca2 {
-		t.Fatal("the new pki.CA is not issuing after its activation delay")
+		t.Fatal("the new CA is not issuing after its activation delay")
 	}
 	for _, pair := range []struct {
 		name               string
@@ -159,16 +152,16 @@ func TestRotationOverlap(t *testing.T) {
 		{"new runner, old controller", runnerNew, controllerOld},
 		{"new runner, new controller", runnerNew, controllerNew},
 	} {
-		res := handshake(t,
+		res := pkitest.Connect(t,
 			at(runnerServer(tlsCert(t, pair.runner), leafTrust(t, pair.runner))),
 			at(controllerClient(ptr(tlsCert(t, pair.controller)), a, testRunner)))
 		if !res.OK() {
 			t.Fatalf("%s: server %v, client %v", pair.name, res.ServerErr, res.ClientErr)
 		}
 	}
-	// An old-pki.CA leaf on the controller side serving a runner that dials it (the state server).
+	// An old-CA leaf on the controller side serving a runner that dials it (the state server).
 	stateServer := at(pki.ServerTLSConfig(pki.StaticCertificate(tlsCert(t, controllerOld)), a, nil))
-	res = handshake(t, stateServer, at(pki.ClientTLSConfig(pki.StaticCertificate(tlsCert(t, runnerNew)), leafTrust(t, runnerNew), pki.ControllerIdentity)))
+	res = pkitest.Connect(t, stateServer, at(pki.ClientTLSConfig(pki.StaticCertificate(tlsCert(t, runnerNew)), leafTrust(t, runnerNew), pki.ControllerIdentity)))
 	if !res.OK() {
 		t.Fatalf("old controller leaf serving a new runner: server %v, client %v", res.ServerErr, res.ClientErr)
 	}
@@ -194,7 +187,7 @@ func TestRotationOverlap(t *testing.T) {
 	}
 	cur, prev := reloaded.CAs()
 	if !prev.Equal(ca2) || cur.Equal(ca2) || cur.Equal(ca1) {
-		t.Fatal("the Secret after the second rotation must hold a third pki.CA and CA2")
+		t.Fatal("the Secret after the second rotation must hold a third CA and CA2")
 	}
 }
 
@@ -228,7 +221,7 @@ func issueWith(t *testing.T, ca *pki.CA, id pki.Identity, at time.Time) *x509.Ce
 }
 
 func TestRotationThresholdChecked(t *testing.T) {
-	s := newFakeCASecret()
+	s := newFakeStore()
 	a, err := s.LoadOrCreate(context.Background(), pki.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -241,11 +234,11 @@ func TestRotationThresholdChecked(t *testing.T) {
 }
 
 // TestRotationAdoptsRivalWrite: when another writer rotates between our read
-// and our write, the compare-and-swap fails and its pki.CA is adopted.
+// and our write, the compare-and-swap fails and its CA is adopted.
 func TestRotationAdoptsRivalWrite(t *testing.T) {
 	ctx := context.Background()
 	clock := pkitest.NewClock(time.Now())
-	s := newFakeCASecret()
+	s := newFakeStore()
 	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -271,12 +264,12 @@ func TestRotationAdoptsRivalWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rotated {
-		t.Fatal("rotated a second time instead of adopting the rival's pki.CA")
+		t.Fatal("rotated a second time instead of adopting the rival's CA")
 	}
 	ours, _ := a.CAs()
 	theirs, _ := rival.CAs()
 	if !ours.Equal(theirs) {
-		t.Fatal("did not adopt the rival's pki.CA")
+		t.Fatal("did not adopt the rival's CA")
 	}
 }
 
@@ -295,12 +288,12 @@ func (u *updateInterceptor) Update(ctx context.Context, obj client.Object, opts 
 	return u.Client.Update(ctx, obj, opts...)
 }
 
-// TestCARotationRunnable: the leader-only runnable rotates a due pki.CA at once.
+// TestCARotationRunnable: the leader-only runnable rotates a due CA at once.
 func TestCARotationRunnable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clock := pkitest.NewClock(time.Now())
-	s := newFakeCASecret()
+	s := newFakeStore()
 	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -308,8 +301,8 @@ func TestCARotationRunnable(t *testing.T) {
 	original, _ := a.CAs()
 	clock.Advance(300 * day)
 
-	r := &CARotation{Secret: s, Authority: a, Interval: 10 * time.Millisecond}
-	if !r.NeedLeaderElection() || (&CASync{}).NeedLeaderElection() {
+	r := &Rotation{Store: s, Authority: a, Interval: 10 * time.Millisecond}
+	if !r.NeedLeaderElection() || (&Sync{}).NeedLeaderElection() {
 		t.Fatal("rotation must run on the leader only and sync on every replica")
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -321,7 +314,7 @@ func TestCARotationRunnable(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatal("the rotation runnable did not rotate a due pki.CA")
+			t.Fatal("the rotation runnable did not rotate a due CA")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -329,7 +322,7 @@ func TestCARotationRunnable(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := (&CARotation{Secret: s, Authority: a, RotateWhenRemaining: 0.9}).Start(ctx); err == nil {
-		t.Fatal("the rotation runnable accepted a threshold that drops a valid pki.CA")
+	if err := (&Rotation{Store: s, Authority: a, RotateWhenRemaining: 0.9}).Start(ctx); err == nil {
+		t.Fatal("the rotation runnable accepted a threshold that drops a valid CA")
 	}
 }

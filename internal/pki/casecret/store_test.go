@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,7 +19,7 @@ import (
 
 func TestLoadOrCreateRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	s := newFakeCASecret()
+	s := newFakeStore()
 	created, err := s.LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func TestLoadOrCreateRoundTrip(t *testing.T) {
 		t.Fatalf("stored Secret has type %q and keys %v", secret.Type, keys(secret.Data))
 	}
 	if _, ok := secret.Data[SecretKeyPreviousCACert]; ok {
-		t.Fatal("a new pki.CA Secret has a previous pki.CA")
+		t.Fatal("a new CA Secret has a previous CA")
 	}
 
 	loaded, err := s.LoadOrCreate(ctx, pki.Options{})
@@ -41,9 +42,9 @@ func TestLoadOrCreateRoundTrip(t *testing.T) {
 	c1, _ := created.CAs()
 	c2, p2 := loaded.CAs()
 	if !c1.Equal(c2) || p2 != nil {
-		t.Fatal("loading the Secret did not return the stored pki.CA")
+		t.Fatal("loading the Secret did not return the stored CA")
 	}
-	// A leaf from one authority is trusted by the other: they are the same pki.CA.
+	// A leaf from one authority is trusted by the other: they are the same CA.
 	leaf := issue(t, created, testRunner, time.Hour)
 	cert, _ := leaf.Certificate()
 	if _, err := verifyPeerCert(cert, loaded); err != nil {
@@ -56,7 +57,7 @@ func TestLoadOrCreateRoundTrip(t *testing.T) {
 func TestLoadOrCreateFillsEmptySecret(t *testing.T) {
 	ctx := context.Background()
 	empty := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: caSecretKey.Name, Namespace: caSecretKey.Namespace}, Type: corev1.SecretTypeOpaque}
-	s := newFakeCASecret(func(b *fake.ClientBuilder) { b.WithObjects(empty) })
+	s := newFakeStore(func(b *fake.ClientBuilder) { b.WithObjects(empty) })
 	a, err := s.LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +68,7 @@ func TestLoadOrCreateFillsEmptySecret(t *testing.T) {
 	}
 	cur, _ := a.CAs()
 	if string(stored.Data[SecretKeyCACert]) != string(cur.CertPEM()) {
-		t.Fatal("the empty Secret was not filled with the pki.CA in use")
+		t.Fatal("the empty Secret was not filled with the CA in use")
 	}
 }
 
@@ -78,10 +79,10 @@ func TestLoadOrCreateRefusesCorruptSecret(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: caSecretKey.Name, Namespace: caSecretKey.Namespace},
 		Data:       map[string][]byte{SecretKeyCACert: []byte("not a certificate"), SecretKeyCAKey: []byte(keyMaterial)},
 	}
-	s := newFakeCASecret(func(b *fake.ClientBuilder) { b.WithObjects(corrupt) })
+	s := newFakeStore(func(b *fake.ClientBuilder) { b.WithObjects(corrupt) })
 	_, err := s.LoadOrCreate(ctx, pki.Options{})
 	if err == nil {
-		t.Fatal("loaded a corrupt pki.CA Secret")
+		t.Fatal("loaded a corrupt CA Secret")
 	}
 	if strings.Contains(err.Error(), "c2VjcmV0") {
 		t.Fatalf("error leaks key material: %v", err)
@@ -94,12 +95,12 @@ func TestLoadOrCreateRefusesCorruptSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(stored.Data[SecretKeyCACert]) != "not a certificate" {
-		t.Fatal("a corrupt pki.CA Secret was overwritten")
+		t.Fatal("a corrupt CA Secret was overwritten")
 	}
 }
 
 // TestLoadOrCreateAdoptsRivalCreate: a replica that loses the create race
-// adopts the winner's pki.CA.
+// adopts the winner's CA.
 func TestLoadOrCreateAdoptsRivalCreate(t *testing.T) {
 	ctx := context.Background()
 	base := fake.NewClientBuilder().Build()
@@ -121,7 +122,7 @@ func TestLoadOrCreateAdoptsRivalCreate(t *testing.T) {
 	ours, _ := a.CAs()
 	theirs, _ := rival.CAs()
 	if !ours.Equal(theirs) {
-		t.Fatal("the losing replica kept its own pki.CA")
+		t.Fatal("the losing replica kept its own CA")
 	}
 }
 
@@ -138,7 +139,7 @@ func (c *createInterceptor) Create(ctx context.Context, obj client.Object, opts 
 func TestReloadPicksUpRotation(t *testing.T) {
 	ctx := context.Background()
 	clock := pkitest.NewClock(time.Now())
-	s := newFakeCASecret()
+	s := newFakeStore()
 	leader, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -177,4 +178,50 @@ func verifyPeerCert(c *x509.Certificate, trust pki.TrustSource) (pki.Identity, e
 		return "", err
 	}
 	return pki.IdentityFromCertificate(c)
+}
+
+// TestCAExpiryGaugeFollowsTheStoredCA: the alert on
+// terrace_ca_expiry_timestamp_seconds must see the CA the controller
+// holds after it loads, rotates or reloads one.
+func TestCAExpiryGaugeFollowsTheStoredCA(t *testing.T) {
+	ctx := context.Background()
+	clock := pkitest.NewClock(time.Now())
+	s := newFakeStore()
+	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := func() float64 {
+		var m dto.Metric
+		if err := caExpiry.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetGauge().GetValue()
+	}
+	held := func(a *pki.Authority) float64 {
+		current, _ := a.CAs()
+		return float64(current.Certificate().NotAfter.Unix())
+	}
+	if got, want := expiry(), held(a); got != want {
+		t.Fatalf("after LoadOrCreate the gauge says %v, want %v", got, want)
+	}
+	loaded := held(a)
+	clock.Advance(a.Options().CAValidity * 3 / 4)
+	if rotated, err := s.RotateIfDue(ctx, a, DefaultRotateWhenRemaining); err != nil || !rotated {
+		t.Fatalf("RotateIfDue = %v, %v; want a rotation", rotated, err)
+	}
+	if got, want := expiry(), held(a); got != want || got == loaded {
+		t.Fatalf("after rotation the gauge says %v, want the new CA's %v", got, want)
+	}
+	caExpiry.Set(0)
+	other, err := pki.NewAuthorityWithOptions(pki.Options{}) // a replica that has not read the Secret yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := s.Reload(ctx, other); err != nil || !changed {
+		t.Fatalf("Reload = %v, %v; want a change", changed, err)
+	}
+	if got, want := expiry(), held(a); got != want {
+		t.Fatalf("after Reload the gauge says %v, want %v", got, want)
+	}
 }

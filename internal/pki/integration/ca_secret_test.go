@@ -80,7 +80,7 @@ func TestConcurrentLoadOrCreateConvergesOnOneCA(t *testing.T) {
 }
 
 // TestConcurrentRotationRotatesOnce: two writers that both find rotation due
-// produce one new CA, and a replica running CASync picks it up.
+// produce one new CA, and a replica running Sync picks it up.
 func TestConcurrentRotationRotatesOnce(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -106,7 +106,7 @@ func TestConcurrentRotationRotatesOnce(t *testing.T) {
 	syncCtx, stopSync := context.WithCancel(ctx)
 	syncDone := make(chan error, 1)
 	go func() {
-		syncDone <- (&casecret.CASync{Secret: stores[2], Authority: authorities[2], Interval: 50 * time.Millisecond}).Start(syncCtx)
+		syncDone <- (&casecret.Sync{Store: stores[2], Authority: authorities[2], Interval: 50 * time.Millisecond}).Start(syncCtx)
 	}()
 	defer func() {
 		stopSync()
