@@ -21,9 +21,8 @@ const (
 
 // rotationDue reports whether ca has less than fraction of its lifetime left at now.
 func rotationDue(ca *pki.CA, now time.Time, fraction float64) bool {
-	lifetime := ca.Certificate().NotAfter.Sub(ca.Created())
-	remaining := ca.Certificate().NotAfter.Sub(now)
-	return float64(remaining) < float64(lifetime)*fraction
+	notAfter := ca.Certificate().NotAfter
+	return float64(notAfter.Sub(now)) < float64(notAfter.Sub(ca.Created()))*fraction
 }
 
 // checkRotationFraction refuses fractions that would drop a previous CA that

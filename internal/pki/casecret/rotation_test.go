@@ -77,6 +77,16 @@ func controllerClient(cert *tls.Certificate, trust pki.TrustSource, runner pki.I
 	return pki.ClientTLSConfig(pki.StaticCertificate(*cert), trust, runner)
 }
 
+// mustLoad is s.LoadOrCreate for a test that expects it to succeed.
+func mustLoad(t *testing.T, s *Store, opts pki.Options) *pki.Authority {
+	t.Helper()
+	a, err := s.LoadOrCreate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func issue(t *testing.T, a *pki.Authority, id pki.Identity, validity time.Duration) *pki.Leaf {
 	t.Helper()
 	l, err := a.Issue(pki.LeafRequest{Identity: id, Validity: validity})
@@ -94,10 +104,7 @@ func TestRotationOverlap(t *testing.T) {
 	clock := pkitest.NewClock(time.Now())
 	at := func(cfg *tls.Config) *tls.Config { cfg.Time = clock.Now; return cfg }
 	s := newFakeStore()
-	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustLoad(t, s, pki.Options{Clock: clock.Now})
 	ca1, _ := a.CAs()
 
 	clock.Advance(200 * day) // 165 of 365 days left: not yet
@@ -181,10 +188,7 @@ func TestRotationOverlap(t *testing.T) {
 	if rotated, err := s.RotateIfDue(ctx, a, DefaultRotateWhenRemaining); err != nil || !rotated {
 		t.Fatalf("second rotation: rotated=%v err=%v", rotated, err)
 	}
-	reloaded, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reloaded := mustLoad(t, s, pki.Options{Clock: clock.Now})
 	cur, prev := reloaded.CAs()
 	if !prev.Equal(ca2) || cur.Equal(ca2) || cur.Equal(ca1) {
 		t.Fatal("the Secret after the second rotation must hold a third CA and CA2")
@@ -222,10 +226,7 @@ func issueWith(t *testing.T, ca *pki.CA, id pki.Identity, at time.Time) *x509.Ce
 
 func TestRotationThresholdChecked(t *testing.T) {
 	s := newFakeStore()
-	a, err := s.LoadOrCreate(context.Background(), pki.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustLoad(t, s, pki.Options{})
 	for _, fraction := range []float64{0, 0.6, 0.001} {
 		if _, err := s.RotateIfDue(context.Background(), a, fraction); err == nil {
 			t.Errorf("fraction %v accepted", fraction)
@@ -239,14 +240,8 @@ func TestRotationAdoptsRivalWrite(t *testing.T) {
 	ctx := context.Background()
 	clock := pkitest.NewClock(time.Now())
 	s := newFakeStore()
-	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rival, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustLoad(t, s, pki.Options{Clock: clock.Now})
+	rival := mustLoad(t, s, pki.Options{Clock: clock.Now})
 	clock.Advance(300 * day)
 
 	// Wrap the client so the rival rotates just before our update lands.
@@ -294,10 +289,7 @@ func TestCARotationRunnable(t *testing.T) {
 	defer cancel()
 	clock := pkitest.NewClock(time.Now())
 	s := newFakeStore()
-	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustLoad(t, s, pki.Options{Clock: clock.Now})
 	original, _ := a.CAs()
 	clock.Advance(300 * day)
 

@@ -20,10 +20,7 @@ import (
 func TestLoadOrCreateRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s := newFakeStore()
-	created, err := s.LoadOrCreate(ctx, pki.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := mustLoad(t, s, pki.Options{})
 	secret := &corev1.Secret{}
 	if err := s.Client.Get(ctx, caSecretKey, secret); err != nil {
 		t.Fatal(err)
@@ -35,10 +32,7 @@ func TestLoadOrCreateRoundTrip(t *testing.T) {
 		t.Fatal("a new CA Secret has a previous CA")
 	}
 
-	loaded, err := s.LoadOrCreate(ctx, pki.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	loaded := mustLoad(t, s, pki.Options{})
 	c1, _ := created.CAs()
 	c2, p2 := loaded.CAs()
 	if !c1.Equal(c2) || p2 != nil {
@@ -58,10 +52,7 @@ func TestLoadOrCreateFillsEmptySecret(t *testing.T) {
 	ctx := context.Background()
 	empty := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: caSecretKey.Name, Namespace: caSecretKey.Namespace}, Type: corev1.SecretTypeOpaque}
 	s := newFakeStore(func(b *fake.ClientBuilder) { b.WithObjects(empty) })
-	a, err := s.LoadOrCreate(ctx, pki.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustLoad(t, s, pki.Options{})
 	stored := &corev1.Secret{}
 	if err := s.Client.Get(ctx, caSecretKey, stored); err != nil {
 		t.Fatal(err)
@@ -140,14 +131,8 @@ func TestReloadPicksUpRotation(t *testing.T) {
 	ctx := context.Background()
 	clock := pkitest.NewClock(time.Now())
 	s := newFakeStore()
-	leader, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	follower, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	leader := mustLoad(t, s, pki.Options{Clock: clock.Now})
+	follower := mustLoad(t, s, pki.Options{Clock: clock.Now})
 	if changed, err := s.Reload(ctx, follower); err != nil || changed {
 		t.Fatalf("changed=%v err=%v without a rotation", changed, err)
 	}
@@ -187,10 +172,7 @@ func TestCAExpiryGaugeFollowsTheStoredCA(t *testing.T) {
 	ctx := context.Background()
 	clock := pkitest.NewClock(time.Now())
 	s := newFakeStore()
-	a, err := s.LoadOrCreate(ctx, pki.Options{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustLoad(t, s, pki.Options{Clock: clock.Now})
 	expiry := func() float64 {
 		var m dto.Metric
 		if err := caExpiry.Write(&m); err != nil {
