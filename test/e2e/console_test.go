@@ -202,7 +202,10 @@ func TestConsoleInABrowser(t *testing.T) {
 		// A marker that a reload would lose.
 		tb.eval(`String(window.notReloaded = true)`)
 		tb.do(chromedp.Click(chromedp.CSS("#approve")),
-			waitFor(`document.querySelector('#release')?.textContent === '2' && document.querySelector('#phase [data-phase]')?.dataset.phase === 'Ready' && document.querySelector('#releases tr[data-revision="2"]')`, stackTimeout))
+			waitFor(`document.querySelector('#release')?.textContent === '2' && document.querySelector('#phase [data-phase]')?.dataset.phase === 'Ready' && document.querySelector('#releases tr[data-revision="2"]')`, stackTimeout),
+			// The page reloads releases and outputs with two calls when the
+			// release moves; the outputs' answer may come second.
+			waitFor(`document.querySelector('#outputs')?.textContent.includes(`+strconv.Quote(greeting)+`)`, stackTimeout))
 		if tb.eval(`String(window.notReloaded === true)`) != "true" {
 			t.Error("the page was reloaded")
 		}
