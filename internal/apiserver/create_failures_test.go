@@ -203,17 +203,25 @@ func (at *apiTest) setInstallerRules(t *testing.T, rules []rbacv1.PolicyRule) {
 		t.Error(err)
 		return
 	}
+	at.waitForInstallerAccess(t, authorizationv1.ResourceAttributes{Namespace: at.namespace, Verb: "create", Group: "terrace.dev", Resource: "stacks"}, false)
+}
+
+// waitForInstallerAccess waits until the Kubernetes API server's authorizer,
+// which reads RBAC through its own informers, answers allowed for the
+// installer: a Role or binding just written is not in force at once.
+func (at *apiTest) waitForInstallerAccess(t *testing.T, attributes authorizationv1.ResourceAttributes, allowed bool) {
+	t.Helper()
 	user := "system:serviceaccount:" + at.namespace + ":installer"
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		review, err := mustClientset(t).AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: at.namespace, Verb: "create", Group: "terrace.dev", Resource: "stacks"},
+		review, err := mustClientset(t).AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + at.namespace, "system:authenticated"},
+			ResourceAttributes: &attributes,
 		}}, metav1.CreateOptions{})
-		if err == nil && !review.Status.Allowed {
+		if err == nil && review.Status.Allowed == allowed {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Error("the authorizer never saw the installer's new rules")
+	t.Errorf("the authorizer never answered allowed=%v for the installer: %+v", allowed, attributes)
 }

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,5 +118,10 @@ func bindInstaller(t *testing.T, at *apiTest, ns string, rules ...rbacv1.PolicyR
 	}
 	if err := env.Client.Create(context.Background(), binding); err != nil {
 		t.Fatal(err)
+	}
+	for _, rule := range rules {
+		for _, resource := range rule.Resources {
+			at.waitForInstallerAccess(t, authorizationv1.ResourceAttributes{Namespace: ns, Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: resource}, true)
+		}
 	}
 }

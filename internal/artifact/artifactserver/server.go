@@ -19,6 +19,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -289,6 +291,12 @@ func (s *Server) serveProgram(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("generation %d of program %s/%s is invalid: %s", generation, namespace, name, msg), http.StatusConflict)
 		return
 	}
+	if !judged(program) {
+		// Runs learn the URL from status.artifact, which the controller
+		// writes with its verdict; a URL made up ahead of it waits.
+		http.Error(w, fmt.Sprintf("generation %d of program %s/%s is not yet checked by the controller; retry later", generation, namespace, name), http.StatusServiceUnavailable)
+		return
+	}
 
 	built, err := s.artifactOf(program)
 	if err != nil {
@@ -314,28 +322,41 @@ func (s *Server) serveProgram(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(built.data)
 }
 
-// getProgram reads the Program from the cache and, when the cache does not
-// have it or has an older generation than asked for (another replica's
-// controller may be ahead of this replica's cache), from the API server.
+// getProgram reads the Program from the cache and, when the cache cannot
+// answer for the generation asked for, from the API server. Another
+// replica's controller may be ahead of this replica's cache in two ways: a
+// newer generation the cache has not seen, or the right generation whose
+// status the cache holds from before the controller judged it. Serving the
+// latter would hand out a generation the controller found invalid.
 func (s *Server) getProgram(ctx context.Context, key types.NamespacedName, generation int64) (*terracev1.Program, error) {
 	p := &terracev1.Program{}
 	err := s.cached.Get(ctx, key, p)
-	if s.live == nil || (err == nil && p.Generation >= generation) || (err != nil && !apierrors.IsNotFound(err)) {
+	cacheAnswers := err == nil && (p.Generation > generation || (p.Generation == generation && judged(p)))
+	if s.live == nil || cacheAnswers || (err != nil && !apierrors.IsNotFound(err)) {
 		return p, err
 	}
 	p = &terracev1.Program{}
 	return p, s.live.Get(ctx, key, p)
 }
 
+// judged reports whether the Program's controller has written its verdict on
+// the current generation: a Ready condition that observed it.
+func judged(p *terracev1.Program) bool {
+	ready := readyCondition(p)
+	return ready != nil && ready.ObservedGeneration == p.Generation
+}
+
 // invalidGeneration reports whether the controller found the Program's
 // current generation invalid, with the Ready message saying why.
 func invalidGeneration(p *terracev1.Program) (string, bool) {
-	for _, c := range p.Status.Conditions {
-		if c.Type == terracev1.ReadyCondition && c.Reason == terracev1.InvalidProgramReason && c.ObservedGeneration == p.Generation {
-			return c.Message, true
-		}
+	if ready := readyCondition(p); judged(p) && ready.Reason == terracev1.InvalidProgramReason {
+		return ready.Message, true
 	}
 	return "", false
+}
+
+func readyCondition(p *terracev1.Program) *metav1.Condition {
+	return meta.FindStatusCondition(p.Status.Conditions, terracev1.ReadyCondition)
 }
 
 func (s *Server) artifactOf(p *terracev1.Program) (builtArtifact, error) {

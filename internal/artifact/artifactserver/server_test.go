@@ -44,6 +44,15 @@ func testProgram(namespace, name string, generation int64, files map[string]stri
 	for k, v := range files {
 		p.Spec.Files[k] = terracev1.ProgramFile(v)
 	}
+	p.Status.Conditions = []metav1.Condition{{Type: terracev1.ReadyCondition, Status: metav1.ConditionTrue, Reason: terracev1.ArtifactReadyReason, ObservedGeneration: generation}}
+	return p
+}
+
+// invalidProgram is testProgram as the controller leaves a generation it
+// found invalid.
+func invalidProgram(namespace, name string, generation int64, files map[string]string, why string) *terracev1.Program {
+	p := testProgram(namespace, name, generation, files)
+	p.Status.Conditions = []metav1.Condition{{Type: terracev1.ReadyCondition, Status: metav1.ConditionFalse, Reason: terracev1.InvalidProgramReason, Message: why, ObservedGeneration: generation}}
 	return p
 }
 
@@ -100,9 +109,10 @@ func counterValue(tb testing.TB, code string) float64 {
 func TestServerAnswers(t *testing.T) {
 	p := newPeers(t)
 	current := testProgram("team-a", "net", 3, map[string]string{"main.tf": "locals {}\n", "modules/x/main.tf": "output \"a\" { value = 1 }\n"})
-	invalid := testProgram("team-a", "broken", 2, map[string]string{"main.tf": "locals {\n"})
-	invalid.Status.Conditions = []metav1.Condition{{Type: terracev1.ReadyCondition, Status: metav1.ConditionFalse, Reason: terracev1.InvalidProgramReason, Message: "main.tf:1:9: Unclosed configuration block", ObservedGeneration: 2}}
-	srv := p.server(t, ServerOptions{}, readerWith(t, current, invalid), nil)
+	invalid := invalidProgram("team-a", "broken", 2, map[string]string{"main.tf": "locals {\n"}, "main.tf:1:9: Unclosed configuration block")
+	unjudged := testProgram("team-a", "new", 1, map[string]string{"main.tf": "locals {}\n"})
+	unjudged.Status.Conditions = nil
+	srv := p.server(t, ServerOptions{}, readerWith(t, current, invalid, unjudged), nil)
 	handler := srv.Handler()
 	data, digest, err := BuildProgram(current)
 	if err != nil {
@@ -128,6 +138,7 @@ func TestServerAnswers(t *testing.T) {
 		{name: "future generation", path: "/programs/team-a/net/4.tar.gz", identity: runnerA, wantCode: 404, wantBody: "no generation 4"},
 		{name: "missing program", path: "/programs/team-a/nope/1.tar.gz", identity: runnerA, wantCode: 404, wantBody: "not found"},
 		{name: "invalid generation", path: "/programs/team-a/broken/2.tar.gz", identity: runnerA, wantCode: 409, wantBody: "main.tf:1:9: Unclosed configuration block"},
+		{name: "generation not yet checked", path: "/programs/team-a/new/1.tar.gz", identity: runnerA, wantCode: 503, wantBody: "not yet checked"},
 		{name: "not a number", path: "/programs/team-a/net/x.tar.gz", identity: runnerA, wantCode: 404},
 		{name: "leading zero", path: "/programs/team-a/net/03.tar.gz", identity: runnerA, wantCode: 404},
 		{name: "generation zero", path: "/programs/team-a/net/0.tar.gz", identity: runnerA, wantCode: 404},
@@ -183,8 +194,14 @@ func TestServerReadsLiveWhenTheCacheLags(t *testing.T) {
 	old := testProgram("ns", "p", 1, map[string]string{"main.tf": "locals { v = 1 }\n"})
 	newer := testProgram("ns", "p", 2, map[string]string{"main.tf": "locals { v = 2 }\n"})
 	created := testProgram("ns", "fresh", 1, map[string]string{"main.tf": "locals {}\n"})
-	srv := p.server(t, ServerOptions{}, readerWith(t, old), readerWith(t, newer, created))
-	for path, want := range map[string]*terracev1.Program{"/programs/ns/p/2.tar.gz": newer, "/programs/ns/fresh/1.tar.gz": created} {
+	// The cache has generation 2 of "fixed" from before the controller
+	// judged it; the API server has the verdict.
+	fixedFiles := map[string]string{"main.tf": "locals { w = 2 }\n"}
+	fixedCached := testProgram("ns", "fixed", 2, fixedFiles)
+	fixedCached.Status.Conditions[0].ObservedGeneration = 1
+	fixedLive := testProgram("ns", "fixed", 2, fixedFiles)
+	srv := p.server(t, ServerOptions{}, readerWith(t, old, fixedCached), readerWith(t, newer, created, fixedLive))
+	for path, want := range map[string]*terracev1.Program{"/programs/ns/p/2.tar.gz": newer, "/programs/ns/fresh/1.tar.gz": created, "/programs/ns/fixed/2.tar.gz": fixedLive} {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		req.TLS = p.connectionState(t, pki.RunnerIdentity("ns", "s", "r"))
 		rec := httptest.NewRecorder()
@@ -193,6 +210,20 @@ func TestServerReadsLiveWhenTheCacheLags(t *testing.T) {
 		if rec.Code != 200 || artifact.Digest(rec.Body.Bytes()) != digest {
 			t.Fatalf("%s: code %d, body %q", path, rec.Code, rec.Body.String())
 		}
+	}
+
+	// A cached copy whose status predates the controller's verdict is not
+	// served: the live copy says the generation is invalid.
+	brokenFiles := map[string]string{"main.tf": "locals {\n"}
+	brokenCached := testProgram("ns", "broken", 3, brokenFiles)
+	brokenCached.Status.Conditions[0].ObservedGeneration = 2
+	srv = p.server(t, ServerOptions{}, readerWith(t, brokenCached), readerWith(t, invalidProgram("ns", "broken", 3, brokenFiles, "main.tf:1:9: Unclosed")))
+	req := httptest.NewRequest(http.MethodGet, "/programs/ns/broken/3.tar.gz", nil)
+	req.TLS = p.connectionState(t, pki.RunnerIdentity("ns", "s", "r"))
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "Unclosed") {
+		t.Fatalf("a generation whose verdict the cache lacks: code %d, body %q", rec.Code, rec.Body.String())
 	}
 }
 
