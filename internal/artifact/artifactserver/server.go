@@ -19,13 +19,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 )
 
@@ -342,21 +342,24 @@ func (s *Server) getProgram(ctx context.Context, key types.NamespacedName, gener
 // judged reports whether the Program's controller has written its verdict on
 // the current generation: a Ready condition that observed it.
 func judged(p *terracev1.Program) bool {
-	ready := readyCondition(p)
-	return ready != nil && ready.ObservedGeneration == p.Generation
+	return verdict(p) != nil
+}
+
+// verdict is the Ready condition when it observed the current generation.
+func verdict(p *terracev1.Program) *metav1.Condition {
+	if ready := reconcile.Get(p, terracev1.ReadyCondition); ready != nil && ready.ObservedGeneration == p.Generation {
+		return ready
+	}
+	return nil
 }
 
 // invalidGeneration reports whether the controller found the Program's
 // current generation invalid, with the Ready message saying why.
 func invalidGeneration(p *terracev1.Program) (string, bool) {
-	if ready := readyCondition(p); judged(p) && ready.Reason == terracev1.InvalidProgramReason {
+	if ready := verdict(p); ready != nil && ready.Reason == terracev1.InvalidProgramReason {
 		return ready.Message, true
 	}
 	return "", false
-}
-
-func readyCondition(p *terracev1.Program) *metav1.Condition {
-	return meta.FindStatusCondition(p.Status.Conditions, terracev1.ReadyCondition)
 }
 
 func (s *Server) artifactOf(p *terracev1.Program) (builtArtifact, error) {
