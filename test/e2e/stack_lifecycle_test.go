@@ -219,16 +219,21 @@ func (e *stackEnv) stateOf(t *testing.T, stack string) (*state.State, *state.Loc
 	return st, lock
 }
 
-// runnerPid finds the process of the Stack's runner pod once it runs.
-func (e *stackEnv) runnerPid(t *testing.T, stack string) int {
+// runnerPid finds the process of the runner pod of the Stack's run runID
+// once it runs. It matches the run's label, not only the Stack's, and skips
+// pods being deleted: a finished run's pod can still have a live process.
+func (e *stackEnv) runnerPid(t *testing.T, stack, runID string) int {
 	t.Helper()
 	var pid int
-	eventually(t, stackTimeout, "a runner process", func() error {
+	eventually(t, stackTimeout, "a runner process of run "+runID, func() error {
 		var pods corev1.PodList
-		if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{"terrace.dev/stack": stack}); err != nil {
+		if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{"terrace.dev/stack": stack, "terrace.dev/run": runID}); err != nil {
 			return err
 		}
 		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
 			for _, candidate := range e.dev.Node.Pids() {
 				env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(candidate), "environ"))
 				if err == nil && strings.Contains(string(env), "POD_NAME="+p.Name+"\x00") {
@@ -242,15 +247,20 @@ func (e *stackEnv) runnerPid(t *testing.T, stack string) int {
 	return pid
 }
 
-// waitApplying waits until the Stack's run is applying (its Ready message says so).
-func (e *stackEnv) waitApplying(t *testing.T) {
+// waitApplying waits until the Stack runs again after run previous and
+// returns the new run's ID.
+func (e *stackEnv) waitApplying(t *testing.T, previous string) string {
 	t.Helper()
-	e.waitStack(t, "slow", stackTimeout, "a run in progress", func(s *terracev1.Stack) error {
+	s := e.waitStack(t, "slow", stackTimeout, "a run in progress", func(s *terracev1.Stack) error {
 		if !reconcile.IsTrue(s, terracev1.ReconcilingCondition) {
 			return fmt.Errorf("not reconciling")
 		}
+		if s.Status.CurrentRun == "" || s.Status.CurrentRun == previous {
+			return fmt.Errorf("still at run %q", s.Status.CurrentRun)
+		}
 		return nil
 	})
+	return s.Status.CurrentRun
 }
 
 func (e *stackEnv) assertRecovered(t *testing.T, before *state.State, wantGeneration string) {
@@ -278,12 +288,12 @@ func slowRunInProgress(t *testing.T, generation string) (e *stackEnv, before *st
 	e = newStackEnv(t)
 	e.program(t, "slow", map[string]string{"main.tf": slowModule})
 	e.create(t, slowStack())
-	e.waitStack(t, "slow", stackTimeout, "Ready", readyAt)
+	first := e.waitStack(t, "slow", stackTimeout, "Ready", readyAt)
 	before, _ = e.stateOf(t, "slow")
 
 	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Vars["generation"] = apiextensionsv1.JSON{Raw: []byte(generation)} })
-	e.waitApplying(t)
-	runnerPid = e.runnerPid(t, "slow")
+	run := e.waitApplying(t, first.Status.CurrentRun)
+	runnerPid = e.runnerPid(t, "slow", run)
 	eventually(t, 60*time.Second, "tofu running under the runner", func() error {
 		if len(descendants(runnerPid)) == 0 {
 			return fmt.Errorf("no child process yet")

@@ -80,7 +80,7 @@ func TestStackRunTimeout(t *testing.T) {
 		_, err := os.Stat(marker + "-2")
 		return err
 	})
-	runner := e.runnerPid(t, "slow")
+	runner := e.runnerPid(t, "slow", e.getStack(t, "slow").Status.CurrentRun)
 
 	failed := e.waitStack(t, "slow", 30*time.Second, "the run reported as timed out", func(s *terracev1.Stack) error {
 		ready := reconcile.Get(s, terracev1.ReadyCondition)
