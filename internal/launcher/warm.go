@@ -198,10 +198,24 @@ func (l *Launcher) Claim(ctx context.Context, w *Run, spec RunSpec) (*Run, error
 	return run, nil
 }
 
-// claimPod relabels the pod for its run, then hands it the run's certificate.
+// claimPod relabels the pod for its run and, at the same time, hands it the
+// run's certificate: the two are independent, and a run claims on its
+// critical path. Holding the certificate opens nothing before the label is
+// in place (the state server accepts a run's certificate only from a pod
+// labelled with the run), and the runner uses it only when the controller
+// sends the run's first command, after claimPod returned. On failure the
+// caller deletes the pod, certificate and all.
 func (l *Launcher) claimPod(ctx context.Context, run *Run, p podParams) error {
-	stack := p.spec.Stack
 	pod := run.last
+	relabelled := make(chan error, 1)
+	go func() { relabelled <- l.relabelForRun(ctx, pod, p) }()
+	claimErr := l.handOverCertificate(run, p)
+	return errors.Join(<-relabelled, claimErr)
+}
+
+// relabelForRun gives a warm pod its run's labels, owner and deadline.
+func (l *Launcher) relabelForRun(ctx context.Context, pod *corev1.Pod, p podParams) error {
+	stack := p.spec.Stack
 	age := time.Duration(0)
 	if pod.Status.StartTime != nil {
 		age = time.Since(pod.Status.StartTime.Time)
@@ -216,6 +230,13 @@ func (l *Launcher) claimPod(ctx context.Context, run *Run, p podParams) error {
 	if _, err := l.opts.Client.CoreV1().Pods(stack.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("failed to label warm runner pod %s for run %s: %w", pod.Name, p.spec.RunID, err)
 	}
+	return nil
+}
+
+// handOverCertificate issues the run's certificate and gives it to the
+// warm runner over the controller's mutual TLS connection.
+func (l *Launcher) handOverCertificate(run *Run, p podParams) error {
+	stack := p.spec.Stack
 	identity := pki.RunnerIdentity(stack.Namespace, stack.Name, p.spec.RunID)
 	validity := min(p.deadline+10*time.Minute, l.opts.Authority.Options().MaxLeafValidity)
 	leaf, err := l.opts.Authority.Issue(pki.LeafRequest{Identity: identity, Validity: validity})
@@ -227,7 +248,7 @@ func (l *Launcher) claimPod(ctx context.Context, run *Run, p podParams) error {
 		return err
 	}
 	if got != identity {
-		return fmt.Errorf("warm runner pod %s claimed as %s, want %s", pod.Name, got, identity)
+		return fmt.Errorf("warm runner pod %s claimed as %s, want %s", run.pod.Name, got, identity)
 	}
 	return nil
 }
