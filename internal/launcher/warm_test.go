@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
@@ -146,6 +148,32 @@ func TestClaimChecksTheRunnerPolicy(t *testing.T) {
 		t.Fatalf("Claim with an image the policy refuses answered %v, want ErrPolicyViolation", err)
 	}
 	f.gone("refused warm pod", func(ctx context.Context) error {
+		_, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
+		return err
+	})
+}
+
+// TestClaimFailsWhenTheRunnerRefusesTheCertificate: the pod is relabelled
+// while the runner is handed the run's certificate; when the runner
+// refuses it (here: claimed already, behind the launcher's back), Claim
+// reports the runner's answer once the relabel is done, and the pod, now
+// labelled for the run, is deleted, never used for it.
+func TestClaimFailsWhenTheRunnerRefusesTheCertificate(t *testing.T) {
+	f := newFixture(t)
+	w := f.startWarmReady()
+	ctx := context.Background()
+	other, err := f.authority.Issue(pki.LeafRequest{Identity: pki.RunnerIdentity(f.stack.Namespace, f.stack.Name, "someotherrun"), Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Client().Claim(ctx, other); err != nil {
+		t.Fatalf("claiming the warm runner directly: %v", err)
+	}
+	_, err = f.launcher.Claim(ctx, w, f.spec(w.ID()))
+	if err == nil || !strings.Contains(err.Error(), "already claimed") {
+		t.Fatalf("Claim of a runner claimed already answered %v, want the runner's refusal", err)
+	}
+	f.gone("warm pod whose runner refused the claim", func(ctx context.Context) error {
 		_, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
 		return err
 	})
