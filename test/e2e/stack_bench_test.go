@@ -48,7 +48,10 @@ const benchConcurrency = 8
 // It reports seconds for both, their ratio, the test process's peak Go
 // heap (the controller runs in this process) and, when the benchmark
 // started the controller itself, the controller's API requests per Stack
-// (the warm pool's included). With -v it logs the runner's own log of the
+// (the warm pool's included), and the CPU time per Stack of each part (the
+// control plane's processes, the runner pods with their tofu, this
+// process) against the direct applies' (cpu-ratio): on few cores both
+// sides are bound by CPU. With -v it logs the runner's own log of the
 // first Stack's run, which says where that run's time went.
 // TERRACE_BENCH_STACKS=1000 runs that fleet size instead (make fleet).
 // TERRACE_BENCH_CONTROLLER=process runs the built controller as its own
@@ -83,7 +86,9 @@ func BenchmarkStackToReady(b *testing.B) {
 // benchStacksOnce is one measurement of n Stacks against n direct applies.
 func benchStacksOnce(b *testing.B, n, warm int) {
 	waitNoNamespaceTerminating(b)
+	directCPU := childrenCPU()
 	direct, directDone := directApplies(b, n, benchConcurrency)
+	directCPU = childrenCPU() - directCPU
 	e := newStackEnv(b)
 	defer e.removeStacks(b) // before the next iteration, with -benchtime Nx too
 	e.prepareBench(b, warm)
@@ -99,9 +104,11 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		processCalls = mustRequests(b, p)
 	}
 	served := clusterRequests(b, e.cs)
+	cpuBefore := sampleCPU(e)
 	b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
 	terrace, terraceDone, peak := e.stacksToReady(b, n)
 	b.Logf("clock stops at %s", time.Now().Format("15:04:05.000"))
+	reportCPU(b, cpuBefore, sampleCPU(e), directCPU, n)
 	b.ReportMetric(logClusterRequests(b, served, clusterRequests(b, e.cs), n), "cluster-requests/stack")
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")

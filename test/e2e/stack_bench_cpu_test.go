@@ -1,0 +1,107 @@
+package e2e
+
+// The CPU time each part of the dev cluster spends, for the benchmark: on
+// a machine of few cores both sides of the comparison are bound by CPU, so
+// where a Stack's CPU goes says what a faster run would have to take away.
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clockTick is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTimes is CPU time by part: the control plane's processes by name, the
+// controller process when the benchmark started one, "test process" (this
+// process: devnode, and the controller when it runs here) and "runner
+// pods" (the runners and the tofu they start: reaped children of this
+// process, and those still running).
+type cpuTimes map[string]time.Duration
+
+// procCPU reads a process's own CPU time and that of its reaped children.
+func procCPU(pid int) (self, children time.Duration, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command name, in parentheses, may hold spaces: fields follow the last ')'.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(fields) < 15 {
+		return 0, 0, false
+	}
+	tick := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(fields[i], 10, 64)
+		return time.Duration(n) * clockTick
+	}
+	// utime, stime, cutime, cstime are fields 14–17 of stat(5); fields[0] is field 3.
+	return tick(11) + tick(12), tick(13) + tick(14), true
+}
+
+func procName(pid int) string {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return strconv.Itoa(pid)
+	}
+	return strings.TrimSpace(string(comm))
+}
+
+// sampleCPU reads the CPU time of every part so far.
+func sampleCPU(e *stackEnv) cpuTimes {
+	t := cpuTimes{}
+	for _, pid := range e.dev.Cluster.Pids() {
+		if self, children, ok := procCPU(pid); ok {
+			t[procName(pid)] += self + children
+		}
+	}
+	if p := benchController; p != nil {
+		if self, children, ok := procCPU(p.cmd.Process.Pid); ok {
+			t["controller process"] = self + children
+		}
+	}
+	if self, children, ok := procCPU(os.Getpid()); ok {
+		t["test process"] = self
+		t["runner pods"] = children
+	}
+	for _, pid := range e.dev.Node.Pids() {
+		if self, children, ok := procCPU(pid); ok {
+			t["runner pods"] += self + children
+		}
+	}
+	return t
+}
+
+// childrenCPU is the CPU time of this process's reaped children: the
+// direct applies' tofu processes, measured around them.
+func childrenCPU() time.Duration {
+	_, children, _ := procCPU(os.Getpid())
+	return children
+}
+
+// reportCPU logs and reports each part's CPU time per Stack between two
+// samples, their sum, and the sum's ratio to the direct applies' CPU.
+// The direct applies ran alone, before the cluster's work was measured.
+func reportCPU(b *testing.B, before, after cpuTimes, direct time.Duration, n int) {
+	b.Helper()
+	var total time.Duration
+	var lines []string
+	for _, part := range slices.Sorted(maps.Keys(after)) {
+		d := after[part] - before[part]
+		total += d
+		lines = append(lines, fmt.Sprintf("%8.1f ms  %s", float64(d.Microseconds())/1000/float64(n), part))
+	}
+	lines = append(lines, fmt.Sprintf("%8.1f ms  all of Terrace's side", float64(total.Microseconds())/1000/float64(n)),
+		fmt.Sprintf("%8.1f ms  direct tofu init && apply", float64(direct.Microseconds())/1000/float64(n)))
+	b.Logf("CPU time per Stack by part:\n%s", strings.Join(lines, "\n"))
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(n), "cpu-ms/stack")
+	b.ReportMetric(float64(direct.Microseconds())/1000/float64(n), "direct-cpu-ms/stack")
+	if direct > 0 {
+		b.ReportMetric(float64(total)/float64(direct), "cpu-ratio")
+	}
+}
