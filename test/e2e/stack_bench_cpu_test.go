@@ -89,18 +89,19 @@ func childrenCPU() time.Duration {
 // The direct applies ran alone, before the cluster's work was measured.
 func reportCPU(b *testing.B, before, after cpuTimes, direct time.Duration, n int) {
 	b.Helper()
+	perStack := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
 	var total time.Duration
 	var lines []string
 	for _, part := range slices.Sorted(maps.Keys(after)) {
 		d := after[part] - before[part]
 		total += d
-		lines = append(lines, fmt.Sprintf("%8.1f ms  %s", float64(d.Microseconds())/1000/float64(n), part))
+		lines = append(lines, fmt.Sprintf("%8.1f ms  %s", perStack(d), part))
 	}
-	lines = append(lines, fmt.Sprintf("%8.1f ms  all of Terrace's side", float64(total.Microseconds())/1000/float64(n)),
-		fmt.Sprintf("%8.1f ms  direct tofu init && apply", float64(direct.Microseconds())/1000/float64(n)))
+	lines = append(lines, fmt.Sprintf("%8.1f ms  all of Terrace's side", perStack(total)),
+		fmt.Sprintf("%8.1f ms  direct tofu init && apply", perStack(direct)))
 	b.Logf("CPU time per Stack by part:\n%s", strings.Join(lines, "\n"))
-	b.ReportMetric(float64(total.Microseconds())/1000/float64(n), "cpu-ms/stack")
-	b.ReportMetric(float64(direct.Microseconds())/1000/float64(n), "direct-cpu-ms/stack")
+	b.ReportMetric(perStack(total), "cpu-ms/stack")
+	b.ReportMetric(perStack(direct), "direct-cpu-ms/stack")
 	if direct > 0 {
 		b.ReportMetric(float64(total)/float64(direct), "cpu-ratio")
 	}
