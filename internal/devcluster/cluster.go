@@ -61,6 +61,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// Log receives progress lines; discarded when unset.
 	Log logr.Logger
+	// Profiling serves kube-apiserver's /debug/pprof to admin clients, for
+	// benchmarks that ask where the API server's CPU goes (APIServerProfile).
+	Profiling bool
 }
 
 // Cluster is a running control plane.
@@ -213,7 +216,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--kubelet-client-key=" + f.kubeletClientKey,
 		"--kubelet-preferred-address-types=InternalIP",
 		"--kubelet-certificate-authority=" + f.caCert,
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(opts.Profiling),
 	})
 	if err != nil {
 		return err

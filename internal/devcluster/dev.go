@@ -108,6 +108,8 @@ type DevOptions struct {
 	PodEnv []corev1.EnvVar
 	// Log receives progress; discarded when unset.
 	Log logr.Logger
+	// Profiling is passed to the control plane (Options.Profiling).
+	Profiling bool
 }
 
 // Dev is a running control plane with a devnode.
@@ -153,7 +155,7 @@ func StartDev(ctx context.Context, opts DevOptions) (*Dev, error) {
 		d.unlock()
 		return nil, fmt.Errorf("failed to clear %s: %w", d.NodeDir, err)
 	}
-	cluster, err := Start(ctx, Options{BinDir: opts.BinDir, Dir: filepath.Join(opts.Dir, "cluster"), CRDDirs: opts.CRDDirs, Log: opts.Log})
+	cluster, err := Start(ctx, Options{BinDir: opts.BinDir, Dir: filepath.Join(opts.Dir, "cluster"), CRDDirs: opts.CRDDirs, Log: opts.Log, Profiling: opts.Profiling})
 	if err != nil {
 		d.unlock()
 		return nil, err

@@ -85,6 +85,7 @@ func sharedDev(t testing.TB) *devcluster.Dev {
 			CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
 			TerraceBinary: terraceBinary,
 			NodeName:      "e2e-devnode",
+			Profiling:     os.Getenv("TERRACE_BENCH_PROFILE") != "",
 		})
 	})
 	if sharedEnv.err != nil {

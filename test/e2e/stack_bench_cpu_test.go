@@ -5,9 +5,11 @@ package e2e
 // where a Stack's CPU goes says what a faster run would have to take away.
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,5 +106,27 @@ func reportCPU(b *testing.B, before, after cpuTimes, direct time.Duration, n int
 	b.ReportMetric(perStack(direct), "direct-cpu-ms/stack")
 	if direct > 0 {
 		b.ReportMetric(float64(total)/float64(direct), "cpu-ratio")
+	}
+}
+
+// profileAPIServer, when TERRACE_BENCH_PROFILE names a directory, records
+// kube-apiserver's CPU from now for about as long as the Stacks should take
+// (twice the direct applies), into apiserver-<name>.pprof there, and
+// returns a func that waits for it. The shared cluster serves profiles only
+// with that variable set (sharedDev).
+func profileAPIServer(b *testing.B, e *stackEnv, name string, direct time.Duration) (wait func()) {
+	dir := os.Getenv("TERRACE_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	path := filepath.Join(dir, "apiserver-"+name+".pprof")
+	done := make(chan error, 1)
+	go func() { done <- e.dev.Cluster.APIServerProfile(context.Background(), 2*direct, path) }()
+	return func() {
+		if err := <-done; err != nil {
+			b.Error(err)
+			return
+		}
+		b.Logf("kube-apiserver's CPU profile: go tool pprof %s", path)
 	}
 }

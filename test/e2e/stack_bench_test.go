@@ -57,7 +57,8 @@ const benchConcurrency = 8
 // TERRACE_BENCH_CONTROLLER=process runs the built controller as its own
 // process and reports its peak RSS (stack_bench_process_test.go);
 // TERRACE_BENCH_TRACE=1 logs each request of a 1-Stack run in order;
-// TERRACE_BENCH_WARM=N measures only with N warm runners (0: cold only).
+// TERRACE_BENCH_WARM=N measures only with N warm runners (0: cold only);
+// TERRACE_BENCH_PROFILE=DIR writes kube-apiserver's CPU profile there.
 func BenchmarkStackToReady(b *testing.B) {
 	if benchControllerProcess() {
 		startControllerProcess(b)
@@ -105,10 +106,12 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	}
 	served := clusterRequests(b, e.cs)
 	cpuBefore := sampleCPU(e)
+	profiled := profileAPIServer(b, e, fmt.Sprintf("stacks-%d-warm-%d", n, warm), direct)
 	b.Logf("clock starts at %s", time.Now().Format("15:04:05.000"))
 	terrace, terraceDone, peak := e.stacksToReady(b, n)
 	b.Logf("clock stops at %s", time.Now().Format("15:04:05.000"))
 	reportCPU(b, cpuBefore, sampleCPU(e), directCPU, n)
+	profiled()
 	b.ReportMetric(logClusterRequests(b, served, clusterRequests(b, e.cs), n), "cluster-requests/stack")
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")
