@@ -27,6 +27,22 @@ func (c countedRequests) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.next.RoundTrip(r)
 }
 
+// heldFirstPatch holds a client's first PATCH until release closes, having
+// closed held.
+type heldFirstPatch struct {
+	next          http.RoundTripper
+	patches       *atomic.Int64
+	held, release chan struct{}
+}
+
+func (h heldFirstPatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPatch && h.patches.Add(1) == 1 {
+		close(h.held)
+		<-h.release
+	}
+	return h.next.RoundTrip(r)
+}
+
 // TestStatusWritesAgainstTheAPIServer checks, on a real kube-apiserver,
 // that devnode writes a pod's status as one patch per change: none for an
 // older copy of the pod, none of a conflict after another writer's change,
@@ -132,6 +148,42 @@ func TestStatusWritesAgainstTheAPIServer(t *testing.T) {
 		}
 		if c := conditionOf(got.Status, "example.com/gate"); c.Status != corev1.ConditionTrue {
 			t.Fatalf("the gate's condition was lost: %+v", got.Status.Conditions)
+		}
+	})
+
+	t.Run("a write under way when the worker stops is sent once", func(t *testing.T) {
+		// A pod's deletion ends its worker while the terminated status is
+		// being written; the cleanup then writes the final status. Cutting
+		// the first write off would leave devnode unsure it was applied,
+		// and the same patch would go twice.
+		_, w := newPod(t, "stopping")
+		var patches atomic.Int64
+		hold := heldFirstPatch{patches: &patches, held: make(chan struct{}), release: make(chan struct{})}
+		held := rest.CopyConfig(env.Config)
+		held.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { hold.next = rt; return hold }
+		w.node = &Node{client: kubernetes.NewForConfigOrDie(held), log: logr.Discard()}
+		stop, loopDone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(loopDone)
+			w.statusLoop(ctx, stop)
+		}()
+		sandboxUp(w)
+		<-hold.held
+		close(stop)
+		close(hold.release)
+		<-loopDone
+		if err := w.writeStatus(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := patches.Load(); n != 1 {
+			t.Fatalf("the status went in %d patches, want 1", n)
+		}
+		got, err := cs.CoreV1().Pods(ns).Get(ctx, "stopping", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != "127.0.0.9" {
+			t.Fatalf("status not written: %+v", got.Status)
 		}
 	})
 

@@ -196,11 +196,14 @@ func (w *podWorker) setFinal(st *containerState) *corev1.ContainerStateTerminate
 // run is the pod's lifetime on the node.
 func (w *podWorker) run(ctx context.Context) {
 	defer close(w.done)
-	statusDone := make(chan struct{})
-	statusCtx, stopStatus := context.WithCancel(ctx)
+	// The status loop stops between writes, never in one: a write cut off
+	// may still be applied while devnode does not know it, and cleanup
+	// would then send it a second time.
+	statusDone, statusStop := make(chan struct{}), make(chan struct{})
+	stopStatus := func() { close(statusStop) }
 	go func() {
 		defer close(statusDone)
-		w.statusLoop(statusCtx)
+		w.statusLoop(ctx, statusStop)
 	}()
 
 	pod := w.latest()
@@ -298,11 +301,14 @@ func (w *podWorker) validate(pod *corev1.Pod) error {
 	return validateVolumes(pod)
 }
 
-// statusLoop writes the pod status whenever it changes, until ctx ends.
-func (w *podWorker) statusLoop(ctx context.Context) {
+// statusLoop writes the pod status whenever it changes, until stop closes
+// or ctx ends.
+func (w *podWorker) statusLoop(ctx context.Context, stop <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-stop:
 			return
 		case <-w.dirty:
 		}
