@@ -301,6 +301,10 @@ func (w *podWorker) validate(pod *corev1.Pod) error {
 	return validateVolumes(pod)
 }
 
+// statusWriteTimeout bounds one status write, so that a stopping worker
+// waits for a write under way (run) only so long when the API server hangs.
+const statusWriteTimeout = 10 * time.Second
+
 // statusLoop writes the pod status whenever it changes, until stop closes
 // or ctx ends.
 func (w *podWorker) statusLoop(ctx context.Context, stop <-chan struct{}) {
@@ -312,7 +316,10 @@ func (w *podWorker) statusLoop(ctx context.Context, stop <-chan struct{}) {
 			return
 		case <-w.dirty:
 		}
-		if err := w.writeStatus(ctx); err != nil && ctx.Err() == nil {
+		writeCtx, cancel := context.WithTimeout(ctx, statusWriteTimeout)
+		err := w.writeStatus(writeCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			w.node.log.Info("failed to write pod status", "pod", w.key, "error", err.Error())
 			// Try again on the next change or shortly.
 			time.AfterFunc(time.Second, w.markDirty)
