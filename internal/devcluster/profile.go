@@ -11,11 +11,18 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// APIServerProfile records kube-apiserver's CPU for d into path, in pprof's
-// format (`go tool pprof path`). The cluster must have started with
-// Options.Profiling; the API server serves /debug/pprof only to admins.
-// It returns when the profile is written, about d after the call.
+// MaxAPIServerProfile is the longest profile APIServerProfile records: a
+// profile is one request, and kube-apiserver ends requests after its
+// --request-timeout (60 s by default).
+const MaxAPIServerProfile = 55 * time.Second
+
+// APIServerProfile records kube-apiserver's CPU for d (at most
+// MaxAPIServerProfile) into path, in pprof's format (`go tool pprof path`).
+// The cluster must have started with Options.Profiling; the API server
+// serves /debug/pprof only to admins. It returns when the profile is
+// written, about d after the call.
 func (c *Cluster) APIServerProfile(ctx context.Context, d time.Duration, path string) error {
+	d = min(d, MaxAPIServerProfile)
 	client, err := rest.HTTPClientFor(c.Config)
 	if err != nil {
 		return fmt.Errorf("failed to build admin HTTP client: %w", err)

@@ -111,7 +111,7 @@ func reportCPU(b *testing.B, before, after cpuTimes, direct time.Duration, n int
 
 // profileAPIServer, when TERRACE_BENCH_PROFILE names a directory, records
 // kube-apiserver's CPU from now for about as long as the Stacks should take
-// (twice the direct applies), into apiserver-<name>.pprof there, and
+// (twice the direct applies, at most devcluster.MaxAPIServerProfile), into apiserver-<name>.pprof there, and
 // returns a func that waits for it. The shared cluster serves profiles only
 // with that variable set (sharedDev).
 func profileAPIServer(b *testing.B, e *stackEnv, name string, direct time.Duration) (wait func()) {
