@@ -60,10 +60,16 @@ func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID st
 	if ended {
 		return false, nil
 	}
-	if ok, err := isCurrent(ctx, s.Stacks, s.Pods, namespace, stack, runID); err == nil && ok {
+	ok, podName, err := isCurrent(ctx, s.Stacks, s.Pods, namespace, stack, runID, "")
+	if err == nil && ok {
 		return true, nil
 	}
-	ok, err := isCurrent(ctx, s.Live, s.Live, namespace, stack, runID)
+	if err != nil {
+		podName = ""
+	}
+	// The cache may know the pod's name and only lag behind its labels or
+	// the Stack's status: the API server is then asked for that name alone.
+	ok, _, err = isCurrent(ctx, s.Live, s.Live, namespace, stack, runID, podName)
 	if err != nil || ok {
 		return ok, err
 	}
@@ -76,33 +82,44 @@ func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID st
 	return false, nil
 }
 
-func isCurrent(ctx context.Context, stacks, pods client.Reader, namespace, stack, runID string) (bool, error) {
+// isCurrent reads the Stack and, when its status names the run, the run's
+// pod from stacks and pods. The pod is looked for under podName when
+// given, else under both names a run's pod can have; foundPod is the name
+// it was found under, also when its labels say it is not the run's.
+func isCurrent(ctx context.Context, stacks, pods client.Reader, namespace, stack, runID, podName string) (current bool, foundPod string, err error) {
 	st := &terracev1.Stack{}
 	if err := stacks.Get(ctx, types.NamespacedName{Namespace: namespace, Name: stack}, st); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			return false, "", nil
 		}
-		return false, fmt.Errorf("failed to read Stack %s/%s: %w", namespace, stack, err)
+		return false, "", fmt.Errorf("failed to read Stack %s/%s: %w", namespace, stack, err)
 	}
 	if st.Status.CurrentRun != runID {
-		return false, nil
+		return false, "", nil
 	}
-	// A run's pod is named after its Stack and run, or, when the run
-	// claimed a warm pod, after the run alone.
 	pod := runnerPodMetadata()
-	err := pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: launcher.PodName(stack, runID)}, pod)
-	if apierrors.IsNotFound(err) {
-		err = pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: launcher.WarmPodName(runID)}, pod)
+	names := []string{podName}
+	if podName == "" {
+		// A run's pod is named after its Stack and run, or, when the run
+		// claimed a warm pod, after the run alone.
+		names = []string{launcher.PodName(stack, runID), launcher.WarmPodName(runID)}
 	}
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
+	for _, name := range names {
+		err = pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, pod)
+		if err == nil {
+			foundPod = name
+			break
 		}
-		return false, fmt.Errorf("failed to read the runner pod of run %s: %w", runID, err)
+		if !apierrors.IsNotFound(err) {
+			return false, "", fmt.Errorf("failed to read the runner pod of run %s: %w", runID, err)
+		}
+	}
+	if foundPod == "" {
+		return false, "", nil
 	}
 	l := pod.GetLabels()
 	return l[launcher.LabelRun] == runID && l[launcher.LabelStack] == launcher.StackLabelValue(stack) &&
-		l[launcher.LabelComponent] == launcher.ComponentRunner && pod.GetAnnotations()[launcher.AnnotationRetained] != "true", nil
+		l[launcher.LabelComponent] == launcher.ComponentRunner && pod.GetAnnotations()[launcher.AnnotationRetained] != "true", foundPod, nil
 }
 
 func runnerPodMetadata() *metav1.PartialObjectMetadata {

@@ -123,3 +123,35 @@ func TestStackRunsFindsAClaimedWarmPod(t *testing.T) {
 		t.Fatalf("the claimed warm pod for another Stack's run: %v %v, want refused", ok, err)
 	}
 }
+
+// TestStackRunsAsksForTheWarmPodTheCacheKnows: when the cache has the
+// claimed warm pod but not yet the claim's labels, the API server is asked
+// for the Stack and that pod only, not first for a cold pod of the run.
+func TestStackRunsAsksForTheWarmPodTheCacheKnows(t *testing.T) {
+	ctx := t.Context()
+	cached, live := newRunRegistry(t), newRunRegistry(t)
+	warmPod := func(reg *runRegistry, claimed bool) {
+		labels := map[string]string{launcher.LabelManagedBy: launcher.ManagedByTerrace, launcher.LabelComponent: launcher.ComponentRunner, launcher.LabelWarmClass: "c1"}
+		if claimed {
+			labels[launcher.LabelStack], labels[launcher.LabelRun] = "app", "warm1"
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: launcher.WarmPodName("warm1"), Labels: labels}}
+		if err := reg.client.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		st := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app"}, Status: terracev1.StackStatus{CurrentRun: "warm1"}}
+		if err := reg.client.Create(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warmPod(cached, false)
+	warmPod(live, true)
+	api := &countingReader{Reader: live.client}
+	runs := &httpbackend.StackRuns{Stacks: cached.client, Pods: cached.client, Live: api}
+	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "warm1"); err != nil || !ok {
+		t.Fatalf("a claim the cache has not seen yet: %v %v, want current", ok, err)
+	}
+	if n := api.gets.Load(); n != 2 {
+		t.Fatalf("the API server was read %d times, want 2 (the Stack, the warm pod)", n)
+	}
+}
