@@ -64,9 +64,6 @@ func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID st
 	if err == nil && ok {
 		return true, nil
 	}
-	if err != nil {
-		podName = ""
-	}
 	// The cache may know the pod's name and only lag behind its labels or
 	// the Stack's status: the API server is then asked for that name alone.
 	ok, _, err = isCurrent(ctx, s.Live, s.Live, namespace, stack, runID, podName)
