@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -124,17 +125,36 @@ func stateKey(ns string) state.Key {
 	return state.Key{Namespace: ns, Stack: "app", Workspace: state.DefaultWorkspace}
 }
 
-// chunks returns the bytes of every state chunk Secret in ns.
-func chunks(t *testing.T, ns string) [][]byte {
+// storedStates returns the sealed bytes of every state version kept in
+// ns's Secrets: in chunk Secrets, or inline in their index Secret.
+func storedStates(t *testing.T, ns string) [][]byte {
 	t.Helper()
-	var list corev1.SecretList
-	if err := env.Client.List(ctx(t), &list, client.InNamespace(ns), client.MatchingLabels{secrets.LabelKind: secrets.KindStateChunk}); err != nil {
-		t.Fatal(err)
-	}
 	var out [][]byte
-	for _, s := range list.Items {
-		for _, v := range s.Data {
-			out = append(out, v)
+	for _, kind := range []string{secrets.KindStateChunk, secrets.KindStateIndex} {
+		var list corev1.SecretList
+		if err := env.Client.List(ctx(t), &list, client.InNamespace(ns), client.MatchingLabels{secrets.LabelKind: kind}); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Items {
+			if kind == secrets.KindStateChunk {
+				out = append(out, s.Data["chunk"])
+				continue
+			}
+			var index struct {
+				Versions []struct {
+					Blob struct {
+						Inline []byte `json:"inline"`
+					} `json:"blob"`
+				} `json:"versions"`
+			}
+			if err := json.Unmarshal(s.Data["index"], &index); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range index.Versions {
+				if v.Blob.Inline != nil {
+					out = append(out, v.Blob.Inline)
+				}
+			}
 		}
 	}
 	return out
@@ -162,13 +182,13 @@ func TestNamespaceWithoutConfigGetsPlainSecretsStore(t *testing.T) {
 	if _, err := set.States.Put(ctx(t), stateKey(ns), data, state.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stored := chunks(t, ns)
+	stored := storedStates(t, ns)
 	if len(stored) == 0 {
-		t.Fatal("no state chunk Secret in the namespace")
+		t.Fatal("no state stored in the namespace's Secrets")
 	}
 	for _, c := range stored {
 		if !bytes.HasPrefix(c, gzipMagic) {
-			t.Errorf("an unencrypted chunk does not start with the gzip header")
+			t.Errorf("an unencrypted state does not start with the gzip header")
 		}
 	}
 }
@@ -191,9 +211,9 @@ func TestEncryptionKeyFromConfigEncryptsState(t *testing.T) {
 	if _, err := set.States.Put(ctx(t), stateKey(ns), data, state.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stored := chunks(t, ns)
+	stored := storedStates(t, ns)
 	if len(stored) == 0 {
-		t.Fatal("no state chunk Secret in the namespace")
+		t.Fatal("no state stored in the namespace's Secrets")
 	}
 	plainGzip, _, err := state.Seal(data, nil)
 	if err != nil {
@@ -201,7 +221,7 @@ func TestEncryptionKeyFromConfigEncryptsState(t *testing.T) {
 	}
 	for _, c := range stored {
 		if bytes.HasPrefix(c, gzipMagic) || bytes.Equal(c, plainGzip) || bytes.Contains(c, []byte("lineage-e")) {
-			t.Errorf("a chunk is stored unencrypted")
+			t.Errorf("a state is stored unencrypted")
 		}
 	}
 	got, err := set.States.Get(ctx(t), stateKey(ns))
@@ -232,9 +252,13 @@ func TestOperatorDefaultKeyIsReadFromTheOperatorNamespace(t *testing.T) {
 	if _, err := set.States.Put(ctx(t), stateKey(ns), storetest.StateJSON("l", 1, 1, 64), state.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range chunks(t, ns) {
+	stored := storedStates(t, ns)
+	if len(stored) == 0 {
+		t.Fatal("no state stored in the namespace's Secrets")
+	}
+	for _, c := range stored {
 		if bytes.HasPrefix(c, gzipMagic) {
-			t.Error("a chunk is stored unencrypted")
+			t.Error("a state is stored unencrypted")
 		}
 	}
 }
@@ -345,10 +369,10 @@ func TestRouterRoutesByNamespace(t *testing.T) {
 		}
 	}
 	// The secrets namespace's state is in its Secrets; the postgres one's is not.
-	if len(chunks(t, onSecrets)) == 0 {
+	if len(storedStates(t, onSecrets)) == 0 {
 		t.Error("no state Secrets in the secrets namespace")
 	}
-	if n := len(chunks(t, onPostgres)); n != 0 {
+	if n := len(storedStates(t, onPostgres)); n != 0 {
 		t.Errorf("%d state Secrets in the postgres namespace", n)
 	}
 	// The postgres namespace's state and plan are in the database.

@@ -58,9 +58,17 @@ func (c *countingClient) during(t *testing.T, what string, f func() error) int64
 }
 
 // The requests of one tofu run, as the state server makes them of the
-// store, each cost one API call (a write, two for a state: its chunk and
-// the index), where each used to read the index first, some twice.
+// store, each cost one API call (a write; two for a state too large to
+// keep in the index: its chunk and the index), where each used to read the
+// index first, some twice.
 func TestARunsStateRequestsCostOneCallEach(t *testing.T) {
+	t.Run("a small state, kept in the index", func(t *testing.T) { runsStateRequests(t, 100, 1) })
+	t.Run("a larger state, in a chunk", func(t *testing.T) { runsStateRequests(t, 8<<10, 2) })
+}
+
+// runsStateRequests makes one run's state requests with a state of
+// payload bytes, whose put must cost putCalls API calls.
+func runsStateRequests(t *testing.T, payload int, putCalls int64) {
 	ns := env.Namespace(t)
 	c := &countingClient{Client: env.Client}
 	s := secrets.New(c, secrets.Options{})
@@ -76,7 +84,7 @@ func TestARunsStateRequestsCostOneCallEach(t *testing.T) {
 		}
 		return err
 	}
-	data := storetest.StateJSON("lin", 1, 0, 100)
+	data := storetest.StateJSON("lin", 1, 0, payload)
 	steps := []struct {
 		what string
 		want int64
@@ -84,7 +92,7 @@ func TestARunsStateRequestsCostOneCallEach(t *testing.T) {
 	}{
 		{"read of a state that does not exist yet", 1, get},
 		{"lock of a new state", 1, func() error { return s.Lock(ctx(t), key, lock) }},
-		{"put", 2, func() error {
+		{"put", putCalls, func() error {
 			_, err := s.Put(ctx(t), key, data, state.PutOptions{LockID: lockID})
 			return err
 		}},
@@ -343,7 +351,7 @@ func TestTheStateARunLeftIsReadFromItsApplyReleasesCopy(t *testing.T) {
 	// Planned under a lock taken and released here, applied through B.
 	cycle(a, "OperationTypePlan", "plan", nil)
 	cycle(b, state.ApplyOperation, "apply", storetest.StateJSON("lin", 2, 0, 100))
-	after("the state after an apply released on another replica", 2, 2) // the index, and the chunk B wrote
+	after("the state after an apply released on another replica", 1, 2) // the index, which holds the small state B wrote
 	// Applied here: the release's copy answers.
 	owner = "terrace://runner/" + ns + "/app/run-2"
 	cycle(a, state.ApplyOperation, "apply-2", storetest.StateJSON("lin", 3, 0, 100))

@@ -36,12 +36,15 @@ type chunkRef struct {
 }
 
 // blobRef is one stored payload: sealed bytes (gzip, maybe encrypted) cut
-// into chunks, with a digest of the whole sealed payload.
+// into chunks, or kept inline in the index when small (inline.go), with a
+// digest of the whole sealed payload.
 type blobRef struct {
 	Encoding     string     `json:"encoding"`
 	SealedDigest string     `json:"sealedDigest"`
 	SealedSize   int64      `json:"sealedSize"`
 	Chunks       []chunkRef `json:"chunks"`
+	// Inline holds the sealed bytes when there are no chunks.
+	Inline []byte `json:"inline,omitempty"`
 }
 
 // chunkNames is how a blob's chunk Secrets are named: the index's name
@@ -98,9 +101,13 @@ func (s *Store) writeBlob(ctx context.Context, namespace string, sealed []byte, 
 	return ref, nil
 }
 
-// readBlob reads and verifies every chunk of ref and returns the sealed bytes.
-// A missing chunk or any digest mismatch is a *state.CorruptError.
-func (s *Store) readBlob(ctx context.Context, namespace string, ref blobRef) ([]byte, error) {
+// readBlob reads and verifies every chunk of ref (or its inline bytes) and
+// returns the sealed bytes. A missing chunk or any digest mismatch is a
+// *state.CorruptError; owner names the index that holds ref.
+func (s *Store) readBlob(ctx context.Context, namespace, owner string, ref blobRef) ([]byte, error) {
+	if len(ref.Chunks) == 0 {
+		return readInline(namespace, owner, ref)
+	}
 	parts := make([][]byte, len(ref.Chunks))
 	errs := make([]error, len(ref.Chunks))
 	var wg sync.WaitGroup

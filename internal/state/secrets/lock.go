@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/terrace-dev/terrace/internal/state"
 )
 
@@ -134,31 +132,34 @@ func (s *Store) ReplaceHistory(ctx context.Context, key state.Key, versions []st
 	if err != nil {
 		return fmt.Errorf("failed to get the encryption key of namespace %s: %w", key.Namespace, err)
 	}
+	headers := make([]state.Header, len(versions))
+	for i, v := range versions {
+		if headers[i], err = state.ParseHeader(v.Data); err != nil {
+			return fmt.Errorf("version %d: %w", v.Version, err)
+		}
+	}
 	writeID := newWriteID()
 	entries := make([]versionEntry, 0, len(versions))
 	var written []chunkRef
 	cleanup := func() { s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, written) }
-	for _, v := range versions {
-		header, err := state.ParseHeader(v.Data)
-		if err != nil {
-			cleanup()
-			return fmt.Errorf("version %d: %w", v.Version, err)
-		}
+	inlineUsed := 0
+	// Newest first, as the index keeps them: the newest get the index's
+	// room for inline versions.
+	for i := len(versions) - 1; i >= 0; i-- {
+		v := versions[i]
 		sealed, encoding, err := state.SealFor(v.Data, encKey, state.StateBinding(key, v.Version))
 		if err != nil {
 			cleanup()
 			return err
 		}
-		blob, err := s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
-			return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-v%d-%d", writeID, v.Version, i))
-		}, metav1.ObjectMeta{Labels: stateLabels(key, KindStateChunk), Annotations: stateAnnotations(key)})
+		blob, err := s.stateBlob(ctx, key, sealed, encoding, s.inlineLimit(inlineUsed), fmt.Sprintf("%s-v%d", writeID, v.Version))
 		if err != nil {
 			cleanup()
 			return err
 		}
+		inlineUsed += len(blob.Inline)
 		written = append(written, blob.Chunks...)
-		// Newest first, as the index keeps them.
-		entries = append([]versionEntry{{Version: int64(v.Version), Serial: header.Serial, Lineage: header.Lineage, Digest: state.Digest(v.Data), Size: int64(len(v.Data)), CreatedAt: v.CreatedAt.UTC().Truncate(time.Microsecond), Blob: blob}}, entries...)
+		entries = append(entries, versionEntry{Version: int64(v.Version), Serial: headers[i].Serial, Lineage: headers[i].Lineage, Digest: state.Digest(v.Data), Size: int64(len(v.Data)), CreatedAt: v.CreatedAt.UTC().Truncate(time.Microsecond), Blob: blob})
 	}
 	var replaced []versionEntry
 	err = s.updateIndex(ctx, key, nil, func(x *indexObject) error {

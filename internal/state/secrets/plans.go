@@ -186,7 +186,7 @@ func (s *Store) readPlanBlob(ctx context.Context, key state.PlanKey, ref blobRef
 	if readable {
 		what = "readable plan"
 	}
-	sealed, err := s.readBlob(ctx, key.Namespace, ref)
+	sealed, err := s.readBlob(ctx, key.Namespace, planIndexName(key), ref)
 	if err != nil {
 		return nil, err
 	}

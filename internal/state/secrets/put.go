@@ -94,10 +94,7 @@ func (s *Store) putVersion(ctx context.Context, key state.Key, data []byte, head
 	if err != nil {
 		return versionEntry{}, nil, err
 	}
-	writeID := newWriteID()
-	blob, err := s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
-		return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-%d", writeID, i))
-	}, metav1.ObjectMeta{Labels: stateLabels(key, KindStateChunk), Annotations: stateAnnotations(key)})
+	blob, err := s.stateBlob(ctx, key, sealed, encoding, s.inlineRoom(x), newWriteID())
 	if err != nil {
 		return versionEntry{}, nil, err
 	}
@@ -141,4 +138,16 @@ func refusedBeforeSave(err error) bool {
 	var conflict *state.ConflictError
 	var locked *state.LockedError
 	return errors.Is(err, errVersionMoved) || errors.Is(err, state.ErrMigrated) || errors.As(err, &conflict) || errors.As(err, &locked)
+}
+
+// stateBlob stores the sealed bytes of one state version: inline when they
+// fit in room, otherwise in chunk Secrets named after writeID (and
+// suffix, when one write stores several versions).
+func (s *Store) stateBlob(ctx context.Context, key state.Key, sealed []byte, encoding string, room int, writeID string) (blobRef, error) {
+	if len(sealed) <= room {
+		return inlineBlob(sealed, encoding), nil
+	}
+	return s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
+		return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-%d", writeID, i))
+	}, metav1.ObjectMeta{Labels: stateLabels(key, KindStateChunk), Annotations: stateAnnotations(key)})
 }

@@ -4,7 +4,8 @@
 // Each state Key has an index Secret (type terrace.dev/state.v1) listing the
 // kept versions; each version's bytes are gzip-compressed, optionally
 // AES-256-GCM encrypted, and cut into chunk Secrets (type terrace.dev/chunk.v1)
-// of at most 768 KiB, so states far past the 1 MiB Secret limit fit. A write
+// of at most 768 KiB, so states far past the 1 MiB Secret limit fit; a small
+// version is kept in the index itself (inline.go). A write
 // creates the new chunks first and then swaps the index with a
 // compare-and-swap on its resourceVersion; chunks of versions that fall out
 // of the history are deleted afterwards. Every chunk is checked against the
@@ -56,6 +57,9 @@ type Options struct {
 	Keys state.KeySource
 	// ChunkSize is the largest chunk in bytes (default DefaultChunkSize).
 	ChunkSize int
+	// InlineBytes is the largest sealed state version kept in its index
+	// instead of a chunk (default DefaultInlineBytes; negative: none).
+	InlineBytes int
 }
 
 // Store implements state.Store, state.PlanStore and release.Store on Secrets. It reads
@@ -66,8 +70,10 @@ type Store struct {
 	history   int
 	keys      state.KeySource
 	chunkSize int
-	indexes   indexCache
-	chunks    chunkCache
+	// inlineBytes: see Options.InlineBytes (0: none).
+	inlineBytes int
+	indexes     indexCache
+	chunks      chunkCache
 }
 
 var (
@@ -87,6 +93,12 @@ func New(c client.Client, opts Options) *Store {
 	}
 	if s.chunkSize <= 0 {
 		s.chunkSize = DefaultChunkSize
+	}
+	switch {
+	case opts.InlineBytes == 0:
+		s.inlineBytes = DefaultInlineBytes
+	case opts.InlineBytes > 0:
+		s.inlineBytes = opts.InlineBytes
 	}
 	return s
 }
@@ -181,7 +193,7 @@ func sameChunks(a, b blobRef) bool {
 }
 
 func (s *Store) readVersion(ctx context.Context, key state.Key, e versionEntry) (*state.State, error) {
-	sealed, err := s.readBlob(ctx, key.Namespace, e.Blob)
+	sealed, err := s.readBlob(ctx, key.Namespace, stateIndexName(key), e.Blob)
 	if err != nil {
 		return nil, err
 	}
