@@ -35,19 +35,32 @@ func setIndex(t *testing.T, key state.Key, index []byte) {
 }
 
 // The attack on Secrets: someone who may write Secrets but not read the
-// key makes Stack B's state index point at Stack A's encrypted chunks
-// (digests and sizes match, so every plain check passes). B's state no
-// longer opens, with an error saying the data was not sealed for it; A is
-// untouched; putting B's own index back recovers B.
+// key makes Stack B's state index point at Stack A's encrypted chunks, or
+// copies in A's small state kept inline (digests and sizes match, so every
+// plain check passes). B's state no longer opens, with an error saying the
+// data was not sealed for it; A is untouched; putting B's own index back
+// recovers B.
 func TestStateChunksOfAnotherStackFailToOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		payload int
+	}{{"chunked", 2 << 20}, {"inline", 100}} {
+		t.Run(tc.name, func(t *testing.T) { stateOfAnotherStackFailsToOpen(t, tc.payload) })
+	}
+}
+
+func stateOfAnotherStackFailsToOpen(t *testing.T, payload int) {
 	ns := env.Namespace(t)
 	s := secrets.New(env.Client, secrets.Options{Keys: state.StaticKey(newKey(t))})
 	a := state.Key{Namespace: ns, Stack: "a", Workspace: "default"}
 	b := state.Key{Namespace: ns, Stack: "b", Workspace: "default"}
 	for i, k := range []state.Key{a, b} {
-		if _, err := s.Put(ctx(t), k, storetest.StateJSON("lineage-"+k.Stack, 1, i, 2<<20), state.PutOptions{}); err != nil {
+		if _, err := s.Put(ctx(t), k, storetest.StateJSON("lineage-"+k.Stack, 1, i, payload), state.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if inline := len(chunkSecrets(t, ns)) == 0; inline != (payload < secrets.DefaultInlineBytes) {
+		t.Fatalf("a state of %d bytes kept inline: %v", payload, inline)
 	}
 	origA, _ := s.Get(ctx(t), a)
 	origB, _ := s.Get(ctx(t), b)
@@ -57,7 +70,7 @@ func TestStateChunksOfAnotherStackFailToOpen(t *testing.T) {
 	_, err := s.Get(ctx(t), b)
 	var corrupt *state.CorruptError
 	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "not sealed for state "+ns+"/b/default version 1") {
-		t.Fatalf("B's state made of A's chunks: %v", err)
+		t.Fatalf("B's state made of A's: %v", err)
 	}
 	if got, err := s.Get(ctx(t), a); err != nil || !bytes.Equal(got.Data, origA.Data) {
 		t.Fatalf("A's state changed: %v", err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/terrace-dev/terrace/internal/state"
@@ -191,28 +190,5 @@ func TestChunkedAndInlineVersionsShareAHistory(t *testing.T) {
 				t.Errorf("version %d does not read back: %v", v, err)
 			}
 		}
-	}
-}
-
-// Kept inline, a state is bound to its owner as chunks are: Stack A's
-// index copied over Stack B's does not open as B's state.
-func TestInlineStateOfAnotherStackFailsToOpen(t *testing.T) {
-	ns := env.Namespace(t)
-	s := secrets.New(env.Client, secrets.Options{Keys: state.StaticKey(newKey(t))})
-	a := state.Key{Namespace: ns, Stack: "a", Workspace: "default"}
-	b := state.Key{Namespace: ns, Stack: "b", Workspace: "default"}
-	for i, k := range []state.Key{a, b} {
-		if _, err := s.Put(ctx(t), k, storetest.StateJSON("lineage-"+k.Stack, 1, i, 100), state.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := len(chunkSecrets(t, ns)); n != 0 {
-		t.Fatalf("%d chunk Secrets, want the states inline", n)
-	}
-	setIndex(t, b, indexSecret(t, a).Data["index"])
-	_, err := s.Get(ctx(t), b)
-	var corrupt *state.CorruptError
-	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "not sealed for state "+ns+"/b/default version 1") {
-		t.Fatalf("B's state made of A's inline state: %v", err)
 	}
 }
