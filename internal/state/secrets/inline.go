@@ -1,6 +1,10 @@
 package secrets
 
 import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/terrace-dev/terrace/internal/state"
 )
 
@@ -8,7 +12,7 @@ import (
 // of their own. A new version then costs one write (the index) instead of
 // two (its chunk, then the index), and a version leaving the history
 // costs no delete. Most Stacks' states are a few KiB of JSON and far less
-// once gzipped.
+// once gzipped. A small saved plan is kept in its plan index the same way.
 //
 // The index is rewritten by every lock, write and unlock, and each Store
 // keeps a copy of every index it touched, so what it may hold inline is
@@ -48,9 +52,13 @@ func (s *Store) inlineLimit(used int) int {
 	return min(s.inlineBytes, s.inlineBytes*inlineBudgetVersions-used)
 }
 
-// inlineBlob is sealed kept in the index: no chunk Secret is written.
-func inlineBlob(sealed []byte, encoding string) blobRef {
-	return blobRef{Encoding: encoding, SealedDigest: state.Digest(sealed), SealedSize: int64(len(sealed)), Inline: sealed}
+// storeBlob keeps sealed inline when it fits in room, and otherwise
+// writes it to chunk Secrets (writeBlob).
+func (s *Store) storeBlob(ctx context.Context, namespace string, sealed []byte, encoding string, room int, names chunkNames, meta metav1.ObjectMeta) (blobRef, error) {
+	if len(sealed) <= room {
+		return blobRef{Encoding: encoding, SealedDigest: state.Digest(sealed), SealedSize: int64(len(sealed)), Inline: sealed}, nil
+	}
+	return s.writeBlob(ctx, namespace, sealed, encoding, names, meta)
 }
 
 // readInline returns an inline blob's bytes once they match the index's

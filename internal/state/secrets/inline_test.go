@@ -2,9 +2,13 @@ package secrets_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
@@ -191,4 +195,45 @@ func TestChunkedAndInlineVersionsShareAHistory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A small saved plan, both its forms, is kept in its plan index: one
+// Secret a plan. A larger one goes to chunks; both read back.
+func TestSmallPlansLiveInTheirIndex(t *testing.T) {
+	ns := env.Namespace(t)
+	s := secrets.New(env.Client, secrets.Options{Keys: state.StaticKey(newKey(t))})
+	for _, tc := range []struct {
+		id          string
+		size        int
+		wantChunked bool
+	}{{"small", 300, false}, {"large", 16 << 10, true}} {
+		plan := state.Plan{
+			PlanMeta: state.PlanMeta{Key: state.PlanKey{Namespace: ns, Stack: "app", ID: tc.id}, ReadableFormat: state.ReadableJSON},
+			Binary:   randomBytes(t, tc.size),
+			Readable: randomBytes(t, tc.size),
+		}
+		if _, err := s.PutPlan(ctx(t), plan); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GetPlan(ctx(t), plan.Key)
+		if err != nil || !bytes.Equal(got.Binary, plan.Binary) || !bytes.Equal(got.Readable, plan.Readable) {
+			t.Fatalf("plan %s does not read back: %v", tc.id, err)
+		}
+		var list corev1.SecretList
+		if err := env.Client.List(ctx(t), &list, client.InNamespace(ns), client.MatchingLabels{secrets.LabelKind: secrets.KindPlanChunk, secrets.LabelPlan: tc.id}); err != nil {
+			t.Fatal(err)
+		}
+		if chunked := len(list.Items) > 0; chunked != tc.wantChunked {
+			t.Errorf("plan %s of %d bytes: %d chunk Secrets", tc.id, tc.size, len(list.Items))
+		}
+	}
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

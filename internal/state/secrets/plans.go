@@ -96,7 +96,8 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 	if err != nil {
 		return state.PlanMeta{}, err
 	}
-	idx.Binary, err = s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
+	// Each of the two forms may be kept inline: a plan's index is written once.
+	idx.Binary, err = s.storeBlob(ctx, key.Namespace, sealed, encoding, s.inlineLimit(0), func(i int) string {
 		return ObjectName("terrace-plan", key.Stack, key.ID, fmt.Sprintf("%s-b%d", writeID, i))
 	}, chunkMeta)
 	if err != nil {
@@ -109,7 +110,7 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 			s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, written)
 			return state.PlanMeta{}, err
 		}
-		readable, err := s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
+		readable, err := s.storeBlob(ctx, key.Namespace, sealed, encoding, s.inlineLimit(0), func(i int) string {
 			return ObjectName("terrace-plan", key.Stack, key.ID, fmt.Sprintf("%s-r%d", writeID, i))
 		}, chunkMeta)
 		if err != nil {
@@ -131,7 +132,7 @@ func (s *Store) PutPlan(ctx context.Context, plan state.Plan) (state.PlanMeta, e
 	if err := s.client.Create(ctx, obj); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			obj, existing, loadErr := s.loadPlanIndex(ctx, key)
-			if loadErr == nil && !sameChunks(existing.Binary, idx.Binary) {
+			if loadErr == nil && !sameBlob(existing.Binary, idx.Binary) {
 				// Another write's index: these chunks are no one's.
 				s.deleteChunks(context.WithoutCancel(ctx), key.Namespace, written)
 			}

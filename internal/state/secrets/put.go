@@ -144,10 +144,7 @@ func refusedBeforeSave(err error) bool {
 // fit in room, otherwise in chunk Secrets named after writeID (and
 // suffix, when one write stores several versions).
 func (s *Store) stateBlob(ctx context.Context, key state.Key, sealed []byte, encoding string, room int, writeID string) (blobRef, error) {
-	if len(sealed) <= room {
-		return inlineBlob(sealed, encoding), nil
-	}
-	return s.writeBlob(ctx, key.Namespace, sealed, encoding, func(i int) string {
+	return s.storeBlob(ctx, key.Namespace, sealed, encoding, room, func(i int) string {
 		return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-%d", writeID, i))
 	}, metav1.ObjectMeta{Labels: stateLabels(key, KindStateChunk), Annotations: stateAnnotations(key)})
 }

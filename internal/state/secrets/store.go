@@ -174,14 +174,16 @@ func (s *Store) readIndexed(ctx context.Context, key state.Key, pick func(*index
 		if reloadErr != nil {
 			return nil, err
 		}
-		if still := pick(again); still != nil && still.Version == e.Version && sameChunks(still.Blob, e.Blob) {
+		if still := pick(again); still != nil && still.Version == e.Version && sameBlob(still.Blob, e.Blob) {
 			return nil, err
 		}
 	}
 }
 
-func sameChunks(a, b blobRef) bool {
-	if len(a.Chunks) != len(b.Chunks) {
+// sameBlob says whether a and b name the same stored bytes: the same
+// chunks, or (inline, with no chunks) the same sealed digest.
+func sameBlob(a, b blobRef) bool {
+	if a.SealedDigest != b.SealedDigest || len(a.Chunks) != len(b.Chunks) {
 		return false
 	}
 	for i := range a.Chunks {
