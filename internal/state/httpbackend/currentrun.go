@@ -128,13 +128,22 @@ func runnerPodMetadata() *metav1.PartialObjectMetadata {
 // NewRunnerPodCache watches the metadata of Terrace's runner pods, and
 // nothing else, in every namespace. Add it to the manager (it runs on every
 // replica) and pass it as StackRuns.Pods.
+//
+// Its one informer is registered here, so it starts and syncs with the
+// cache. Left to the first read, it started under the first run after each
+// controller start, whose fetch then waited about 100 ms for the sync (the
+// poll period of client-go's WaitForCacheSync). A read of anything else
+// fails instead of starting an informer of its own.
 func NewRunnerPodCache(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (*RunnerPodCache, error) {
-	opts := cache.Options{Scheme: scheme, Mapper: mapper}
+	opts := cache.Options{Scheme: scheme, Mapper: mapper, ReaderFailOnMissingInformer: true}
 	opts.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{launcher.LabelManagedBy: launcher.ManagedByTerrace, launcher.LabelComponent: launcher.ComponentRunner})
 	opts.DefaultTransform = cache.TransformStripManagedFields()
 	c, err := cache.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create the runner pod cache: %w", err)
+	}
+	if _, err := c.GetInformer(context.Background(), runnerPodMetadata()); err != nil {
+		return nil, fmt.Errorf("failed to create the runner pod informer: %w", err)
 	}
 	return &RunnerPodCache{Cache: c}, nil
 }
