@@ -167,15 +167,11 @@ func Encode(r *Release) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode release: %w", err)
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(raw); err != nil {
+	body, err := state.Gzip(raw, gzip.DefaultCompression)
+	if err != nil {
 		return nil, fmt.Errorf("failed to compress release: %w", err)
 	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("failed to compress release: %w", err)
-	}
-	return buf.Bytes(), nil
+	return body, nil
 }
 
 // Decode reads a body written by Encode. what names the record in errors.

@@ -136,30 +136,22 @@ func Open(stored []byte, encoding string, key *EncryptionKey, what string) ([]by
 // SealFor compresses plain and, with a key, encrypts it bound to owner. It
 // returns the stored bytes and their encoding, which OpenFor needs back.
 func SealFor(plain []byte, key *EncryptionKey, owner Binding) ([]byte, string, error) {
-	var buf bytes.Buffer
-	buf.Grow(len(plain)/4 + 64)
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	compressed, err := Gzip(plain, gzip.BestSpeed)
 	if err != nil {
-		return nil, "", fmt.Errorf("failed to start gzip: %w", err)
-	}
-	if _, err := zw.Write(plain); err != nil {
-		return nil, "", fmt.Errorf("failed to compress: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, "", fmt.Errorf("failed to compress: %w", err)
+		return nil, "", err
 	}
 	if key == nil {
-		return buf.Bytes(), EncodingGzip, nil
+		return compressed, EncodingGzip, nil
 	}
 	aead, err := newAEAD(key)
 	if err != nil {
 		return nil, "", err
 	}
-	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+buf.Len()+aead.Overhead())
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(compressed)+aead.Overhead())
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, "", fmt.Errorf("failed to make a nonce: %w", err)
 	}
-	return aead.Seal(nonce, nonce, buf.Bytes(), owner.associatedData()), encodingBoundPrefix + key.fingerprint, nil
+	return aead.Seal(nonce, nonce, compressed, owner.associatedData()), encodingBoundPrefix + key.fingerprint, nil
 }
 
 // IsBound reports whether an encoding carries an owner binding (or needs
