@@ -21,7 +21,7 @@ import (
 // chunks as before; versions never move between the two forms.
 const (
 	// DefaultInlineBytes is the largest sealed (gzipped, maybe encrypted)
-	// state version kept in its index.
+	// state version, or form of a saved plan, kept in its index.
 	DefaultInlineBytes = 2 << 10
 	// inlineBudgetVersions: the inline versions of one index hold at most
 	// this many times the per-version limit.

@@ -141,8 +141,8 @@ func refusedBeforeSave(err error) bool {
 }
 
 // stateBlob stores the sealed bytes of one state version: inline when they
-// fit in room, otherwise in chunk Secrets named after writeID (and
-// suffix, when one write stores several versions).
+// fit in room, otherwise in chunk Secrets named after writeID (to which
+// ReplaceHistory, writing several versions at once, adds the version).
 func (s *Store) stateBlob(ctx context.Context, key state.Key, sealed []byte, encoding string, room int, writeID string) (blobRef, error) {
 	return s.storeBlob(ctx, key.Namespace, sealed, encoding, room, func(i int) string {
 		return ObjectName("terrace-state", key.Stack, key.Workspace, fmt.Sprintf("%s-%d", writeID, i))

@@ -57,8 +57,9 @@ type Options struct {
 	Keys state.KeySource
 	// ChunkSize is the largest chunk in bytes (default DefaultChunkSize).
 	ChunkSize int
-	// InlineBytes is the largest sealed state version kept in its index
-	// instead of a chunk (default DefaultInlineBytes; negative: none).
+	// InlineBytes is the largest sealed state version (or form of a saved
+	// plan) kept in its index instead of in chunks (default
+	// DefaultInlineBytes; negative: none).
 	InlineBytes int
 }
 
