@@ -144,7 +144,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	// Warm runner pods (spec.runner.warm): started by the leader, adopted by the next one.
-	demand := &warmpool.NamespaceDemand{Reader: mgr.GetClient(), Resolver: resolver, ProviderMirror: opts.RunnerProviderMirror}
+	stackNamespaces, err := warmpool.WatchStackNamespaces(ctx, mgr.GetCache())
+	if err != nil {
+		return nil, err
+	}
+	demand := &warmpool.NamespaceDemand{Reader: mgr.GetClient(), Stacks: stackNamespaces, Resolver: resolver, ProviderMirror: opts.RunnerProviderMirror}
 	warm := warmpool.New(warmpool.Options{Launcher: warmpool.Pods{Launcher: runs}, Demand: demand.Wants})
 	if err := mgr.Add(warm); err != nil {
 		return nil, err

@@ -36,8 +36,10 @@ func SpecFor(eff settings.Effective, providerMirror string) launcher.RunSpec {
 // setting no runner fields of its own gets there. Namespaces without
 // either (or gone) want none, so their pods are removed.
 type NamespaceDemand struct {
-	// Reader is the manager's cached client (Stacks, TerraceConfigs).
-	Reader   client.Reader
+	// Reader is the manager's cached client (TerraceConfigs).
+	Reader client.Reader
+	// Stacks knows the namespaces that hold Stacks (WatchStackNamespaces).
+	Stacks   *StackNamespaces
 	Resolver *settings.Resolver
 	// ProviderMirror is the controller's --runner-provider-mirror.
 	ProviderMirror string
@@ -46,12 +48,12 @@ type NamespaceDemand struct {
 // Wants implements Options.Demand.
 func (d *NamespaceDemand) Wants(ctx context.Context) ([]Want, error) {
 	namespaces := map[string]bool{}
-	var stacks terracev1.StackList
-	if err := d.Reader.List(ctx, &stacks, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("failed to list Stacks: %w", err)
+	withStacks, err := d.Stacks.Namespaces(ctx)
+	if err != nil {
+		return nil, err
 	}
-	for i := range stacks.Items {
-		namespaces[stacks.Items[i].Namespace] = true
+	for _, ns := range withStacks {
+		namespaces[ns] = true
 	}
 	var configs terracev1.TerraceConfigList
 	if err := d.Reader.List(ctx, &configs, client.UnsafeDisableDeepCopy); err != nil {
