@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -140,9 +141,48 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		}
 	}
 	if n == 1 {
-		logRunnerLog(b, e, warm > 0)
+		reportTofuShare(b, logRunnerLog(b, e, warm > 0), terrace, direct)
 		logRunPhases(b, e)
 	}
+}
+
+// reportTofuShare splits a lone run's time, from its runner's log, into
+// the runner's tofu operations and everything outside them. The ratio
+// swings with tofu's own time on a shared machine; the time outside tofu
+// is what Terrace adds, and varies much less.
+func reportTofuShare(b *testing.B, runnerLog []string, terrace, direct time.Duration) {
+	b.Helper()
+	tofu, ok := runnerTofuTime(runnerLog)
+	if !ok {
+		b.Logf("the runner's log names no init or apply operation (yet): no tofu share reported")
+		return
+	}
+	b.ReportMetric(tofu.Seconds(), "runner-tofu-s")
+	b.ReportMetric(tofu.Seconds()/direct.Seconds(), "tofu-ratio")
+	b.ReportMetric(float64((terrace-tofu).Microseconds())/1000, "outside-tofu-ms")
+}
+
+// runnerOperation is a runner log line that says an operation finished.
+var runnerOperation = regexp.MustCompile(`"msg"="operation finished" "op"="([a-z-]+)".* "duration"="([^"]+)"`)
+
+// runnerTofuTime adds up the runner's operations that run tofu (all but
+// the module's fetch), as its log reports them; false when there are none.
+func runnerTofuTime(lines []string) (time.Duration, bool) {
+	var total time.Duration
+	found := false
+	for _, line := range lines {
+		m := runnerOperation.FindStringSubmatch(line)
+		if m == nil || m[1] == "fetch" {
+			continue
+		}
+		d, err := time.ParseDuration(m[2])
+		if err != nil {
+			return 0, false
+		}
+		total += d
+		found = true
+	}
+	return total, found
 }
 
 // logRunPhases logs the Applied event of the first Stack, which says where
@@ -163,14 +203,15 @@ func logRunPhases(b *testing.B, e *stackEnv) {
 // logRunnerLog logs what the runner of the first Stack's run printed
 // (devnode keeps the logs of deleted pods): "serving", then each operation
 // and phase with its duration; a warm runner's log is that of the warm pod
-// its run claimed.
-func logRunnerLog(b *testing.B, e *stackEnv, warm bool) {
+// its run claimed. It returns the lines it logged.
+func logRunnerLog(b *testing.B, e *stackEnv, warm bool) []string {
 	b.Helper()
 	pattern := e.ns + "_s0-runner-*"
 	if warm {
 		pattern = e.ns + "_" + launcher.WarmPodName(e.getStack(b, "s0").Status.CurrentRun) + "_*"
 	}
 	files, _ := filepath.Glob(filepath.Join(e.dev.NodeDir, "logs", pattern, "runner", "*.log"))
+	var logged []string
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -183,7 +224,9 @@ func logRunnerLog(b *testing.B, e *stackEnv, warm bool) {
 			}
 		}
 		b.Logf("runner log %s:\n%s", filepath.Base(filepath.Dir(filepath.Dir(f))), strings.Join(kept, "\n"))
+		logged = append(logged, kept...)
 	}
+	return logged
 }
 
 // directApplies runs tofu init && apply n times, parallel at most par, and
