@@ -13,9 +13,10 @@ import (
 )
 
 // A Stack that never ran has no dead run to recover from, so its first run
-// reads no lock and lists no pods; one that ran here and settled has none
-// either; one whose last run did not settle, or that this process has not
-// run yet, may.
+// reads no lock; it may have a pod of a run whose announcement never
+// landed, swept from the cache at its first run in this process. One that
+// ran here and settled has neither; one whose last run did not settle, or
+// that this process has not run yet, may have both.
 func TestOnlyAStackThatRanMayHaveADeadRun(t *testing.T) {
 	r := &Reconciler{}
 	stack := func(name, currentRun string, reconciling bool) *scope {
@@ -26,18 +27,17 @@ func TestOnlyAStackThatRanMayHaveADeadRun(t *testing.T) {
 		}
 		return &scope{stack: st}
 	}
-	if r.mayHaveDeadRun(stack("new", "", false)) {
-		t.Error("a Stack that never ran is recovered from a dead run")
+	check := func(what string, s *scope, wantRecover, wantSweep bool) {
+		t.Helper()
+		if recover, sweep := r.mayHaveDeadRun(s); recover != wantRecover || sweep != wantSweep {
+			t.Errorf("%s: recover %v, sweep %v; want %v, %v", what, recover, sweep, wantRecover, wantSweep)
+		}
 	}
-	if !r.mayHaveDeadRun(stack("ran", "run-1", false)) {
-		t.Error("a Stack this process has not run yet is not checked for a dead run")
-	}
-	if r.mayHaveDeadRun(stack("ran", "run-1", false)) {
-		t.Error("a Stack that ran here and settled is checked again")
-	}
-	if !r.mayHaveDeadRun(stack("ran", "run-2", true)) {
-		t.Error("a Stack whose last run did not settle is not checked for a dead run")
-	}
+	check("a Stack that never ran, first seen", stack("new", "", false), false, true)
+	check("a Stack that never ran, seen before", stack("new", "", false), false, false)
+	check("a Stack this process has not run yet", stack("ran", "run-1", false), true, false)
+	check("a Stack that ran here and settled", stack("ran", "run-1", false), false, false)
+	check("a Stack whose last run did not settle", stack("ran", "run-2", true), true, false)
 }
 
 // countingStates counts reads of the state.

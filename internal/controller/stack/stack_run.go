@@ -82,17 +82,20 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	if err != nil {
 		return err
 	}
-	s.run = &runScope{kind: kind, id: r.newRunID(s), stores: stores, recover: r.mayHaveDeadRun(s), previous: s.stack.Status.CurrentRun}
-	if err := r.announce(ctx, s); err != nil {
-		return err
-	}
+	recover, sweep := r.mayHaveDeadRun(s)
+	s.run = &runScope{kind: kind, id: r.newRunID(s), stores: stores, recover: recover, sweep: sweep, previous: s.stack.Status.CurrentRun}
 	timeout := launcher.DefaultRunTimeout
 	if t := s.stack.Spec.Timeout; t != nil && t.Duration > 0 {
 		timeout = t.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err = r.runInRunner(ctx, s)
+	starting := r.startRunner(ctx, s)
+	if err := r.announce(ctx, s); err != nil {
+		starting.abandon(s) // its pod goes with the run (closeRun)
+		return err
+	}
+	err = r.runInRunner(ctx, s, starting)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("the run was stopped after spec.timeout (%s); raise spec.timeout if it needs longer: %w", timeout, err)
 	}
@@ -120,17 +123,13 @@ func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 	return s.patcher.Patch(ctx, s.stack, progressConditions...)
 }
 
-// runInRunner starts the runner, loads the module and initialises it, then
+// runInRunner waits for the runner (starting, or started only now after
+// recovering from dead runs), loads the module and initialises it, then
 // runs the kind's step.
-func (r *Reconciler) runInRunner(ctx context.Context, s *scope) error {
-	if err := r.recoverFromDeadRuns(ctx, s); err != nil {
-		return err
-	}
-	podDone := s.run.timings.Start(runphase.Pod)
-	sess, err := r.Runs.Start(ctx, runRequestFor(s))
-	podDone()
+func (r *Reconciler) runInRunner(ctx context.Context, s *scope, starting *runnerStart) error {
+	sess, err := r.awaitRunner(ctx, s, starting)
 	if err != nil {
-		return fmt.Errorf("failed to start a runner: %w", err)
+		return err
 	}
 	// Closed by finish, after the final status patch: the outcome is
 	// visible without waiting for the pod to go.
@@ -201,20 +200,29 @@ func failureReason(kind runKind) string {
 }
 
 // mayHaveDeadRun says whether an earlier run of the Stack may have left a
-// runner pod or a state lock: its reconcile did not settle, or this
-// controller process has not run the Stack yet (the last one may have
+// runner pod or a state lock (recover): its reconcile did not settle, or
+// this controller process has not run the Stack yet (the last one may have
 // stopped between the final status patch and removing the pod). A Stack
-// that never ran (no status.currentRun: a run is recorded there before its
-// pod exists) has nothing to recover. Its state was removed with any
-// earlier Stack of its name; should a lock be left all the same (that
-// Stack's finalizer removed by hand), its first run fails on it and the
-// retry, no longer settled, releases it.
-func (r *Reconciler) mayHaveDeadRun(s *scope) bool {
+// that never ran (no status.currentRun) has no lock to recover: its state
+// was removed with any earlier Stack of its name; should a lock be left
+// all the same (that Stack's finalizer removed by hand), its first run
+// fails on it and the retry, no longer settled, releases it. It may have a
+// pod, though (sweep): a runner is started while its run is announced, so
+// a controller that stopped between the two left a pod of a run that no
+// status names.
+func (r *Reconciler) mayHaveDeadRun(s *scope) (recover, sweep bool) {
 	_, seen := r.ranHere.LoadOrStore(client.ObjectKeyFromObject(s.stack), true)
 	if s.stack.Status.CurrentRun == "" {
-		return false
+		return false, !seen
 	}
-	return !seen || !lastRunSettled(s)
+	return !seen || !lastRunSettled(s), false
+}
+
+// mustRecoverFirst says the run's runner may start only after
+// recoverFromDeadRuns: pods and a lock of a dead run, or a lock kept on
+// purpose (StateNotSaved), are dealt with before anything else.
+func mustRecoverFirst(s *scope) bool {
+	return s.run.recover || stalledWith(s.stack, StateNotSavedReason)
 }
 
 // recoverFromDeadRuns removes runner pods of earlier runs (a controller that
@@ -227,7 +235,7 @@ func (r *Reconciler) mayHaveDeadRun(s *scope) bool {
 func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
 	// A lock kept on purpose is read even after a settled run.
 	keptState := stalledWith(s.stack, StateNotSavedReason)
-	if !s.run.recover && !keptState {
+	if !mustRecoverFirst(s) {
 		return nil
 	}
 	if s.run.recover {

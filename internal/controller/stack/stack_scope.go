@@ -55,6 +55,9 @@ type runScope struct {
 	// recover: an earlier run may have died (the last reconcile did not
 	// settle), so its pod and state lock may be left.
 	recover bool
+	// sweep: the Stack never had a run announced and this process has not
+	// run it, so a pod of a run whose announcement never landed may be left.
+	sweep bool
 	// previous is the run that was current before this one, whose pod and
 	// TLS Secret recovery removes by name.
 	previous string

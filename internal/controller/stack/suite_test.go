@@ -43,6 +43,8 @@ var suite struct {
 	stateURL string
 	// stateFaults sits between the state server and the stores.
 	stateFaults *stateServerFaults
+	// hooks let a test act on one Stack's status patches and runners.
+	hooks suiteHooks
 }
 
 const suiteOperatorNS = "terrace-system"
@@ -122,7 +124,7 @@ func startSuiteManager(ctx context.Context) error {
 	suite.events = &eventLog{}
 	suite.runs = &processRuns{authority: authority, controller: pki.StaticCertificate(servingCert), tofu: tofu, mirror: mirror, workRoot: filepath.Join(os.TempDir(), fmt.Sprintf("terrace-stack-suite-%d", os.Getpid()))}
 	r := &Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: suite.events,
+		Client: hookedClient{mgr.GetClient()}, APIReader: mgr.GetAPIReader(), Recorder: suite.events,
 		Configs: resolver, Runs: suite.runs, Stores: backends,
 		Options: Options{OperatorNamespace: suiteOperatorNS, StateServerURL: suite.stateURL, MaxConcurrentReconciles: 4, DependencyRequeue: time.Second, MaxStateBytes: suiteMaxStateBytes},
 	}
@@ -225,7 +227,8 @@ func (p *processRuns) Start(ctx context.Context, req runRequest) (runSession, er
 		return nil, err
 	}
 	runCtx, died := context.WithCancelCause(context.Background())
-	sess := &processSession{id: req.RunID, ctx: runCtx, died: died}
+	sess := &processSession{id: req.RunID, ctx: runCtx, died: died, stack: st.Namespace + "/" + st.Name}
+	suite.hooks.sessionOpened(sess)
 	var opts []grpc.ServerOption
 	if p.takeKill(st.Namespace + "/" + st.Name) {
 		opts = append(opts, killOnFirstCall(sess))
@@ -245,12 +248,16 @@ func (p *processRuns) Start(ctx context.Context, req runRequest) (runSession, er
 		_ = sess.Close(ctx)
 		return nil, fmt.Errorf("runner not ready: %w", err)
 	}
+	suite.hooks.runnerStarted(st.Namespace, st.Name)
 	return sess, nil
 }
 
 // Cleanup has no pods to remove: every in-process runner is stopped by
-// its session's Close.
-func (p *processRuns) Cleanup(context.Context, string, string) error { return nil }
+// its session's Close. The suite counts the calls.
+func (p *processRuns) Cleanup(_ context.Context, namespace, stack string) error {
+	suite.hooks.cleanedUp(namespace, stack)
+	return nil
+}
 
 // processSession is one in-process runner.
 type processSession struct {
@@ -260,6 +267,8 @@ type processSession struct {
 	died   context.CancelCauseFunc
 	stop   func()
 	killed atomic.Bool
+	// stack is namespace/name, for the suite's hooks.
+	stack string
 }
 
 func (s *processSession) ID() string               { return s.id }
@@ -274,6 +283,7 @@ func (s *processSession) Died() error {
 }
 
 func (s *processSession) Close(context.Context) error {
+	suite.hooks.sessionClosed(s)
 	s.died(nil)
 	if s.client != nil {
 		_ = s.client.Close()

@@ -1,0 +1,92 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/terrace-dev/terrace/internal/runphase"
+)
+
+// runnerStart is a run's runner pod being started (a warm pod claimed, or
+// a pod created) while the run is announced.
+type runnerStart struct {
+	done chan struct{}
+	// cancel stops a start that is no longer wanted (abandon); a started
+	// run lives on its context, so it is not called otherwise.
+	cancel context.CancelFunc
+	sess   runSession
+	err    error
+}
+
+// startRunner starts the run's runner while its announcement (a status
+// patch) is written: both are API round trips on every run's path, and
+// neither needs the other. The runner does nothing until it is sent its
+// first command, after awaitRunner, and the state server takes the run's
+// certificate only once the status names the run. A run that must recover
+// from dead runs first starts its runner in awaitRunner, after that: nil.
+func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
+	if mustRecoverFirst(s) {
+		return nil
+	}
+	req := runRequestFor(s)
+	req.Stack = s.stack.DeepCopy() // the announcement's patch rewrites s.stack meanwhile
+	ctx, cancel := context.WithCancel(ctx)
+	st := &runnerStart{done: make(chan struct{}), cancel: cancel}
+	timings := &s.run.timings // this goroutine's alone until awaitRunner
+	go func() {
+		defer close(st.done)
+		podDone := timings.Start(runphase.Pod)
+		st.sess, st.err = r.Runs.Start(ctx, req)
+		podDone()
+	}()
+	return st
+}
+
+// awaitRunner returns the run's started runner: the one startRunner
+// started, or, after recovering from dead runs, one started now. A first
+// run of a Stack that never had a run announced then removes any pod a
+// run left whose announcement never landed (from the cache: no API call
+// unless there is one); its own pod, being in use, is kept.
+func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart) (runSession, error) {
+	if st == nil {
+		if err := r.recoverFromDeadRuns(ctx, s); err != nil {
+			return nil, err
+		}
+		podDone := s.run.timings.Start(runphase.Pod)
+		sess, err := r.Runs.Start(ctx, runRequestFor(s))
+		podDone()
+		return sess, startError(err)
+	}
+	<-st.done
+	if st.err != nil {
+		return nil, startError(st.err)
+	}
+	if s.run.sweep {
+		if err := r.cleanupEarlierRuns(ctx, s); err != nil {
+			// Such a pod can do nothing (the state server refuses its
+			// run) and its deadline ends it; the run goes on.
+			s.log.Error(err, "failed to remove runner pods of runs that were never announced")
+		}
+	}
+	return st.sess, nil
+}
+
+// abandon stops the start of a run whose announcement failed and gives
+// the run the runner if it had started, so that closeRun removes its pod.
+func (st *runnerStart) abandon(s *scope) {
+	if st == nil {
+		return
+	}
+	st.cancel()
+	<-st.done
+	if st.sess != nil {
+		s.run.session = st.sess
+	}
+}
+
+func startError(err error) error {
+	if err != nil {
+		return fmt.Errorf("failed to start a runner: %w", err)
+	}
+	return nil
+}
