@@ -34,7 +34,13 @@ func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
 	st := &runnerStart{done: make(chan struct{}), cancel: cancel}
 	timings := &s.run.timings // this goroutine's alone until awaitRunner
 	go func() {
-		defer close(st.done)
+		defer func() {
+			// Off the reconcile's goroutine, a panic would end the process.
+			if p := recover(); p != nil {
+				st.err = fmt.Errorf("starting the runner panicked: %v", p)
+			}
+			close(st.done)
+		}()
 		podDone := timings.Start(runphase.Pod)
 		st.sess, st.err = r.Runs.Start(ctx, req)
 		podDone()

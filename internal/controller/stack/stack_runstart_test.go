@@ -1,0 +1,33 @@
+package stack
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+// panickingRuns is a runStarter whose Start panics.
+type panickingRuns struct{}
+
+func (panickingRuns) Start(context.Context, runRequest) (runSession, error) { panic("boom") }
+func (panickingRuns) Cleanup(context.Context, string, string) error         { return nil }
+
+// A runner started beside the announcement runs off the reconcile's
+// goroutine, where nothing would recover a panic: it becomes the run's
+// error instead of ending the controller.
+func TestAPanicStartingTheRunnerIsTheRunsError(t *testing.T) {
+	r := &Reconciler{Runs: panickingRuns{}}
+	s := &scope{stack: &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team"}}, run: &runScope{id: "r1"}}
+	starting := r.startRunner(context.Background(), s)
+	if starting == nil {
+		t.Fatal("a run with nothing to recover did not start its runner beside the announcement")
+	}
+	sess, err := r.awaitRunner(context.Background(), s, starting)
+	if sess != nil || err == nil || !strings.Contains(err.Error(), "panicked: boom") {
+		t.Fatalf("awaitRunner = %v, %v; want the panic as an error", sess, err)
+	}
+}
