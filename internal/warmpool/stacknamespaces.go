@@ -54,31 +54,38 @@ func (n *StackNamespaces) OnAdd(obj any, _ bool) { n.set(obj, true) }
 // Stacks it already had as updates.
 func (n *StackNamespaces) OnUpdate(_, obj any) { n.set(obj, true) }
 
-// OnDelete implements toolscache.ResourceEventHandler.
+// OnDelete implements toolscache.ResourceEventHandler. A delete the
+// informer learnt of late names the Stack by its key, whatever its last
+// known object is.
 func (n *StackNamespaces) OnDelete(obj any) {
 	if gone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = gone.Obj
+		if namespace, name, err := toolscache.SplitMetaNamespaceKey(gone.Key); err == nil {
+			n.record(namespace, name, false)
+		}
+		return
 	}
 	n.set(obj, false)
 }
 
 func (n *StackNamespaces) set(obj any, present bool) {
-	o, ok := obj.(client.Object)
-	if !ok {
-		return
+	if o, ok := obj.(client.Object); ok {
+		n.record(o.GetNamespace(), o.GetName(), present)
 	}
+}
+
+func (n *StackNamespaces) record(namespace, name string, present bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	names := n.stacks[o.GetNamespace()]
+	names := n.stacks[namespace]
 	switch {
 	case present && names == nil:
-		n.stacks[o.GetNamespace()] = map[string]struct{}{o.GetName(): {}}
+		n.stacks[namespace] = map[string]struct{}{name: {}}
 	case present:
-		names[o.GetName()] = struct{}{}
+		names[name] = struct{}{}
 	default:
-		delete(names, o.GetName())
+		delete(names, name)
 		if len(names) == 0 {
-			delete(n.stacks, o.GetNamespace())
+			delete(n.stacks, namespace)
 		}
 	}
 }

@@ -38,6 +38,9 @@ func TestStackNamespacesFollowTheInformer(t *testing.T) {
 	check("a", "b")
 	n.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "b/one", Obj: stackIn("b", "one")})
 	check("a")
+	n.OnAdd(stackIn("d", "one"), true)
+	n.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "d/one"}) // no last known object
+	check("a")
 	n.OnDelete(stackIn("a", "two"))
 	check()
 	n.OnUpdate(nil, stackIn("c", "late")) // first seen in an update
