@@ -82,7 +82,11 @@ func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, er
 	run, err := l.claimWarm(ctx, spec)
 	claimed := run != nil
 	if run == nil && err == nil {
-		run, err = l.Launcher.Start(ctx, spec)
+		// A start abandoned meanwhile (its announcement failed) creates
+		// no pod of the run's own.
+		if err = ctx.Err(); err == nil {
+			run, err = l.Launcher.Start(ctx, spec)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, launcher.ErrPolicyViolation) {
@@ -115,7 +119,7 @@ func (l LauncherRuns) claimWarm(ctx context.Context, spec launcher.RunSpec) (*la
 	if err != nil {
 		l.Warm.RunEnded() // the pod is gone: its replacement starts
 	}
-	if err == nil || errors.Is(err, launcher.ErrPolicyViolation) || errors.Is(err, launcher.ErrInvalidSpec) {
+	if err == nil || errors.Is(err, launcher.ErrPolicyViolation) || errors.Is(err, launcher.ErrInvalidSpec) || ctx.Err() != nil {
 		return run, err
 	}
 	ctrl.LoggerFrom(ctx).Info("failed to claim the warm runner, starting a runner of the run's own", "runID", spec.RunID, "error", err.Error())

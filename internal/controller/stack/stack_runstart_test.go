@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -29,5 +30,18 @@ func TestAPanicStartingTheRunnerIsTheRunsError(t *testing.T) {
 	sess, err := r.awaitRunner(context.Background(), s, starting)
 	if sess != nil || err == nil || !strings.Contains(err.Error(), "panicked: boom") {
 		t.Fatalf("awaitRunner = %v, %v; want the panic as an error", sess, err)
+	}
+}
+
+// A start abandoned before the run's own pod is created (its announcement
+// failed; a warm pod's claim failed on the cancelled context) creates no
+// pod: the launcher, nil here, is not reached.
+func TestAnAbandonedStartCreatesNoPod(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stack := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team"}}
+	sess, err := LauncherRuns{}.Start(ctx, runRequest{Stack: stack, RunID: "r1"})
+	if sess != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start = %v, %v; want the cancellation", sess, err)
 	}
 }
