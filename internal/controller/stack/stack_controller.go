@@ -66,8 +66,9 @@ type Reconciler struct {
 
 	// sources watches the Flux source kinds Stacks name (set up by SetupWithManager).
 	sources *sourceWatches
-	// ranHere holds the Stacks this process has started a run for.
-	ranHere sync.Map
+	// cleanedHere holds the Stacks whose earlier processes' leftovers
+	// (runner pods, a lock) this process has dealt with.
+	cleanedHere sync.Map
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update

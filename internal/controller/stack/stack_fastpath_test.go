@@ -16,7 +16,8 @@ import (
 // reads no lock; it may have a pod of a run whose announcement never
 // landed, swept from the cache at its first run in this process. One that
 // ran here and settled has neither; one whose last run did not settle, or
-// that this process has not run yet, may have both.
+// that this process has not run yet, may have both. Either holds until a
+// run has dealt with it: one that failed first leaves it to the next.
 func TestOnlyAStackThatRanMayHaveADeadRun(t *testing.T) {
 	r := &Reconciler{}
 	stack := func(name, currentRun string, reconciling bool) *scope {
@@ -34,8 +35,12 @@ func TestOnlyAStackThatRanMayHaveADeadRun(t *testing.T) {
 		}
 	}
 	check("a Stack that never ran, first seen", stack("new", "", false), false, true)
-	check("a Stack that never ran, seen before", stack("new", "", false), false, false)
+	check("a Stack that never ran, its first run failed before the sweep", stack("new", "", false), false, true)
+	r.cleanedUpHere(stack("new", "", false))
+	check("a Stack that never ran, swept", stack("new", "", false), false, false)
 	check("a Stack this process has not run yet", stack("ran", "run-1", false), true, false)
+	check("a Stack whose first run here failed before recovering", stack("ran", "run-1", false), true, false)
+	r.cleanedUpHere(stack("ran", "run-1", false))
 	check("a Stack that ran here and settled", stack("ran", "run-1", false), false, false)
 	check("a Stack whose last run did not settle", stack("ran", "run-2", true), true, false)
 }

@@ -91,10 +91,16 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	starting := r.startRunner(ctx, s)
+	announced := false
+	defer func() {
+		if !announced { // the announcement failed, or panicked
+			starting.abandon(s) // its pod goes with the run (closeRun)
+		}
+	}()
 	if err := r.announce(ctx, s); err != nil {
-		starting.abandon(s) // its pod goes with the run (closeRun)
 		return err
 	}
+	announced = true
 	err = r.runInRunner(ctx, s, starting)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("the run was stopped after spec.timeout (%s); raise spec.timeout if it needs longer: %w", timeout, err)
@@ -209,13 +215,20 @@ func failureReason(kind runKind) string {
 // fails on it and the retry, no longer settled, releases it. It may have a
 // pod, though (sweep): a runner is started while its run is announced, so
 // a controller that stopped between the two left a pod of a run that no
-// status names.
+// status names. Both hold until cleanedUpHere: a run that failed before
+// it dealt with them leaves them to the next.
 func (r *Reconciler) mayHaveDeadRun(s *scope) (recover, sweep bool) {
-	_, seen := r.ranHere.LoadOrStore(client.ObjectKeyFromObject(s.stack), true)
+	_, seen := r.cleanedHere.Load(client.ObjectKeyFromObject(s.stack))
 	if s.stack.Status.CurrentRun == "" {
 		return false, !seen
 	}
 	return !seen || !lastRunSettled(s), false
+}
+
+// cleanedUpHere records that this process has dealt with what the Stack's
+// runs in earlier processes may have left (recovered, or swept).
+func (r *Reconciler) cleanedUpHere(s *scope) {
+	r.cleanedHere.Store(client.ObjectKeyFromObject(s.stack), true)
 }
 
 // mustRecoverFirst says the run's runner may start only after

@@ -58,6 +58,7 @@ func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart)
 		if err := r.recoverFromDeadRuns(ctx, s); err != nil {
 			return nil, err
 		}
+		r.cleanedUpHere(s)
 		podDone := s.run.timings.Start(runphase.Pod)
 		sess, err := r.Runs.Start(ctx, runRequestFor(s))
 		podDone()
@@ -70,8 +71,11 @@ func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart)
 	if s.run.sweep {
 		if err := r.cleanupEarlierRuns(ctx, s); err != nil {
 			// Such a pod can do nothing (the state server refuses its
-			// run) and its deadline ends it; the run goes on.
+			// run) and its deadline ends it; the run goes on, and the
+			// next run sweeps again.
 			s.log.Error(err, "failed to remove runner pods of runs that were never announced")
+		} else {
+			r.cleanedUpHere(s)
 		}
 	}
 	return st.sess, nil
