@@ -6,7 +6,7 @@ import (
 )
 
 // The benchmark's split of a lone run adds the runner's tofu operations
-// from its log and leaves the fetch out.
+// from its log, leaves the fetch out and reads past a duration it cannot read.
 func TestRunnerTofuTimeAddsTheTofuOperations(t *testing.T) {
 	lines := []string{
 		`runner "ts"="2026-12-04 03:47:58.363053" "level"=0 "msg"="serving" "address"="127.76.237.2:9090" "warm"=true`,
@@ -15,6 +15,7 @@ func TestRunnerTofuTimeAddsTheTofuOperations(t *testing.T) {
 		`runner "ts"="2026-12-04 03:47:58.630459" "level"=0 "msg"="operation finished" "op"="init" "phase"="init" "duration"="113ms"`,
 		`runner "ts"="2026-12-04 03:47:58.754551" "level"=0 "msg"="phase finished" "phase"="plan" "duration"="123ms" "failed"=false`,
 		`runner "ts"="2026-12-04 03:47:58.773125" "level"=0 "msg"="operation finished" "op"="plan-and-apply" "duration"="141ms"`,
+		`runner "ts"="2026-12-04 03:47:58.790000" "level"=0 "msg"="operation finished" "op"="output" "duration"="?"`, // a duration it cannot read
 	}
 	got, ok := runnerTofuTime(lines)
 	if !ok || got != 254*time.Millisecond {

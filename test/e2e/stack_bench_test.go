@@ -166,7 +166,8 @@ func reportTofuShare(b *testing.B, runnerLog []string, terrace, direct time.Dura
 var runnerOperation = regexp.MustCompile(`"msg"="operation finished" "op"="([a-z-]+)".* "duration"="([^"]+)"`)
 
 // runnerTofuTime adds up the runner's operations that run tofu (all but
-// the module's fetch), as its log reports them; false when there are none.
+// the module's fetch), as its log reports them, past a duration it cannot
+// read; false when there are none.
 func runnerTofuTime(lines []string) (time.Duration, bool) {
 	var total time.Duration
 	found := false
@@ -177,7 +178,7 @@ func runnerTofuTime(lines []string) (time.Duration, bool) {
 		}
 		d, err := time.ParseDuration(m[2])
 		if err != nil {
-			return 0, false
+			continue
 		}
 		total += d
 		found = true
@@ -200,15 +201,17 @@ func logRunPhases(b *testing.B, e *stackEnv) {
 	}
 }
 
-// logRunnerLog logs what the runner of the first Stack's run printed
+// logRunnerLog logs what the runner of the first Stack's last run printed
 // (devnode keeps the logs of deleted pods): "serving", then each operation
 // and phase with its duration; a warm runner's log is that of the warm pod
-// its run claimed. It returns the lines it logged.
+// its run claimed. Only the run status.currentRun names: a retried run's
+// earlier pod would count its tofu twice. It returns the lines it logged.
 func logRunnerLog(b *testing.B, e *stackEnv, warm bool) []string {
 	b.Helper()
-	pattern := e.ns + "_s0-runner-*"
+	run := e.getStack(b, "s0").Status.CurrentRun
+	pattern := e.ns + "_" + launcher.PodName("s0", run) + "_*"
 	if warm {
-		pattern = e.ns + "_" + launcher.WarmPodName(e.getStack(b, "s0").Status.CurrentRun) + "_*"
+		pattern = e.ns + "_" + launcher.WarmPodName(run) + "_*"
 	}
 	files, _ := filepath.Glob(filepath.Join(e.dev.NodeDir, "logs", pattern, "runner", "*.log"))
 	var logged []string
