@@ -168,6 +168,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Configs:   resolver,
 		Runs:      stack.LauncherRuns{Launcher: runs, ProviderMirror: opts.RunnerProviderMirror, Warm: warm},
 		Stores:    backends,
+		Programs:  artifacts.Programs(),
 		Options: stack.Options{
 			OperatorNamespace:       opts.Namespace,
 			StateServerURL:          stateURL,

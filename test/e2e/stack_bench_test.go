@@ -166,14 +166,14 @@ func reportTofuShare(b *testing.B, runnerLog []string, terrace, direct time.Dura
 var runnerOperation = regexp.MustCompile(`"msg"="operation finished" "op"="([a-z-]+)".* "duration"="([^"]+)"`)
 
 // runnerTofuTime adds up the runner's operations that run tofu (all but
-// the module's fetch), as its log reports them, past a duration it cannot
-// read; false when there are none.
+// the module's fetch or upload), as its log reports them, past a duration
+// it cannot read; false when there are none.
 func runnerTofuTime(lines []string) (time.Duration, bool) {
 	var total time.Duration
 	found := false
 	for _, line := range lines {
 		m := runnerOperation.FindStringSubmatch(line)
-		if m == nil || m[1] == "fetch" {
+		if m == nil || m[1] == "fetch" || m[1] == "upload" {
 			continue
 		}
 		d, err := time.ParseDuration(m[2])

@@ -43,3 +43,33 @@ func BuildProgram(p *terracev1.Program) (data []byte, digest string, err error) 
 	}
 	return data, digest, nil
 }
+
+// Programs builds Program tarballs and keeps the recent ones, bounded by
+// their total size. The server serves from it, and the Stack controller
+// uploads from the same cache to the runners of Program Stacks.
+type Programs struct {
+	cache *lruCache
+}
+
+// NewPrograms returns a builder that keeps at most cacheBytes of tarballs;
+// 0 or less keeps none.
+func NewPrograms(cacheBytes int64) *Programs {
+	return &Programs{cache: newLRUCache(cacheBytes)}
+}
+
+// Artifact is the tarball of the Program's current generation and its
+// digest. A nil Programs builds it at every call.
+func (p *Programs) Artifact(prog *terracev1.Program) (data []byte, digest string, err error) {
+	if p == nil {
+		return BuildProgram(prog)
+	}
+	key := string(prog.UID) + "/" + strconv.FormatInt(prog.Generation, 10)
+	if a, ok := p.cache.get(key); ok {
+		return a.data, a.digest, nil
+	}
+	if data, digest, err = BuildProgram(prog); err != nil {
+		return nil, "", err
+	}
+	p.cache.add(key, builtArtifact{data: data, digest: digest})
+	return data, digest, nil
+}

@@ -93,13 +93,13 @@ func (o ServerOptions) AdvertisedBaseURL(namespace string) (string, error) {
 // /programs/{namespace}/{name}/{generation}.tar.gz over mutual TLS. It runs
 // on every controller replica as a manager Runnable.
 type Server struct {
-	opts   ServerOptions
-	cached client.Reader
-	live   client.Reader
-	tls    *tls.Config
-	cache  *lruCache
-	log    logr.Logger
-	runs   RunChecker
+	opts     ServerOptions
+	cached   client.Reader
+	live     client.Reader
+	tls      *tls.Config
+	programs *Programs
+	log      logr.Logger
+	runs     RunChecker
 }
 
 // RunChecker says whether a run is its Stack's current run
@@ -107,6 +107,10 @@ type Server struct {
 type RunChecker interface {
 	IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error)
 }
+
+// Programs is the server's cache of built tarballs, which the Stack
+// controller shares to upload Programs to runners.
+func (s *Server) Programs() *Programs { return s.programs }
 
 // CheckRuns makes the server refuse a runner whose run is not its Stack's
 // current run: a run's certificate ends with the run. Without it a runner
@@ -131,12 +135,12 @@ func NewServer(opts ServerOptions, cached, live client.Reader, cert pki.Certific
 	tlsConfig := pki.ServerTLSConfig(cert, trust, authorizeClient)
 	tlsConfig.NextProtos = []string{"http/1.1"}
 	return &Server{
-		opts:   opts,
-		cached: cached,
-		live:   live,
-		tls:    tlsConfig,
-		cache:  newLRUCache(opts.CacheBytes),
-		log:    ctrllog.Log.WithName("artifact-server"),
+		opts:     opts,
+		cached:   cached,
+		live:     live,
+		tls:      tlsConfig,
+		programs: NewPrograms(opts.CacheBytes),
+		log:      ctrllog.Log.WithName("artifact-server"),
 	}
 }
 
@@ -298,13 +302,13 @@ func (s *Server) serveProgram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	built, err := s.artifactOf(program)
+	data, digest, err := s.programs.Artifact(program)
 	if err != nil {
 		s.log.Error(err, "failed to build program artifact", "program", namespace+"/"+name, "generation", generation)
 		http.Error(w, "failed to build the artifact", http.StatusInternalServerError)
 		return
 	}
-	etag := `"` + built.digest + `"`
+	etag := `"` + digest + `"`
 	h := w.Header()
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "private, no-cache")
@@ -314,12 +318,12 @@ func (s *Server) serveProgram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.Set("Content-Type", "application/gzip")
-	h.Set("Content-Length", strconv.Itoa(len(built.data)))
+	h.Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
 		return
 	}
-	_, _ = w.Write(built.data)
+	_, _ = w.Write(data)
 }
 
 // getProgram reads the Program from the cache and, when the cache cannot
@@ -360,20 +364,6 @@ func invalidGeneration(p *terracev1.Program) (string, bool) {
 		return ready.Message, true
 	}
 	return "", false
-}
-
-func (s *Server) artifactOf(p *terracev1.Program) (builtArtifact, error) {
-	key := string(p.UID) + "/" + strconv.FormatInt(p.Generation, 10)
-	if a, ok := s.cache.get(key); ok {
-		return a, nil
-	}
-	data, digest, err := BuildProgram(p)
-	if err != nil {
-		return builtArtifact{}, err
-	}
-	a := builtArtifact{data: data, digest: digest}
-	s.cache.add(key, a)
-	return a, nil
 }
 
 // etagMatches implements If-None-Match for a strong ETag: a list of tags,

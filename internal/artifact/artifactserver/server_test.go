@@ -184,7 +184,7 @@ func TestServerAnswers(t *testing.T) {
 			}
 		})
 	}
-	if n := srv.cache.len(); n != 1 {
+	if n := srv.programs.cache.len(); n != 1 {
 		t.Fatalf("cache holds %d artifacts, want 1", n)
 	}
 }

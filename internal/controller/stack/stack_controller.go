@@ -20,6 +20,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
@@ -60,7 +61,10 @@ type Reconciler struct {
 	Configs   *settings.Resolver
 	Runs      runStarter
 	Stores    storeProvider
-	Options   Options
+	// Programs builds the tarballs of Programs, shared with the artifact
+	// server's cache; nil builds them at every run.
+	Programs *artifactserver.Programs
+	Options  Options
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 

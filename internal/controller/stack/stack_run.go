@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -286,17 +287,19 @@ func stateKey(stack *terracev1.Stack) state.Key {
 	return state.Key{Namespace: stack.Namespace, Stack: stack.Name, Workspace: stack.Spec.Workspace}
 }
 
-// loadSource gets the module into the runner. Programs and spec.source.url
-// tarballs are fetched by the runner itself (from the artifact server, or
-// from its pod's network position); only Flux artifacts, served by
-// source-controller on a host the operator allowed, are downloaded here
-// and streamed to the runner, which verifies the digest.
+// loadSource gets the module into the runner, which verifies the digest.
+// A Program's tarball is built here and uploaded over the run's connection:
+// the runner would otherwise open a connection of its own to fetch the
+// same bytes from the artifact server. spec.source.url tarballs are
+// fetched by the runner itself, from its pod's network position; Flux
+// artifacts, served by source-controller on a host the operator allowed,
+// are downloaded here and streamed to the runner.
 func (r *Reconciler) loadSource(ctx context.Context, s *scope) error {
 	cl := s.run.client
 	var err error
 	switch s.source.origin {
-	case fromArtifactServer:
-		_, err = cl.Fetch(ctx, s.source.url, s.source.digest)
+	case fromProgram:
+		err = r.uploadProgram(ctx, s)
 	case fromStackURL:
 		_, err = cl.FetchExternal(ctx, s.source.url, s.source.digest)
 	case fromFluxArtifact:
@@ -306,6 +309,23 @@ func (r *Reconciler) loadSource(ctx context.Context, s *scope) error {
 		return classifySourceError(s, err)
 	}
 	return nil
+}
+
+// uploadProgram uploads the tarball of the Program generation the source
+// was resolved from, after checking that it is the one status.artifact
+// advertises (the runner checks the bytes against that digest).
+func (r *Reconciler) uploadProgram(ctx context.Context, s *scope) error {
+	data, digest, err := r.Programs.Artifact(s.source.program)
+	if err != nil {
+		return err
+	}
+	if digest != s.source.digest {
+		// Another controller version wrote status.artifact; this one's
+		// Program controller writes it again.
+		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("%s builds to %s, its status.artifact says %s; waiting for the Program's status to catch up", s.source.description, digest, s.source.digest))
+	}
+	_, err = s.run.client.Upload(ctx, digest, bytes.NewReader(data))
+	return err
 }
 
 // fluxFetchUserAgent names the controller to source-controller.

@@ -64,15 +64,17 @@ type source struct {
 	revision string
 	// origin says who downloads the tarball, from where.
 	origin sourceOrigin
+	// program is the Program the tarball is built from (fromProgram).
+	program *terracev1.Program
 }
 
 // sourceOrigin says where a tarball comes from, and so who downloads it.
 type sourceOrigin int
 
 const (
-	// fromArtifactServer: a Program; the runner fetches it from the
-	// controller's artifact server over mutual TLS.
-	fromArtifactServer sourceOrigin = iota
+	// fromProgram: a Program; the controller builds its tarball, as its
+	// artifact server does, and uploads it over the run's connection.
+	fromProgram sourceOrigin = iota
 	// fromStackURL: spec.source.url; the runner fetches it from its pod's
 	// network position, never the controller from its own.
 	fromStackURL
@@ -116,7 +118,7 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 	if a == nil || !ok {
 		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s has no artifact for generation %d yet", key, prog.Generation))
 	}
-	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, origin: fromArtifactServer}
+	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, origin: fromProgram, program: &prog}
 	return nil
 }
 
