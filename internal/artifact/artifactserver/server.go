@@ -1,6 +1,8 @@
-// Package artifactserver serves Programs to runners as the tarballs that
-// internal/artifact builds, over mutual TLS, each runner only its own
-// namespace's. It is apart from internal/artifact because it reads
+// Package artifactserver serves Programs at their status.artifact.url as
+// the tarballs that internal/artifact builds, over mutual TLS, to the
+// controller and to runners, each runner only its own namespace's; the
+// Stack controller uploads Programs to runs from the same tarball cache
+// (Programs). It is apart from internal/artifact because it reads
 // Programs through the Kubernetes client, which the runner does not link.
 package artifactserver
 

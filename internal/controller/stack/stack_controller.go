@@ -62,7 +62,7 @@ type Reconciler struct {
 	Runs      runStarter
 	Stores    storeProvider
 	// Programs builds the tarballs of Programs, shared with the artifact
-	// server's cache; nil builds them at every run.
+	// server's cache; nil builds them at every reconcile.
 	Programs *artifactserver.Programs
 	Options  Options
 	// Now is the clock; time.Now when nil.

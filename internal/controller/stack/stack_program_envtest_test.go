@@ -104,19 +104,20 @@ func TestEnvtestAProgramIsUploadedToTheRunner(t *testing.T) {
 }
 
 // A Program whose status.artifact names another tarball than its files
-// build to is not deployed: the Stack waits for the Program's status.
+// build to is not deployed, and no run starts: the Stack waits for the
+// Program's status.
 func TestEnvtestAProgramWhoseArtifactDisagreesIsNotDeployed(t *testing.T) {
 	e := newSuiteEnv(t)
 	addr, dialled := connectionCounter(t)
 	other := "sha256:" + strings.Repeat("0", 64)
 	e.program("web", dataModule, addr, other)
 	e.programStack("web", "web")
-	st := e.waitFor("web", "waiting for the Program", is(terracev1.ReadyCondition, "False", SourceNotReadyReason))
-	ready := conditionsText(st)
-	if !strings.Contains(ready, "its status.artifact says "+other) {
-		t.Fatalf("conditions %s, want the disagreeing digest named", ready)
-	}
-	if st.Status.Release != nil || dialled.Load() != 0 {
-		t.Fatalf("release %+v, %d connections to the artifact server", st.Status.Release, dialled.Load())
+	// Before the controller's cache has the Program's status, the Stack
+	// waits with the same reason for an artifact: wait for the digest's.
+	st := e.waitFor("web", "waiting for the Program's status", func(st *terracev1.Stack) bool {
+		return is(terracev1.ReadyCondition, "False", SourceNotReadyReason)(st) && strings.Contains(conditionsText(st), "its status.artifact says "+other)
+	})
+	if st.Status.Release != nil || st.Status.CurrentRun != "" || dialled.Load() != 0 {
+		t.Fatalf("release %+v, run %q, %d connections to the artifact server; want no run at all", st.Status.Release, st.Status.CurrentRun, dialled.Load())
 	}
 }

@@ -304,6 +304,8 @@ func (r *Reconciler) loadSource(ctx context.Context, s *scope) error {
 		_, err = cl.FetchExternal(ctx, s.source.url, s.source.digest)
 	case fromFluxArtifact:
 		err = r.uploadFluxArtifact(ctx, s)
+	default:
+		return fmt.Errorf("%s has no origin to load it from", s.source.description)
 	}
 	if err != nil {
 		return classifySourceError(s, err)
@@ -311,20 +313,11 @@ func (r *Reconciler) loadSource(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// uploadProgram uploads the tarball of the Program generation the source
-// was resolved from, after checking that it is the one status.artifact
-// advertises (the runner checks the bytes against that digest).
+// uploadProgram uploads the Program's tarball, which resolveProgram built
+// and checked against status.artifact's digest (the runner checks the
+// bytes against it again).
 func (r *Reconciler) uploadProgram(ctx context.Context, s *scope) error {
-	data, digest, err := r.Programs.Artifact(s.source.program)
-	if err != nil {
-		return err
-	}
-	if digest != s.source.digest {
-		// Another controller version wrote status.artifact; this one's
-		// Program controller writes it again.
-		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("%s builds to %s, its status.artifact says %s; waiting for the Program's status to catch up", s.source.description, digest, s.source.digest))
-	}
-	_, err = s.run.client.Upload(ctx, digest, bytes.NewReader(data))
+	_, err := s.run.client.Upload(ctx, s.source.digest, bytes.NewReader(s.source.data))
 	return err
 }
 

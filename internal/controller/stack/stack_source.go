@@ -64,8 +64,8 @@ type source struct {
 	revision string
 	// origin says who downloads the tarball, from where.
 	origin sourceOrigin
-	// program is the Program the tarball is built from (fromProgram).
-	program *terracev1.Program
+	// data is a Program's tarball (fromProgram), uploaded to the runner.
+	data []byte
 }
 
 // sourceOrigin says where a tarball comes from, and so who downloads it.
@@ -74,7 +74,8 @@ type sourceOrigin int
 const (
 	// fromProgram: a Program; the controller builds its tarball, as its
 	// artifact server does, and uploads it over the run's connection.
-	fromProgram sourceOrigin = iota
+	// (The zero value is no origin: a source always names one.)
+	fromProgram sourceOrigin = iota + 1
 	// fromStackURL: spec.source.url; the runner fetches it from its pod's
 	// network position, never the controller from its own.
 	fromStackURL
@@ -118,7 +119,17 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 	if a == nil || !ok {
 		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s has no artifact for generation %d yet", key, prog.Generation))
 	}
-	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, origin: fromProgram, program: &prog}
+	// The tarball is built here (from the artifact server's cache), before
+	// any run starts: a status.artifact another controller version wrote
+	// for other bytes waits for the Program controller to write it again.
+	data, digest, err := r.Programs.Artifact(&prog)
+	if err != nil {
+		return err
+	}
+	if digest != a.Digest {
+		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s generation %d builds to %s, its status.artifact says %s; waiting for the Program's status to catch up", key, prog.Generation, digest, a.Digest))
+	}
+	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, origin: fromProgram, data: data}
 	return nil
 }
 

@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/backend"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
@@ -125,7 +126,7 @@ func startSuiteManager(ctx context.Context) error {
 	suite.runs = &processRuns{authority: authority, controller: pki.StaticCertificate(servingCert), tofu: tofu, mirror: mirror, workRoot: filepath.Join(os.TempDir(), fmt.Sprintf("terrace-stack-suite-%d", os.Getpid()))}
 	r := &Reconciler{
 		Client: hookedClient{mgr.GetClient()}, APIReader: mgr.GetAPIReader(), Recorder: suite.events,
-		Configs: resolver, Runs: suite.runs, Stores: backends,
+		Configs: resolver, Runs: suite.runs, Stores: backends, Programs: artifactserver.NewPrograms(artifactserver.DefaultCacheBytes),
 		Options: Options{OperatorNamespace: suiteOperatorNS, StateServerURL: suite.stateURL, MaxConcurrentReconciles: 4, DependencyRequeue: time.Second, MaxStateBytes: suiteMaxStateBytes},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
