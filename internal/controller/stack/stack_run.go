@@ -288,18 +288,19 @@ func stateKey(stack *terracev1.Stack) state.Key {
 }
 
 // loadSource gets the module into the runner, which verifies the digest.
-// A Program's tarball is built here and uploaded over the run's connection:
-// the runner would otherwise open a connection of its own to fetch the
-// same bytes from the artifact server. spec.source.url tarballs are
-// fetched by the runner itself, from its pod's network position; Flux
-// artifacts, served by source-controller on a host the operator allowed,
-// are downloaded here and streamed to the runner.
+// A Program's tarball, which resolveProgram built and checked against
+// status.artifact, is uploaded over the run's connection: the runner would
+// otherwise open a connection of its own to fetch the same bytes from the
+// artifact server. spec.source.url tarballs are fetched by the runner
+// itself, from its pod's network position; Flux artifacts, served by
+// source-controller on a host the operator allowed, are downloaded here
+// and streamed to the runner.
 func (r *Reconciler) loadSource(ctx context.Context, s *scope) error {
 	cl := s.run.client
 	var err error
 	switch s.source.origin {
 	case fromProgram:
-		err = r.uploadProgram(ctx, s)
+		_, err = cl.Upload(ctx, s.source.digest, bytes.NewReader(s.source.data))
 	case fromStackURL:
 		_, err = cl.FetchExternal(ctx, s.source.url, s.source.digest)
 	case fromFluxArtifact:
@@ -311,14 +312,6 @@ func (r *Reconciler) loadSource(ctx context.Context, s *scope) error {
 		return classifySourceError(s, err)
 	}
 	return nil
-}
-
-// uploadProgram uploads the Program's tarball, which resolveProgram built
-// and checked against status.artifact's digest (the runner checks the
-// bytes against it again).
-func (r *Reconciler) uploadProgram(ctx context.Context, s *scope) error {
-	_, err := s.run.client.Upload(ctx, s.source.digest, bytes.NewReader(s.source.data))
-	return err
 }
 
 // fluxFetchUserAgent names the controller to source-controller.

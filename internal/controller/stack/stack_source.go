@@ -57,8 +57,9 @@ var fluxAPIVersions = map[string]string{
 type source struct {
 	// description names the source for messages: "Program team-a/net".
 	description string
-	url         string
-	digest      string
+	// url is where a URL source or a Flux artifact is downloaded from.
+	url    string
+	digest string
 	// revision identifies the content for status: the Program or Flux
 	// artifact revision, or the digest of a URL.
 	revision string
@@ -129,7 +130,7 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 	if digest != a.Digest {
 		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s generation %d builds to %s, its status.artifact says %s; waiting for the Program's status to catch up", key, prog.Generation, digest, a.Digest))
 	}
-	s.source = &source{description: "Program " + key.String(), url: a.URL, digest: a.Digest, revision: a.Revision, origin: fromProgram, data: data}
+	s.source = &source{description: "Program " + key.String(), digest: a.Digest, revision: a.Revision, origin: fromProgram, data: data}
 	return nil
 }
 
