@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -100,5 +101,32 @@ func TestRunnerCommandServesAndRemovesItsWorkDirOnShutdown(t *testing.T) {
 	}
 	if len(left) != 0 {
 		t.Fatalf("work dir not removed on shutdown: %v", left)
+	}
+}
+
+// The runner collects its own heap less often, and only its own: tofu and
+// the providers it starts inherit the environment, which must not gain a
+// GOGC; a GOGC the pod sets wins.
+func TestTheRunnersGCSettingIsItsOwn(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	if v, set := os.LookupEnv("GOGC"); set {
+		defer os.Setenv("GOGC", v)
+		os.Unsetenv("GOGC")
+	}
+
+	tuneGC()
+	if got := debug.SetGCPercent(100); got != runnerGCPercent {
+		t.Errorf("GC percent after tuneGC = %d, want %d", got, runnerGCPercent)
+	}
+	if v, set := os.LookupEnv("GOGC"); set {
+		t.Errorf("tuneGC set GOGC=%s in the environment tofu inherits", v)
+	}
+
+	t.Setenv("GOGC", "50")
+	debug.SetGCPercent(50)
+	tuneGC()
+	if got := debug.SetGCPercent(100); got != 50 {
+		t.Errorf("GC percent with GOGC=50 in the environment = %d, want 50", got)
 	}
 }
