@@ -333,7 +333,7 @@ func (n *Node) podDeleted(obj any) {
 	n.mu.Unlock()
 	if w != nil {
 		// Gone from the API (force-deleted): stop at once.
-		w.stop(time.Now(), false)
+		w.forget()
 	}
 }
 

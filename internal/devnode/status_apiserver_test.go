@@ -206,4 +206,35 @@ func TestStatusWritesAgainstTheAPIServer(t *testing.T) {
 			t.Fatalf("the old pod's status was written to its successor: %+v", got.Status)
 		}
 	})
+	t.Run("a pod deleted without a grace period is written no more", func(t *testing.T) {
+		_, w := newPod(t, "forced")
+		sandboxUp(w)
+		if n := writes(t, w); n != 1 {
+			t.Fatalf("the first status took %d requests, want 1", n)
+		}
+		zero := int64(0)
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, "forced", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		// The watch shows the pod marked for deletion with no grace period
+		// (the API server then removes it): a final status or delete
+		// would only be refused.
+		deleted := w.latest().DeepCopy()
+		now := metav1.Now()
+		deleted.DeletionTimestamp, deleted.DeletionGracePeriodSeconds = &now, &zero
+		w.observe(deleted)
+		w.update(func(s *podState) {
+			s.containers[0].terminated(&corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"})
+			s.containers[0].final = true
+		})
+		if n := writes(t, w); n != 0 {
+			t.Fatalf("the stopped pod's status took %d requests, want none", n)
+		}
+		w.mu.Lock()
+		deleteObj := w.deleteObj
+		w.mu.Unlock()
+		if deleteObj {
+			t.Fatal("devnode would delete a pod object the API server already removed")
+		}
+	})
 }

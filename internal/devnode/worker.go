@@ -36,7 +36,10 @@ type podWorker struct {
 	state     *podState
 	deadline  time.Time // when halted processes get SIGKILL
 	deleteObj bool      // remove the pod object once stopped
-	written   *corev1.PodStatus
+	// gone says the pod object is no longer in the API (deleted without a
+	// grace period): no status is written for it, and nothing deletes it.
+	gone    bool
+	written *corev1.PodStatus
 
 	dirty    chan struct{} // state or pod changed: write status
 	haltCh   chan struct{} // containers must stop
@@ -83,6 +86,12 @@ func (w *podWorker) logPath(container string, restart int32) string {
 // observe records a newer pod object; a deletion timestamp starts the
 // graceful stop.
 func (w *podWorker) observe(pod *corev1.Pod) {
+	if pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 {
+		// Deleted without a grace period: the API server removes the
+		// object itself, so a final status or delete would only be refused.
+		w.forget()
+		return
+	}
 	w.mu.Lock()
 	w.pod = pod
 	w.mu.Unlock()
@@ -94,6 +103,15 @@ func (w *podWorker) observe(pod *corev1.Pod) {
 		}
 		w.stop(time.Now().Add(grace), true)
 	}
+}
+
+// forget stops the pod at once, as a kubelet does a pod deleted from the
+// API without a grace period, and writes nothing more about it.
+func (w *podWorker) forget() {
+	w.mu.Lock()
+	w.gone = true
+	w.mu.Unlock()
+	w.stop(time.Now(), false)
 }
 
 // stop halts the containers (SIGKILL at deadline) and ends the worker;
@@ -337,6 +355,10 @@ func (w *podWorker) statusLoop(ctx context.Context, stop <-chan struct{}) {
 // nothing else writes them on the dev cluster.
 func (w *podWorker) writeStatus(ctx context.Context) error {
 	w.mu.Lock()
+	if w.gone {
+		w.mu.Unlock()
+		return nil
+	}
 	pod, written := w.pod, w.written
 	status := ownedPart(computeStatus(pod, w.state, written, metav1.Now()))
 	w.mu.Unlock()
@@ -402,7 +424,7 @@ func statusPatch(uid types.UID, from, to *corev1.PodStatus) ([]byte, error) {
 // writes the final status and removes the pod object.
 func (w *podWorker) cleanup(ctx context.Context) {
 	w.mu.Lock()
-	ip, deleteObj := w.state.podIP, w.deleteObj
+	ip, deleteObj := w.state.podIP, w.deleteObj && !w.gone
 	w.mu.Unlock()
 	if ip != "" && ip != hostIP {
 		w.node.ips.release(ip)

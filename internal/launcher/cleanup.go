@@ -11,21 +11,34 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
+
+// deletePod deletes a run's pod (its Secret, owned by it, goes with it);
+// at once, without a grace period, when nothing runs in it (Run.MarkIdle).
+func (l *Launcher) deletePod(ctx context.Context, namespace, podName string, uid types.UID, idle bool) error {
+	opts := metav1.DeleteOptions{}
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	if idle {
+		opts.GracePeriodSeconds = ptr.To(int64(0))
+	}
+	err := l.opts.Client.CoreV1().Pods(namespace).Delete(ctx, podName, opts)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("failed to delete runner pod %s: %w", podName, err)
+	}
+	return nil
+}
 
 // deleteObjects removes a run's pod (when podName is set, only the one with
 // uid when set) and Secret; objects already gone are fine.
 func (l *Launcher) deleteObjects(ctx context.Context, namespace, podName string, uid types.UID, secretName string) error {
 	var errs []error
 	if podName != "" {
-		opts := metav1.DeleteOptions{}
-		if uid != "" {
-			opts.Preconditions = &metav1.Preconditions{UID: &uid}
-		}
-		err := l.opts.Client.CoreV1().Pods(namespace).Delete(ctx, podName, opts)
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			errs = append(errs, fmt.Errorf("failed to delete runner pod %s: %w", podName, err))
+		if err := l.deletePod(ctx, namespace, podName, uid, false); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if secretName != "" {

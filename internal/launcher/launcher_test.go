@@ -3,11 +3,13 @@ package launcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -215,5 +217,43 @@ func TestStartRejectedPodLeavesNoSecret(t *testing.T) {
 	run := f.startReady(f.spec("r1"))
 	if run.Err() != nil {
 		t.Fatal(run.Err())
+	}
+}
+
+// A run whose commands all returned (MarkIdle) has its pod deleted at once;
+// one cut short leaves the pod its termination grace, in which the node
+// stops the runner, which interrupts a tofu still running, and then removes
+// the pod object itself.
+func TestCloseDeletesAnIdleRunsPodAtOnce(t *testing.T) {
+	for _, idle := range []bool{true, false} {
+		t.Run(fmt.Sprintf("idle=%v", idle), func(t *testing.T) {
+			f := newFixture(t)
+			run := f.startReady(f.spec("r1"))
+			ctx := context.Background()
+			// Bound to a node, a pod deleted with a grace period stays
+			// until that node's kubelet removes it (envtest has none).
+			binding := &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Name: run.Pod().Name},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: "node-a"},
+			}
+			if err := f.cs.CoreV1().Pods(run.Pod().Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if idle {
+				run.MarkIdle()
+			}
+			if err := run.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			pod, err := f.cs.CoreV1().Pods(run.Pod().Namespace).Get(ctx, run.Pod().Name, metav1.GetOptions{})
+			switch {
+			case idle && !apierrors.IsNotFound(err):
+				t.Fatalf("the idle run's pod is still there after Close (err %v, deletion %v)", err, pod.DeletionTimestamp)
+			case !idle && err != nil:
+				t.Fatalf("the pod of a run not idle is gone at once: %v", err)
+			case !idle && (pod.DeletionTimestamp == nil || pod.DeletionGracePeriodSeconds == nil || *pod.DeletionGracePeriodSeconds != int64(terminationGrace/time.Second)):
+				t.Fatalf("the pod of a run not idle: deletion %v, grace %v; want a graceful delete of %s", pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds, terminationGrace)
+			}
+		})
 	}
 }

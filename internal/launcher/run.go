@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,10 @@ type Run struct {
 	last          *corev1.Pod // latest observed pod, for messages
 	client        *runner.Client
 	startDuration time.Duration
+
+	// idle is set by MarkIdle: nothing runs in the pod, so Close removes
+	// it without a grace period.
+	idle atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -145,10 +150,19 @@ func (r *Run) Err() error {
 	return context.Cause(r.ctx)
 }
 
+// MarkIdle says that every command sent to the runner returned its result:
+// no tofu runs in the pod, so Close deletes it at once (grace period 0).
+// That spares the node's final status write and its delete of the pod
+// object, two API writes on every run's path. A run that failed or was cut
+// short does not say so: its pod gets its termination grace, in which the
+// runner interrupts a tofu that may still run so that it saves its state
+// and releases its lock.
+func (r *Run) MarkIdle() { r.idle.Store(true) }
+
 // Close ends the run: it stops watching, closes the connection and deletes
 // the pod (its Secret, owned by it, goes with it), or, with Retain, marks the pod retained. Deleting
 // the pod sends the runner SIGTERM; tofu gets its grace period to release
-// the state lock. Close is idempotent.
+// the state lock, unless the run is idle (MarkIdle). Close is idempotent.
 func (r *Run) Close(ctx context.Context) error {
 	r.closeOnce.Do(func() {
 		r.cancel(ErrClosed)
@@ -160,7 +174,7 @@ func (r *Run) Close(ctx context.Context) error {
 			r.closeErr = r.launcher.retain(ctx, r.pod.Namespace, r.spec.Stack.Name, r.pod.Name)
 		} else {
 			// The TLS Secret is the pod's: it goes with it.
-			r.closeErr = r.launcher.deleteObjects(ctx, r.pod.Namespace, r.pod.Name, r.uid, "")
+			r.closeErr = r.launcher.deletePod(ctx, r.pod.Namespace, r.pod.Name, r.uid, r.idle.Load())
 		}
 		r.launcher.setActive(r.key, false)
 	})

@@ -351,6 +351,27 @@ func TestEnvtestTransientRunnerErrorIsRetried(t *testing.T) {
 	e.expectEvents("web", "ReconciliationFailed", "Applied")
 }
 
+// Only a run whose commands all returned says its runner is idle (its pod
+// then goes without a grace period); a run that lost its runner does not,
+// so a tofu still running there gets its grace to save state and unlock.
+func TestEnvtestOnlyAFinishedRunLeavesItsRunnerIdle(t *testing.T) {
+	e := newSuiteEnv(t)
+	suite.runs.killNextRuns(e.ns, "web", 1)
+	e.stack("web", dataModule, map[string]string{"greeting": "idle"}, func(st *terracev1.Stack) { st.Spec.ApprovePlan = terracev1.ApprovePlanAuto })
+	e.waitFor("web", "Ready after a retry", readyAt)
+	var closed []bool
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if closed = suite.hooks.closedRunners(e.ns, "web"); len(closed) >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !slices.Equal(closed, []bool{false, true}) {
+		t.Fatalf("closed runners marked idle: %v, want [false true] (the killed run's, then the finished run's)", closed)
+	}
+}
+
 func TestEnvtestDestroyOnDelete(t *testing.T) {
 	e := newSuiteEnv(t)
 	e.stack("web", dataModule, map[string]string{"greeting": "bye"}, func(st *terracev1.Stack) {

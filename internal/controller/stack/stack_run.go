@@ -166,7 +166,15 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope, starting *runner
 			return err
 		}
 	}
-	return r.afterRun(rctx, s, nil)
+	if err := r.afterRun(rctx, s, nil); err != nil {
+		return err
+	}
+	// Every command returned its result: nothing runs in the runner, and
+	// its pod can go without a grace period.
+	if idle, ok := sess.(idleMarker); ok {
+		idle.MarkIdle()
+	}
+	return nil
 }
 
 // closeRun removes the run's runner pod (unless the config retains it)

@@ -83,6 +83,11 @@ type runSession interface {
 	Close(ctx context.Context) error
 }
 
+// idleMarker is a runSession that can be told that every command sent to
+// its runner returned (*launcher.Run.MarkIdle): its pod is then removed at
+// once, where a run cut short leaves the runner its grace period.
+type idleMarker interface{ MarkIdle() }
+
 // runStarter starts runner pods.
 type runStarter interface {
 	Start(ctx context.Context, req runRequest) (runSession, error)

@@ -15,6 +15,9 @@ type suiteHooks struct {
 	started     map[string]func()
 	cleanups    map[string]int
 	open        map[string]map[*processSession]bool
+	// closedIdle says, per Stack and in order, whether each closed
+	// runner had been marked idle.
+	closedIdle map[string][]bool
 }
 
 // onStatusPatch calls f before each status patch of the Stack; an error
@@ -89,6 +92,18 @@ func (h *suiteHooks) sessionClosed(s *processSession) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.open[s.stack], s)
+	if h.closedIdle == nil {
+		h.closedIdle = map[string][]bool{}
+	}
+	h.closedIdle[s.stack] = append(h.closedIdle[s.stack], s.idle.Load())
+}
+
+// closedRunners says, in order, whether each closed runner of the Stack
+// had been marked idle.
+func (h *suiteHooks) closedRunners(namespace, name string) []bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]bool(nil), h.closedIdle[namespace+"/"+name]...)
 }
 
 // openSessions is how many of the Stack's runners are started and not closed.

@@ -268,6 +268,8 @@ type processSession struct {
 	died   context.CancelCauseFunc
 	stop   func()
 	killed atomic.Bool
+	// idle is set by MarkIdle (the run's commands all returned).
+	idle atomic.Bool
 	// stack is namespace/name, for the suite's hooks.
 	stack string
 }
@@ -275,6 +277,8 @@ type processSession struct {
 func (s *processSession) ID() string               { return s.id }
 func (s *processSession) Client() *runner.Client   { return s.client }
 func (s *processSession) Context() context.Context { return s.ctx }
+
+func (s *processSession) MarkIdle() { s.idle.Store(true) }
 
 func (s *processSession) Died() error {
 	if s.killed.Load() {
