@@ -237,4 +237,27 @@ func TestStatusWritesAgainstTheAPIServer(t *testing.T) {
 			t.Fatal("devnode would delete a pod object the API server already removed")
 		}
 	})
+	t.Run("a pod a finalizer holds after a delete without grace is still written", func(t *testing.T) {
+		pod, w := newPod(t, "held")
+		pod.Finalizers = []string{"example.com/hold"}
+		if _, err := cs.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = cs.CoreV1().Pods(ns).Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		})
+		zero := int64(0)
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, "held", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		held, err := cs.CoreV1().Pods(ns).Get(ctx, "held", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the finalizer did not hold the pod: %v", err)
+		}
+		w.observe(held)
+		sandboxUp(w)
+		if n := writes(t, w); n != 1 {
+			t.Fatalf("the held pod's status took %d requests, want 1", n)
+		}
+	})
 }

@@ -86,9 +86,10 @@ func (w *podWorker) logPath(container string, restart int32) string {
 // observe records a newer pod object; a deletion timestamp starts the
 // graceful stop.
 func (w *podWorker) observe(pod *corev1.Pod) {
-	if pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 {
-		// Deleted without a grace period: the API server removes the
-		// object itself, so a final status or delete would only be refused.
+	if pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 && len(pod.Finalizers) == 0 {
+		// Deleted without a grace period and held by no finalizer: the
+		// API server removes the object itself, so a final status or
+		// delete would only be refused.
 		w.forget()
 		return
 	}
@@ -105,8 +106,8 @@ func (w *podWorker) observe(pod *corev1.Pod) {
 	}
 }
 
-// forget stops the pod at once, as a kubelet does a pod deleted from the
-// API without a grace period, and writes nothing more about it.
+// forget stops the pod at once (a graceful stop already under way keeps its
+// deadline) and writes nothing more about it: its object is gone from the API.
 func (w *podWorker) forget() {
 	w.mu.Lock()
 	w.gone = true

@@ -112,17 +112,28 @@ func NewCommand(use string) *cobra.Command {
 
 // runnerGCPercent is the runner process's own GOGC unless its environment
 // sets one. A run allocates a few MB (gRPC frames, the module's files, tofu's
-// JSON stream) on a heap that stays small, and at the default of 100 the
-// collector ran through it several times: a quarter of a runner's CPU in a
-// profile of 100 runs. debug.SetGCPercent leaves the environment alone, so
-// tofu and the providers it starts keep the default (their heaps are what a
-// pod's memory limit is sized for).
+// JSON stream) on a heap that is small for most plans, and at the default of
+// 100 the collector ran through it several times: a quarter of a runner's
+// CPU in a profile of 100 runs. debug.SetGCPercent leaves the environment
+// alone, so tofu and the providers it starts keep the default (their heaps
+// are what a pod's memory limit is sized for).
 const runnerGCPercent = 400
 
-// tuneGC sets the runner's GOGC (see runnerGCPercent).
+// runnerSoftMemoryLimit bounds what the higher GOGC may add: a large plan's
+// JSON and its redacted copy are held whole (up to the controller's limits,
+// tens of MiB), and 5x that would crowd tofu in the pod's memory limit.
+// Near this size the collector works as hard as it must to stay under it.
+const runnerSoftMemoryLimit = 256 << 20
+
+// tuneGC sets the runner's GOGC and soft memory limit (see runnerGCPercent),
+// unless the pod sets GOGC or GOMEMLIMIT itself.
 func tuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(runnerGCPercent)
+	if _, set := os.LookupEnv("GOGC"); set {
+		return
+	}
+	debug.SetGCPercent(runnerGCPercent)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(runnerSoftMemoryLimit)
 	}
 }
 

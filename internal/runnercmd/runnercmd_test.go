@@ -108,19 +108,26 @@ func TestRunnerCommandServesAndRemovesItsWorkDirOnShutdown(t *testing.T) {
 // the providers it starts inherit the environment, which must not gain a
 // GOGC; a GOGC the pod sets wins.
 func TestTheRunnersGCSettingIsItsOwn(t *testing.T) {
-	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
-	if v, set := os.LookupEnv("GOGC"); set {
-		defer os.Setenv("GOGC", v)
-		os.Unsetenv("GOGC")
+	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
+	for _, key := range []string{"GOGC", "GOMEMLIMIT"} {
+		if v, set := os.LookupEnv(key); set {
+			os.Unsetenv(key)
+			t.Cleanup(func() { os.Setenv(key, v) })
+		}
 	}
 
 	tuneGC()
 	if got := debug.SetGCPercent(100); got != runnerGCPercent {
 		t.Errorf("GC percent after tuneGC = %d, want %d", got, runnerGCPercent)
 	}
-	if v, set := os.LookupEnv("GOGC"); set {
-		t.Errorf("tuneGC set GOGC=%s in the environment tofu inherits", v)
+	if got := debug.SetMemoryLimit(-1); got != runnerSoftMemoryLimit {
+		t.Errorf("soft memory limit after tuneGC = %d, want %d", got, runnerSoftMemoryLimit)
+	}
+	for _, key := range []string{"GOGC", "GOMEMLIMIT"} {
+		if v, set := os.LookupEnv(key); set {
+			t.Errorf("tuneGC set %s=%s in the environment tofu inherits", key, v)
+		}
 	}
 
 	t.Setenv("GOGC", "50")

@@ -159,6 +159,9 @@ type launchedRun struct {
 	ended func()
 }
 
+// A finished run's pod is deleted without a grace period (runInRunner).
+var _ idleMarker = launchedRun{}
+
 // Close deletes the run's pod, then reports the end.
 func (r launchedRun) Close(ctx context.Context) error {
 	err := r.Run.Close(ctx)
