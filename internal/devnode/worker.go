@@ -36,10 +36,11 @@ type podWorker struct {
 	state     *podState
 	deadline  time.Time // when halted processes get SIGKILL
 	deleteObj bool      // remove the pod object once stopped
-	// gone says the pod object is no longer in the API (deleted without a
-	// grace period): no status is written for it, and nothing deletes it.
-	gone    bool
-	written *corev1.PodStatus
+	// forced says the pod was deleted with no grace period: it is stopped
+	// at once and no status is written for it any more. gone says its
+	// object has left the API (its delete event came): nothing deletes it.
+	forced, gone bool
+	written      *corev1.PodStatus
 
 	dirty    chan struct{} // state or pod changed: write status
 	haltCh   chan struct{} // containers must stop
@@ -47,6 +48,8 @@ type podWorker struct {
 	done     chan struct{} // run returned
 	halt1    sync.Once
 	finish1  sync.Once
+	goneCh   chan struct{} // closed once the pod's delete event came
+	gone1    sync.Once
 }
 
 func newPodWorker(n *Node, pod *corev1.Pod) *podWorker {
@@ -61,6 +64,7 @@ func newPodWorker(n *Node, pod *corev1.Pod) *podWorker {
 		dirty:    make(chan struct{}, 1),
 		haltCh:   make(chan struct{}),
 		finishCh: make(chan struct{}),
+		goneCh:   make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 }
@@ -86,11 +90,15 @@ func (w *podWorker) logPath(container string, restart int32) string {
 // observe records a newer pod object; a deletion timestamp starts the
 // graceful stop.
 func (w *podWorker) observe(pod *corev1.Pod) {
-	if pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 && len(pod.Finalizers) == 0 {
-		// Deleted without a grace period and held by no finalizer: the
-		// API server removes the object itself, so a final status or
-		// delete would only be refused.
-		w.forget()
+	if pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0 {
+		// Deleted without a grace period: the API server removes the
+		// object right after this update (or once its finalizers go), so
+		// a final status would only be refused. Should the object still
+		// be there when the pod has stopped, cleanup deletes it.
+		w.mu.Lock()
+		w.pod, w.forced = pod, true
+		w.mu.Unlock()
+		w.stop(time.Now(), true)
 		return
 	}
 	w.mu.Lock()
@@ -110,9 +118,32 @@ func (w *podWorker) observe(pod *corev1.Pod) {
 // deadline) and writes nothing more about it: its object is gone from the API.
 func (w *podWorker) forget() {
 	w.mu.Lock()
-	w.gone = true
+	w.forced, w.gone = true, true
 	w.mu.Unlock()
+	w.gone1.Do(func() { close(w.goneCh) })
 	w.stop(time.Now(), false)
+}
+
+// forcedDeleteWait is how long a pod deleted with no grace period waits,
+// once stopped, for its delete event before devnode deletes the object
+// itself: the API server removes it right after the update devnode saw, so
+// the event is normally milliseconds away and the delete would be refused.
+const forcedDeleteWait = 2 * time.Second
+
+// awaitRemoval waits for the delete event of a pod deleted with no grace
+// period and says whether its object is gone.
+func (w *podWorker) awaitRemoval(ctx context.Context) bool {
+	t := time.NewTimer(forcedDeleteWait)
+	defer t.Stop()
+	select {
+	case <-w.goneCh:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gone
 }
 
 // stop halts the containers (SIGKILL at deadline) and ends the worker;
@@ -356,7 +387,7 @@ func (w *podWorker) statusLoop(ctx context.Context, stop <-chan struct{}) {
 // nothing else writes them on the dev cluster.
 func (w *podWorker) writeStatus(ctx context.Context) error {
 	w.mu.Lock()
-	if w.gone {
+	if w.forced {
 		w.mu.Unlock()
 		return nil
 	}
@@ -425,7 +456,7 @@ func statusPatch(uid types.UID, from, to *corev1.PodStatus) ([]byte, error) {
 // writes the final status and removes the pod object.
 func (w *podWorker) cleanup(ctx context.Context) {
 	w.mu.Lock()
-	ip, deleteObj := w.state.podIP, w.deleteObj && !w.gone
+	ip, deleteObj, forced := w.state.podIP, w.deleteObj && !w.gone, w.forced
 	w.mu.Unlock()
 	if ip != "" && ip != hostIP {
 		w.node.ips.release(ip)
@@ -435,7 +466,7 @@ func (w *podWorker) cleanup(ctx context.Context) {
 	if err := os.RemoveAll(w.podDir); err != nil {
 		w.node.log.Info("failed to remove pod directory", "pod", w.key, "error", err.Error())
 	}
-	if !deleteObj || ctx.Err() != nil {
+	if !deleteObj || ctx.Err() != nil || (forced && w.awaitRemoval(ctx)) {
 		return
 	}
 	if err := w.writeStatus(ctx); err != nil {
