@@ -233,7 +233,7 @@ func TestStatusWritesAgainstTheAPIServer(t *testing.T) {
 		// Its delete event says the object is gone: nothing deletes it.
 		w.forget()
 		w.mu.Lock()
-		deletes := w.deleteObj && !w.gone
+		deletes := w.deleteObj && !w.removed()
 		w.mu.Unlock()
 		if deletes {
 			t.Fatal("devnode would delete a pod object the API server already removed")
@@ -260,7 +260,7 @@ func TestStatusWritesAgainstTheAPIServer(t *testing.T) {
 		// devnode stops the pod and removes the object as a kubelet would.
 		w.observe(held)
 		w.mu.Lock()
-		deletes := w.deleteObj && !w.gone
+		deletes := w.deleteObj && !w.removed()
 		w.mu.Unlock()
 		if !deletes {
 			t.Fatal("devnode would leave a pod object that its delete event never removed")

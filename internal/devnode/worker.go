@@ -37,10 +37,9 @@ type podWorker struct {
 	deadline  time.Time // when halted processes get SIGKILL
 	deleteObj bool      // remove the pod object once stopped
 	// forced says the pod was deleted with no grace period: it is stopped
-	// at once and no status is written for it any more. gone says its
-	// object has left the API (its delete event came): nothing deletes it.
-	forced, gone bool
-	written      *corev1.PodStatus
+	// at once and no status is written for it any more.
+	forced  bool
+	written *corev1.PodStatus
 
 	dirty    chan struct{} // state or pod changed: write status
 	haltCh   chan struct{} // containers must stop
@@ -48,7 +47,7 @@ type podWorker struct {
 	done     chan struct{} // run returned
 	halt1    sync.Once
 	finish1  sync.Once
-	goneCh   chan struct{} // closed once the pod's delete event came
+	goneCh   chan struct{} // closed once the pod's delete event came: nothing deletes it
 	gone1    sync.Once
 }
 
@@ -118,7 +117,7 @@ func (w *podWorker) observe(pod *corev1.Pod) {
 // deadline) and writes nothing more about it: its object is gone from the API.
 func (w *podWorker) forget() {
 	w.mu.Lock()
-	w.forced, w.gone = true, true
+	w.forced = true
 	w.mu.Unlock()
 	w.gone1.Do(func() { close(w.goneCh) })
 	w.stop(time.Now(), false)
@@ -137,13 +136,20 @@ func (w *podWorker) awaitRemoval(ctx context.Context) bool {
 	defer t.Stop()
 	select {
 	case <-w.goneCh:
-		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.gone
+	return w.removed()
+}
+
+// removed says the pod's delete event came.
+func (w *podWorker) removed() bool {
+	select {
+	case <-w.goneCh:
+		return true
+	default:
+		return false
+	}
 }
 
 // stop halts the containers (SIGKILL at deadline) and ends the worker;
@@ -456,8 +462,9 @@ func statusPatch(uid types.UID, from, to *corev1.PodStatus) ([]byte, error) {
 // writes the final status and removes the pod object.
 func (w *podWorker) cleanup(ctx context.Context) {
 	w.mu.Lock()
-	ip, deleteObj, forced := w.state.podIP, w.deleteObj && !w.gone, w.forced
+	ip, deleteObj, forced := w.state.podIP, w.deleteObj, w.forced
 	w.mu.Unlock()
+	deleteObj = deleteObj && !w.removed()
 	if ip != "" && ip != hostIP {
 		w.node.ips.release(ip)
 	}
