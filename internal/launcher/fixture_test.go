@@ -107,6 +107,47 @@ func newFixture(t *testing.T, mutate ...func(*Options)) *fixture {
 	return &fixture{t: t, cs: cs, authority: authority, launcher: l, stack: stack, grpc: grpc, port: int(opts.GRPCPort)}
 }
 
+// recordPodEvents watches the named pod from now on; the function returned
+// stops the watch and describes each event it saw (type, phase, node,
+// deletion timestamp and grace), for a failure message.
+func (f *fixture) recordPodEvents(name string) func() string {
+	f.t.Helper()
+	w, err := f.cs.CoreV1().Pods(f.stack.Namespace).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + name,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var events []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				events = append(events, fmt.Sprintf("%s %T", ev.Type, ev.Object))
+				continue
+			}
+			events = append(events, fmt.Sprintf("%s(rv %s phase %s node %q deletion %v grace %v)", ev.Type, pod.ResourceVersion,
+				pod.Status.Phase, pod.Spec.NodeName, pod.DeletionTimestamp, ptrValue(pod.DeletionGracePeriodSeconds)))
+		}
+	}()
+	f.t.Cleanup(w.Stop)
+	return func() string {
+		time.Sleep(200 * time.Millisecond) // let the last events arrive
+		w.Stop()
+		<-done
+		return strings.Join(events, ", ")
+	}
+}
+
+func ptrValue(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 func (f *fixture) spec(runID string) RunSpec {
 	return RunSpec{Stack: f.stack, RunID: runID, ServiceAccountName: "deployer"}
 }
