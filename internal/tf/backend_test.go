@@ -109,10 +109,16 @@ func TestOwnBackendRefusesBadInput(t *testing.T) {
 		"PATH":                   {OwnBackend: &OwnBackend{Type: "s3", Credentials: []BackendCredential{{Env: "PATH", Value: "/x"}}}},
 		"not a variable name":    {OwnBackend: &OwnBackend{Type: "s3", Credentials: []BackendCredential{{Env: "A=B", Value: "x"}}}},
 		"both backends":          {OwnBackend: &OwnBackend{Type: "s3"}, HTTPBackend: &HTTPBackend{Address: "https://x"}},
+		"a type over 32":         {OwnBackend: &OwnBackend{Type: "s" + strings.Repeat("3", maxBackendTypeLen)}},
+		"a variable over 128":    {OwnBackend: &OwnBackend{Type: "s3", Credentials: []BackendCredential{{Env: "A" + strings.Repeat("B", maxEnvNameLen), Value: "x"}}}},
 	} {
 		if err := e.configureBackend(dir, opts); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: err = %v", name, err)
 		}
+	}
+	longest := InitOptions{OwnBackend: &OwnBackend{Type: strings.Repeat("s", maxBackendTypeLen), Credentials: []BackendCredential{{Env: strings.Repeat("A", maxEnvNameLen), Value: "x"}}}}
+	if err := e.configureBackend(dir, longest); err != nil {
+		t.Errorf("a type of 32 and a variable of 128 characters are refused: %v", err)
 	}
 	if err := e.configureBackend(dir, InitOptions{OwnBackend: &OwnBackend{Type: "s3", Credentials: []BackendCredential{{Env: "TF_HTTP_PASSWORD", Value: "x"}}}}); err != nil {
 		t.Errorf("TF_HTTP_ credentials (the http backend's own) are refused: %v", err)

@@ -84,7 +84,11 @@ type Executor struct {
 	learned map[string]string
 }
 
-var planIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+// planIDPattern is a plan ID's characters; its length (1 to maxPlanIDLen)
+// is checked apart (see backendTypePattern).
+var planIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+const maxPlanIDLen = 128
 
 // ErrNotInitialized is returned by calls that need Init first.
 var ErrNotInitialized = errors.New("the module is not initialized: call Init first")
@@ -314,7 +318,7 @@ func (e *CommandError) Error() string { return fmt.Sprintf("%s failed: %s", e.Op
 
 // planPath returns the saved plan file of id.
 func (e *Executor) planPath(id string) (string, error) {
-	if !planIDPattern.MatchString(id) || id == "." || id == ".." {
+	if len(id) > maxPlanIDLen || !planIDPattern.MatchString(id) || id == "." || id == ".." {
 		return "", fmt.Errorf("%w: plan id %q must be 1-128 letters, digits, '.', '_' or '-'", ErrInvalidArgument, id)
 	}
 	return filepath.Join(e.cfg.WorkDir, "plans", id+".tfplan"), nil

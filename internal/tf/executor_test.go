@@ -3,6 +3,7 @@ package tf
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +160,19 @@ func TestPluginSocketDirStaysShort(t *testing.T) {
 	short := t.TempDir()
 	if len(short) <= maxPluginSocketDirLen && pluginSocketDir(short) != short {
 		t.Fatalf("a short writable dir %q was not kept", short)
+	}
+}
+
+func TestPlanIDsAreBounded(t *testing.T) {
+	e := newTestExecutor(t, "/bin/true", nil, "")
+	for _, id := range []string{"plan-1", "a", strings.Repeat("p", maxPlanIDLen), "v1.2_x"} {
+		if _, err := e.planPath(id); err != nil {
+			t.Errorf("plan id %q refused: %v", id, err)
+		}
+	}
+	for _, id := range []string{"", ".", "..", "a/b", "a b", strings.Repeat("p", maxPlanIDLen+1)} {
+		if _, err := e.planPath(id); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("plan id %q: err = %v, want ErrInvalidArgument", id, err)
+		}
 	}
 }
