@@ -251,7 +251,7 @@ func TestCloseDeletesAnIdleRunsPodAtOnce(t *testing.T) {
 			case idle && !apierrors.IsNotFound(err):
 				t.Fatalf("the idle run's pod is still there after Close (err %v, deletion %v)", err, pod.DeletionTimestamp)
 			case !idle && err != nil:
-				// Once seen in CI (1 run in ~100): say what the pod went
+				// Seen once in CI, never since: say what the pod went
 				// through, so the next failure names its cause.
 				t.Fatalf("the pod of a run not idle is gone at once: %v; its events since it was bound: %s", err, seen())
 			case !idle && (pod.DeletionTimestamp == nil || pod.DeletionGracePeriodSeconds == nil || *pod.DeletionGracePeriodSeconds != int64(terminationGrace/time.Second)):
