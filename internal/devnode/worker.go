@@ -143,9 +143,12 @@ func (w *podWorker) awaitRemoval(ctx context.Context) bool {
 }
 
 // removed says the pod's delete event came.
-func (w *podWorker) removed() bool {
+func (w *podWorker) removed() bool { return isClosed(w.goneCh) }
+
+// isClosed says whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-w.goneCh:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -172,14 +175,7 @@ func (w *podWorker) halt(deadline time.Time) {
 	w.halt1.Do(func() { close(w.haltCh) })
 }
 
-func (w *podWorker) halted() bool {
-	select {
-	case <-w.haltCh:
-		return true
-	default:
-		return false
-	}
-}
+func (w *podWorker) halted() bool { return isClosed(w.haltCh) }
 
 func (w *podWorker) haltDeadline() time.Time {
 	w.mu.Lock()
