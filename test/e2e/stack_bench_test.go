@@ -108,6 +108,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	served := clusterRequests(b, e.cs)
 	cpuBefore := sampleCPU(e)
 	profiled := profileAPIServer(b, e, fmt.Sprintf("stacks-%d-warm-%d", n, warm), direct)
+	logStart := len(controllerLog.String())
 	terrace, terraceDone, peak := e.stacksToReady(b, n)
 	reportCPU(b, cpuBefore, sampleCPU(e), directCPU, n)
 	profiled()
@@ -130,6 +131,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	}
 	if trace := requestKinds.takeTrace(); n == 1 && len(trace) > 0 {
 		b.Logf("API requests in order:\n%s", strings.Join(trace, "\n"))
+		logStateRequests(b, controllerLog.String()[logStart:])
 	}
 	if n > 1 {
 		path := filepath.Join(plotDir(), fmt.Sprintf("stacks-ready-%d-warm-%d.png", n, warm))
@@ -145,6 +147,24 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		logRunPhases(b, e)
 	}
 }
+
+// logStateRequests logs the state server's requests (method, answer and
+// time in the server) from the part of the controller's log a lone run
+// wrote, in order: with the API requests, where tofu's backend waits.
+func logStateRequests(b *testing.B, log string) {
+	b.Helper()
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `"msg"="state request"`) {
+			lines = append(lines, "    "+stateRequestFields.ReplaceAllString(l, ""))
+		}
+	}
+	b.Logf("state requests in order:\n%s", strings.Join(lines, "\n"))
+}
+
+// stateRequestFields are the parts of a state request's log line the
+// trace leaves out.
+var stateRequestFields = regexp.MustCompile(`^.*"msg"="state request" |"state"="[^"]*" |"identity"="[^"]*" `)
 
 // reportTofuShare splits a lone run's time, from its runner's log, into
 // the runner's tofu operations and everything outside them. The ratio
