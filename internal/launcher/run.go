@@ -60,6 +60,12 @@ type Run struct {
 	runningCh   chan struct{}
 	runningOnce sync.Once
 
+	// labelled is closed once a claimed warm pod carries the run's
+	// labels, owner and deadline, with labelErr set when it could not be
+	// given them; nil for a pod started for the run, labelled at creation.
+	labelled chan struct{}
+	labelErr error
+
 	mu            sync.Mutex
 	podIP         string
 	last          *corev1.Pod // latest observed pod, for messages
@@ -90,6 +96,24 @@ func newRun(l *Launcher, spec RunSpec, key string, pod *corev1.Pod, secret strin
 
 // ID is the run ID.
 func (r *Run) ID() string { return r.spec.RunID }
+
+// Labelled waits until the run's pod carries the run's labels, owner and
+// deadline: at once for a pod started for the run, after the claim's
+// relabel for a warm pod (Claim returns before it). The state server takes
+// the run's certificate only from a pod labelled with the run, so nothing
+// that reaches the state server (tofu init and later) may start before
+// Labelled returned nil. On an error the run cannot go on: Close it.
+func (r *Run) Labelled(ctx context.Context) error {
+	if r.labelled == nil {
+		return nil
+	}
+	select {
+	case <-r.labelled:
+		return r.labelErr
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
 
 // Identity is the runner's certificate identity (terrace://runner/ns/stack/runID).
 func (r *Run) Identity() pki.Identity { return r.identity }

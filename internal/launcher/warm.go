@@ -152,11 +152,13 @@ func buildWarmPod(p podParams) *corev1.Pod {
 }
 
 // Claim makes the warm pod w the runner of spec's run: it checks the
-// runner policy, hands the pod the run's labels, owner and deadline (the
-// state server accepts the run's certificate only from then on), issues
-// the run's certificate and gives it to the runner over the controller's
-// mutual TLS connection. spec.RunID must be w.ID(). w is consumed: on
-// failure its pod is deleted; a warm pod is never used for a second run.
+// runner policy, issues the run's certificate and gives it to the runner
+// over the controller's mutual TLS connection, and meanwhile hands the pod
+// the run's labels, owner and deadline. It returns once the runner holds
+// the certificate, so the run's module can be sent while the relabel is on
+// its way: call the run's Labelled before anything that reaches the state
+// server. spec.RunID must be w.ID(). w is consumed: on failure its pod is
+// deleted; a warm pod is never used for a second run.
 func (l *Launcher) Claim(ctx context.Context, w *Run, spec RunSpec) (*Run, error) {
 	started := time.Now()
 	if w.Err() != nil {
@@ -182,7 +184,7 @@ func (l *Launcher) Claim(ctx context.Context, w *Run, spec RunSpec) (*Run, error
 	run.client, run.podIP = w.Client(), w.PodIP()
 	run.runningOnce.Do(func() { close(run.runningCh) })
 	l.pods.replace(w, run)
-	if err := l.claimPod(ctx, run, p); err != nil {
+	if err := l.claimPod(run, p); err != nil {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		_ = run.Close(cleanupCtx)
@@ -198,19 +200,25 @@ func (l *Launcher) Claim(ctx context.Context, w *Run, spec RunSpec) (*Run, error
 	return run, nil
 }
 
-// claimPod relabels the pod for its run and, at the same time, hands it the
-// run's certificate: the two are independent, and a run claims on its
-// critical path. Holding the certificate opens nothing before the label is
-// in place (the state server accepts a run's certificate only from a pod
-// labelled with the run), and the runner uses it only when the controller
-// sends the run's first command, after claimPod returned. On failure the
-// caller deletes the pod, certificate and all.
-func (l *Launcher) claimPod(ctx context.Context, run *Run, p podParams) error {
+// claimPod hands the runner the run's certificate while the pod is
+// relabelled for the run (the relabel's result is the run's Labelled): the
+// two are independent, and a run claims on its critical path. Holding the
+// certificate opens nothing before the label is in place (the state server
+// accepts a run's certificate only from a pod labelled with the run). When
+// the hand-over fails, claimPod waits for the relabel too, so the caller
+// deletes a pod no request changes any more, certificate and all.
+func (l *Launcher) claimPod(run *Run, p podParams) error {
 	pod := run.last
-	relabelled := make(chan error, 1)
-	go func() { relabelled <- l.relabelForRun(ctx, pod, p) }()
-	claimErr := l.handOverCertificate(run, p)
-	return errors.Join(<-relabelled, claimErr)
+	run.labelled = make(chan struct{})
+	go func() {
+		defer close(run.labelled)
+		run.labelErr = l.relabelForRun(run.ctx, pod, p)
+	}()
+	if err := l.handOverCertificate(run, p); err != nil {
+		<-run.labelled
+		return errors.Join(run.labelErr, err)
+	}
+	return nil
 }
 
 // relabelForRun gives a warm pod its run's labels, owner and deadline.

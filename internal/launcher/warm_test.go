@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
@@ -91,6 +94,9 @@ func TestWarmPodIsClaimedOnceWithTheRunsCredentials(t *testing.T) {
 	run, err := f.launcher.Claim(ctx, w, f.spec(w.ID()))
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
+	}
+	if err := run.Labelled(ctx); err != nil {
+		t.Fatalf("Labelled: %v", err)
 	}
 	pod, err = pods.Get(ctx, w.Pod().Name, metav1.GetOptions{})
 	if err != nil {
@@ -178,3 +184,54 @@ func TestClaimFailsWhenTheRunnerRefusesTheCertificate(t *testing.T) {
 		return err
 	})
 }
+
+// TestClaimReportsAFailedRelabelThroughLabelled: Claim returns once the
+// runner holds the run's certificate; a relabel the API server does not
+// take (here every pod PATCH of the launcher fails) is the run's Labelled
+// error, so nothing that reaches the state server starts, and closing the
+// run removes the pod.
+func TestClaimReportsAFailedRelabelThroughLabelled(t *testing.T) {
+	f := newFixture(t, func(o *Options) {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/pods/") {
+					return nil, errors.New("pod patches fail in this test")
+				}
+				return rt.RoundTrip(req)
+			})
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Client = cs
+	})
+	w := f.startWarmReady()
+	ctx := context.Background()
+	run, err := f.launcher.Claim(ctx, w, f.spec(w.ID()))
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if err := run.Labelled(ctx); err == nil || !strings.Contains(err.Error(), "pod patches fail in this test") {
+		t.Fatalf("Labelled after a failed relabel answered %v, want the relabel's error", err)
+	}
+	pod, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Labels[LabelRun] != "" || len(pod.OwnerReferences) != 0 {
+		t.Errorf("pod after a failed relabel: labels %v, owners %v; want the warm pod's", pod.Labels, pod.OwnerReferences)
+	}
+	if err := run.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.gone("warm pod whose relabel failed", func(ctx context.Context) error {
+		_, err := f.cs.CoreV1().Pods(f.stack.Namespace).Get(ctx, w.Pod().Name, metav1.GetOptions{})
+		return err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -17,6 +17,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/stackview"
 	"github.com/terrace-dev/terrace/internal/state"
@@ -131,24 +132,23 @@ func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 }
 
 // runInRunner waits for the runner (starting, or started only now after
-// recovering from dead runs), loads the module and initialises it, then
-// runs the kind's step.
+// recovering from dead runs) and the module's load into it, then for its
+// pod's labels, initialises the module and runs the kind's step.
 func (r *Reconciler) runInRunner(ctx context.Context, s *scope, starting *runnerStart) error {
 	sess, err := r.awaitRunner(ctx, s, starting)
-	if err != nil {
+	if sess == nil {
 		return err
 	}
 	// Closed by finish, after the final status patch: the outcome is
-	// visible without waiting for the pod to go.
+	// visible without waiting for the pod to go. A runner the module
+	// failed to load into is the run's all the same, for closeRun.
 	run := s.run
 	run.session, run.client, run.logf = sess, sess.Client(), runLogger(ctx, sess.ID())
 	rctx := sess.Context()
-
-	s.observed.attempted = s.source.revision
-	fetchDone := run.timings.Start(runphase.Fetch)
-	err = r.loadSource(rctx, s)
-	fetchDone()
 	if err != nil {
+		return err
+	}
+	if err := awaitLabels(rctx, s, sess); err != nil {
 		return err
 	}
 	initDone := run.timings.Start(runphase.Init)
@@ -303,23 +303,19 @@ func stateKey(stack *terracev1.Stack) state.Key {
 // itself, from its pod's network position; Flux artifacts, served by
 // source-controller on a host the operator allowed, are downloaded here
 // and streamed to the runner.
-func (r *Reconciler) loadSource(ctx context.Context, s *scope) error {
-	cl := s.run.client
-	var err error
-	switch s.source.origin {
+func (r *Reconciler) loadSource(ctx context.Context, src *source, cl *runner.Client) error {
+	switch src.origin {
 	case fromProgram:
-		_, err = cl.Upload(ctx, s.source.digest, bytes.NewReader(s.source.data))
+		_, err := cl.Upload(ctx, src.digest, bytes.NewReader(src.data))
+		return err
 	case fromStackURL:
-		_, err = cl.FetchExternal(ctx, s.source.url, s.source.digest)
+		_, err := cl.FetchExternal(ctx, src.url, src.digest)
+		return err
 	case fromFluxArtifact:
-		err = r.uploadFluxArtifact(ctx, s)
+		return r.uploadFluxArtifact(ctx, src, cl)
 	default:
-		return fmt.Errorf("%s has no origin to load it from", s.source.description)
+		return fmt.Errorf("%s has no origin to load it from", src.description)
 	}
-	if err != nil {
-		return classifySourceError(s, err)
-	}
-	return nil
 }
 
 // fluxFetchUserAgent names the controller to source-controller.
@@ -327,18 +323,18 @@ const fluxFetchUserAgent = "terrace-controller"
 
 // uploadFluxArtifact streams a Flux artifact to the runner. Its host was
 // checked by resolveFluxSource, and the source client refuses any other.
-func (r *Reconciler) uploadFluxArtifact(ctx context.Context, s *scope) error {
+func (r *Reconciler) uploadFluxArtifact(ctx context.Context, src *source, cl *runner.Client) error {
 	httpClient := artifact.NewSourceClient(r.Options.SourceArtifactHosts, fluxFetchUserAgent)
 	defer httpClient.CloseIdleConnections()
 	// Cancelling the upload ends the runner's side when the download fails.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	body, err := artifact.Open(ctx, httpClient, s.source.url, maxSourceBytes)
+	body, err := artifact.Open(ctx, httpClient, src.url, maxSourceBytes)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
-	_, err = s.run.client.Upload(ctx, s.source.digest, body)
+	_, err = cl.Upload(ctx, src.digest, body)
 	return err
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // runnerStart is a run's runner pod being started (a warm pod claimed, or
-// a pod created) while the run is announced.
+// a pod created) and sent the run's module while the run is announced.
 type runnerStart struct {
 	done chan struct{}
 	// cancel stops a start that is no longer wanted (abandon); a started
@@ -16,13 +16,19 @@ type runnerStart struct {
 	cancel context.CancelFunc
 	sess   runSession
 	err    error
+	// sourceErr is the module's load into the started runner, done as
+	// soon as the runner took the run's credentials.
+	sourceErr error
 }
 
 // startRunner starts the run's runner while its announcement (a status
 // patch) is written: both are API round trips on every run's path, and
-// neither needs the other. The runner does nothing until it is sent its
-// first command, after awaitRunner, and the state server takes the run's
-// certificate only once the status names the run. A run that must recover
+// neither needs the other. Once the runner holds the run's credentials it
+// is sent the module, which needs neither the announcement nor the pod's
+// relabel (a claimed warm pod's). Nothing that reaches the state server
+// starts before awaitRunner returned and the pod is labelled (awaitLabels):
+// the state server takes the run's certificate only once the status names
+// the run and its pod carries the run's labels. A run that must recover
 // from dead runs first starts its runner in awaitRunner, after that: nil.
 func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
 	if mustRecoverFirst(s) {
@@ -30,6 +36,7 @@ func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
 	}
 	req := runRequestFor(s)
 	req.Stack = s.stack.DeepCopy() // the announcement's patch rewrites s.stack meanwhile
+	src := s.source
 	ctx, cancel := context.WithCancel(ctx)
 	st := &runnerStart{done: make(chan struct{}), cancel: cancel}
 	timings := &s.run.timings // this goroutine's alone until awaitRunner
@@ -44,15 +51,22 @@ func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
 		podDone := timings.Start(runphase.Pod)
 		st.sess, st.err = r.Runs.Start(ctx, req)
 		podDone()
+		if st.err == nil {
+			fetchDone := timings.Start(runphase.Fetch)
+			st.sourceErr = r.loadSource(st.sess.Context(), src, st.sess.Client())
+			fetchDone()
+		}
 	}()
 	return st
 }
 
-// awaitRunner returns the run's started runner: the one startRunner
-// started, or, after recovering from dead runs, one started now. A first
-// run of a Stack that never had a run announced then removes any pod a
-// run left whose announcement never landed (from the cache: no API call
-// unless there is one); its own pod, being in use, is kept.
+// awaitRunner returns the run's started runner, with the module loaded:
+// the one startRunner started, or, after recovering from dead runs, one
+// started and loaded now. A first run of a Stack that never had a run
+// announced then removes any pod a run left whose announcement never
+// landed (from the cache: no API call unless there is one); its own pod,
+// being in use, is kept. A failed load is the source's error, as the
+// Stack's status words it; the runner is returned with it, for closeRun.
 func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart) (runSession, error) {
 	if st == nil {
 		if err := r.recoverFromDeadRuns(ctx, s); err != nil {
@@ -62,7 +76,14 @@ func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart)
 		podDone := s.run.timings.Start(runphase.Pod)
 		sess, err := r.Runs.Start(ctx, runRequestFor(s))
 		podDone()
-		return sess, startError(err)
+		if err != nil {
+			return nil, startError(err)
+		}
+		s.observed.attempted = s.source.revision
+		fetchDone := s.run.timings.Start(runphase.Fetch)
+		err = r.loadSource(sess.Context(), s.source, sess.Client())
+		fetchDone()
+		return sess, sourceError(s, err)
 	}
 	<-st.done
 	if st.err != nil {
@@ -78,7 +99,30 @@ func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart)
 			r.cleanedUpHere(s)
 		}
 	}
-	return st.sess, nil
+	s.observed.attempted = s.source.revision
+	return st.sess, sourceError(s, st.sourceErr)
+}
+
+// labelWaiter is a runSession whose pod may still be getting the run's
+// labels (*launcher.Run.Labelled: a claimed warm pod's relabel).
+type labelWaiter interface {
+	Labelled(ctx context.Context) error
+}
+
+// awaitLabels waits until the run's pod is labelled for the run, as the
+// state server requires before it takes the run's certificate. The wait
+// left after the module's load counts as the run's pod phase.
+func awaitLabels(ctx context.Context, s *scope, sess runSession) error {
+	l, ok := sess.(labelWaiter)
+	if !ok {
+		return nil
+	}
+	podDone := s.run.timings.Start(runphase.Pod)
+	defer podDone()
+	if err := l.Labelled(ctx); err != nil {
+		return fmt.Errorf("failed to start a runner: %w", err)
+	}
+	return nil
 }
 
 // abandon stops the start of a run whose announcement failed and gives
@@ -92,6 +136,14 @@ func (st *runnerStart) abandon(s *scope) {
 	if st.sess != nil {
 		s.run.session = st.sess
 	}
+}
+
+// sourceError is a failed load of the module, classified for the status.
+func sourceError(s *scope, err error) error {
+	if err != nil {
+		return classifySourceError(s, err)
+	}
+	return nil
 }
 
 func startError(err error) error {

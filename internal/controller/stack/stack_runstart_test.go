@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/runphase"
 )
 
 // panickingRuns is a runStarter whose Start panics.
@@ -43,5 +44,35 @@ func TestAnAbandonedStartCreatesNoPod(t *testing.T) {
 	sess, err := LauncherRuns{}.Start(ctx, runRequest{Stack: stack, RunID: "r1"})
 	if sess != nil || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start = %v, %v; want the cancellation", sess, err)
+	}
+}
+
+// labellingSession is a runSession whose pod's relabel ends with err.
+type labellingSession struct {
+	runSession
+	err error
+}
+
+func (l labellingSession) Labelled(context.Context) error { return l.err }
+
+// A claimed warm pod's relabel is waited for before tofu starts (the state
+// server takes the run's certificate only from a labelled pod); a relabel
+// that failed ends the run as a failed start, and the wait is the run's
+// pod phase.
+func TestInitWaitsForTheClaimedPodsLabels(t *testing.T) {
+	s := &scope{run: &runScope{id: "r1"}}
+	refused := errors.New("pods \"terrace-warm-r1\" is forbidden")
+	err := awaitLabels(context.Background(), s, labellingSession{err: refused})
+	if !errors.Is(err, refused) || !strings.Contains(err.Error(), "failed to start a runner") {
+		t.Fatalf("awaitLabels after a failed relabel = %v; want a failed start wrapping it", err)
+	}
+	if _, ok := s.run.timings.Get(runphase.Pod); !ok {
+		t.Error("the wait for the pod's labels was not timed as the pod phase")
+	}
+	if err := awaitLabels(context.Background(), s, labellingSession{}); err != nil {
+		t.Fatalf("awaitLabels of a labelled pod = %v", err)
+	}
+	if err := awaitLabels(context.Background(), &scope{run: &runScope{id: "r2"}}, nil); err != nil {
+		t.Fatalf("awaitLabels of a session that has no relabel = %v", err)
 	}
 }
