@@ -151,17 +151,20 @@ func (b *Backends) SetLocation(ctx context.Context, namespace string, backend te
 
 // discover finds where a namespace without a record keeps its state: in a
 // backend holding states not marked migrated away. It prefers the desired
-// backend, so a namespace with nothing stored starts there.
+// backend, so a namespace with nothing stored starts there. With no other
+// backend to look in (Secrets desired, no PostgreSQL ever configured) the
+// answer is the desired one whatever it holds, and nothing is listed: a
+// namespace's first Stack starts its run a List sooner.
 func (b *Backends) discover(ctx context.Context, namespace string, eff settings.Effective, desired terracev1.StateBackend) (terracev1.StateBackend, error) {
-	if has, err := b.holdsState(ctx, namespace, eff, desired); err != nil || has {
-		return desired, err
-	}
 	other := terracev1.StateBackendSecrets
 	if desired == terracev1.StateBackendSecrets {
 		other = terracev1.StateBackendPostgres
 		if eff.NamedPostgresConnection == nil {
 			return desired, nil // no way to look there, and never configured
 		}
+	}
+	if has, err := b.holdsState(ctx, namespace, eff, desired); err != nil || has {
+		return desired, err
 	}
 	has, err := b.holdsState(ctx, namespace, eff, other)
 	if err != nil {

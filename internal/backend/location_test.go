@@ -263,3 +263,42 @@ func TestLocationRecordIsReadOncePerTrustWindow(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// A namespace new to Terrace whose config wants Secrets and names no
+// PostgreSQL can keep its state nowhere else: its first Locate records
+// Secrets without listing the namespace's Secrets for states.
+func TestFirstLocateWithNowhereElseToLookListsNothing(t *testing.T) {
+	ns := env.Namespace(t)
+	var lists atomic.Int64
+	watching, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := interceptor.NewClient(watching, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if list.GetObjectKind().GroupVersionKind().Kind == "SecretList" {
+				lists.Add(1)
+			} else if _, ok := list.(*corev1.SecretList); ok {
+				lists.Add(1)
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	r := &settings.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: settings.BuiltinDefaults("terrace:test")}
+	b := backend.New(counting, r.ResolveNamespace)
+	t.Cleanup(b.Close)
+	loc, err := b.Locate(ctx(t), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc.Current != terracev1.StateBackendSecrets || loc.Pending() {
+		t.Fatalf("first location %+v, want secrets and nothing pending", loc)
+	}
+	if n := lists.Load(); n != 0 {
+		t.Fatalf("the first Locate listed Secrets %d times, want none", n)
+	}
+	rec := &corev1.Secret{}
+	if err := env.Client.Get(ctx(t), client.ObjectKey{Namespace: ns, Name: backend.LocationSecretName}, rec); err != nil || string(rec.Data["backend"]) != "secrets" {
+		t.Fatalf("location record after the first Locate: %v %v", rec.Data, err)
+	}
+}
