@@ -212,11 +212,7 @@ func TestLocationRecordGoesWithTheLastState(t *testing.T) {
 func TestLocationRecordIsReadOncePerTrustWindow(t *testing.T) {
 	ns := env.Namespace(t)
 	var reads atomic.Int64
-	watching, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counting := interceptor.NewClient(watching, interceptor.Funcs{
+	b := backendsWith(t, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if _, ok := obj.(*corev1.Secret); ok && key.Name == backend.LocationSecretName {
 				reads.Add(1)
@@ -224,9 +220,6 @@ func TestLocationRecordIsReadOncePerTrustWindow(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	r := &settings.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: settings.BuiltinDefaults("terrace:test")}
-	b := backend.New(counting, r.ResolveNamespace)
-	t.Cleanup(b.Close)
 	if err := b.SetLocation(ctx(t), ns, terracev1.StateBackendSecrets); err != nil {
 		t.Fatal(err)
 	}
@@ -270,23 +263,16 @@ func TestLocationRecordIsReadOncePerTrustWindow(t *testing.T) {
 func TestFirstLocateWithNowhereElseToLookListsNothing(t *testing.T) {
 	ns := env.Namespace(t)
 	var lists atomic.Int64
-	watching, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counting := interceptor.NewClient(watching, interceptor.Funcs{
+	b := backendsWith(t, interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if list.GetObjectKind().GroupVersionKind().Kind == "SecretList" {
-				lists.Add(1)
-			} else if _, ok := list.(*corev1.SecretList); ok {
+			// The stores list Secrets' metadata only.
+			_, full := list.(*corev1.SecretList)
+			if full || list.GetObjectKind().GroupVersionKind().Kind == "SecretList" {
 				lists.Add(1)
 			}
 			return c.List(ctx, list, opts...)
 		},
 	})
-	r := &settings.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: settings.BuiltinDefaults("terrace:test")}
-	b := backend.New(counting, r.ResolveNamespace)
-	t.Cleanup(b.Close)
 	loc, err := b.Locate(ctx(t), ns)
 	if err != nil {
 		t.Fatal(err)
@@ -301,4 +287,18 @@ func TestFirstLocateWithNowhereElseToLookListsNothing(t *testing.T) {
 	if err := env.Client.Get(ctx(t), client.ObjectKey{Namespace: ns, Name: backend.LocationSecretName}, rec); err != nil || string(rec.Data["backend"]) != "secrets" {
 		t.Fatalf("location record after the first Locate: %v %v", rec.Data, err)
 	}
+}
+
+// backendsWith is Backends over a client of the test API server with the
+// interceptor's funcs, and the settings of the operator namespace.
+func backendsWith(t *testing.T, funcs interceptor.Funcs) *backend.Backends {
+	t.Helper()
+	watching, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &settings.Resolver{Reader: env.Client, OperatorNamespace: operatorNamespace, Builtin: settings.BuiltinDefaults("terrace:test")}
+	b := backend.New(interceptor.NewClient(watching, funcs), r.ResolveNamespace)
+	t.Cleanup(b.Close)
+	return b
 }
