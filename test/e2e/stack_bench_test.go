@@ -57,7 +57,8 @@ const benchConcurrency = 8
 // TERRACE_BENCH_STACKS=1000 runs that fleet size instead (make fleet).
 // TERRACE_BENCH_CONTROLLER=process runs the built controller as its own
 // process and reports its peak RSS (stack_bench_process_test.go);
-// TERRACE_BENCH_TRACE=1 logs each request of a 1-Stack run in order;
+// TERRACE_BENCH_TRACE=1 logs each API request of a 1-Stack run in order,
+// then its state server requests;
 // TERRACE_BENCH_WARM=N measures only with N warm runners (0: cold only);
 // TERRACE_BENCH_PROFILE=DIR writes kube-apiserver's CPU profile there.
 func BenchmarkStackToReady(b *testing.B) {
