@@ -52,9 +52,7 @@ func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
 		st.sess, st.err = r.Runs.Start(ctx, req)
 		podDone()
 		if st.err == nil {
-			fetchDone := timings.Start(runphase.Fetch)
-			st.sourceErr = r.loadSource(st.sess.Context(), src, st.sess.Client())
-			fetchDone()
+			st.sourceErr = r.loadInto(st.sess, src, timings)
 		}
 	}()
 	return st
@@ -80,10 +78,7 @@ func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart)
 			return nil, startError(err)
 		}
 		s.observed.attempted = s.source.revision
-		fetchDone := s.run.timings.Start(runphase.Fetch)
-		err = r.loadSource(sess.Context(), s.source, sess.Client())
-		fetchDone()
-		return sess, sourceError(s, err)
+		return sess, sourceError(s, r.loadInto(sess, s.source, &s.run.timings))
 	}
 	<-st.done
 	if st.err != nil {
@@ -117,12 +112,15 @@ func awaitLabels(ctx context.Context, s *scope, sess runSession) error {
 	if !ok {
 		return nil
 	}
-	podDone := s.run.timings.Start(runphase.Pod)
-	defer podDone()
-	if err := l.Labelled(ctx); err != nil {
-		return fmt.Errorf("failed to start a runner: %w", err)
-	}
-	return nil
+	defer s.run.timings.Start(runphase.Pod)()
+	return startError(l.Labelled(ctx))
+}
+
+// loadInto loads the module into the started runner, timed as the run's
+// fetch phase.
+func (r *Reconciler) loadInto(sess runSession, src *source, timings *runphase.Timings) error {
+	defer timings.Start(runphase.Fetch)()
+	return r.loadSource(sess.Context(), src, sess.Client())
 }
 
 // abandon stops the start of a run whose announcement failed and gives
