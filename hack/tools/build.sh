@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the binaries Terrace's tests and `terrace dev` need, from Go modules
-# only, into a cache outside the checkout keyed by tool and version:
+# only, into a cache outside the checkout keyed by tool and version: the
+# control plane (etcd, kube-apiserver, kube-controller-manager, kubectl), the
+# dev cluster's node (kubelet, kube-scheduler, kube-proxy, containerd and its
+# runc shim, the CNI plugins, CoreDNS, the pause process) and tofu:
 #   ${TERRACE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/terrace/tools}/<name>-<version>/<name>
 # What exists is skipped; binaries the user already has are honoured
 # (KUBEBUILDER_ASSETS for the control plane, `tofu` on PATH).
@@ -15,6 +18,10 @@ ETCD_VERSION=v3.6.16
 KUBERNETES_VERSION=v1.37.2
 OPENTOFU_VERSION=v1.12.6
 TESTPROVIDER_VERSION=0.1.0
+CONTAINERD_VERSION=v2.4.2
+CNI_PLUGINS_VERSION=v1.10.0
+COREDNS_VERSION=v1.15.0
+PAUSE_VERSION=1   # hack/tools/pause is ours: bump when it changes
 
 k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
 k8s_ldflags="-s -w"
@@ -26,9 +33,10 @@ done
 log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS] — go build into the cache unless present.
+# BUILD_TAGS and BUILD_DEST (a path other than <cache>/<name>-<version>/<name>) apply when set.
 build() {
   local name=$1 version=$2 moddir=$3 pkg=$4 ldflags=${5:--s -w}
-  local dest="$cache/$name-$version/$name"
+  local dest=${BUILD_DEST:-"$cache/$name-$version/$name"}
   if [ -x "$dest" ]; then
     log "$name $version: cached at $dest"
     return
@@ -38,7 +46,7 @@ build() {
   mkdir -p "$(dirname "$dest")"
   # GOOS/GOARCH from the caller cross-compile; BUILD_NICE lowers its priority.
   (cd "$here/$moddir" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
-    ${BUILD_NICE:+nice -n "$BUILD_NICE"} go build -trimpath -ldflags "$ldflags" -o "$dest.tmp" "$pkg")
+    ${BUILD_NICE:+nice -n "$BUILD_NICE"} go build -trimpath ${BUILD_TAGS:+-tags "$BUILD_TAGS"} -ldflags "$ldflags" -o "$dest.tmp" "$pkg")
   mv "$dest.tmp" "$dest"
   log "$name $version: built in $((SECONDS - start))s"
 }
@@ -46,6 +54,8 @@ build() {
 assets="$cache/kubebuilder-assets-$KUBERNETES_VERSION"   # the directory envtest wants
 tofu_path="$cache/tofu-$OPENTOFU_VERSION/tofu"
 provider_mirror="$cache/provider-mirror-$TESTPROVIDER_VERSION"
+node_bin="$cache/node-bin"            # symlinks to the node's binaries, for `terrace dev`
+cni_bin="$cache/cni-plugins-$CNI_PLUGINS_VERSION"
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ]; then
   assets=$KUBEBUILDER_ASSETS
@@ -79,30 +89,74 @@ if [ "${1:-}" = "--env" ]; then
   echo "KUBEBUILDER_ASSETS=$assets"
   echo "TERRACE_TOFU=$tofu_path"
   echo "TERRACE_PROVIDER_MIRROR=$provider_mirror"
+  echo "TERRACE_NODE_BIN=$node_bin"
+  echo "TERRACE_CNI_BIN=$cni_bin"
   exit 0
 fi
 
-if [ -z "${user_assets:-}" ]; then
-  if [ ! -x "$cache/kube-apiserver-$KUBERNETES_VERSION/kube-apiserver" ] || [ ! -x "$tofu_path" ]; then
-    log "cold build ahead, ~25 minutes on two cores: etcd ~2 min, kube-apiserver ~18 min,"
-    log "kube-controller-manager ~3 min, kubectl ~1 min, tofu ~12 min; later runs take seconds"
+# The two groups below share no packages, so they build side by side: the
+# Kubernetes commands one after another (they share most of their packages,
+# and kube-apiserver's link peaks at ~2.5 GB), everything else beside them.
+kubernetes_group() {
+  if [ -z "${user_assets:-}" ]; then
+    build kube-apiserver "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+    build kube-controller-manager "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
+    build kubectl "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
   fi
-  build etcd "$ETCD_VERSION" etcd .
-  build kube-apiserver "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
-  build kube-controller-manager "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
-  build kubectl "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+  # The node: built from the same module, seconds each once the packages above are cached.
+  build kubelet "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
+  build kube-scheduler "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
+  build kube-proxy "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-proxy "$k8s_ldflags"
+}
+
+other_group() {
+  if [ -z "${user_assets:-}" ]; then build etcd "$ETCD_VERSION" etcd .; fi
+  local cver="-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION -s -w"
+  BUILD_TAGS="no_btrfs no_devmapper no_zfs no_aufs" build containerd "$CONTAINERD_VERSION" containerd github.com/containerd/containerd/v2/cmd/containerd "$cver"
+  BUILD_TAGS="no_btrfs no_devmapper no_zfs no_aufs" build containerd-shim-runc-v2 "$CONTAINERD_VERSION" containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$cver"
+  local plugin
+  for plugin in main/bridge ipam/host-local main/loopback meta/portmap; do
+    BUILD_DEST="$cni_bin/${plugin#*/}" build "cni-${plugin#*/}" "$CNI_PLUGINS_VERSION" cni "github.com/containernetworking/plugins/plugins/$plugin"
+  done
+  build coredns "$COREDNS_VERSION" coredns github.com/coredns/coredns
+  build pause "$PAUSE_VERSION" pause .
+  if [ -z "${TERRACE_TOFU:-}" ]; then
+    build tofu "$OPENTOFU_VERSION" opentofu github.com/opentofu/opentofu/cmd/tofu
+  else
+    log "using tofu from $TERRACE_TOFU"
+  fi
+}
+
+if [ ! -x "$cache/kubelet-$KUBERNETES_VERSION/kubelet" ] || [ ! -x "$tofu_path" ]; then
+  log "cold build ahead, ~30 minutes on two cores: kube-apiserver ~18 min, the other Kubernetes"
+  log "commands ~1-3 min each, beside them etcd ~2 min, containerd ~2 min, CoreDNS ~3 min, tofu ~12 min;"
+  log "later runs take seconds"
+fi
+kubernetes_group & k8s_pid=$!
+other_group & other_pid=$!
+failed=""
+wait "$k8s_pid" || failed+=" kubernetes"
+wait "$other_pid" || failed+=" etcd/containerd/cni/coredns/pause/tofu"
+if [ -n "$failed" ]; then
+  log "failed to build:$failed (see the go build output above)"
+  exit 1
+fi
+if [ -z "${user_assets:-}" ]; then
   mkdir -p "$assets"
   ln -sfn "$cache/etcd-$ETCD_VERSION/etcd" "$assets/etcd"
   for t in kube-apiserver kube-controller-manager kubectl; do
     ln -sfn "$cache/$t-$KUBERNETES_VERSION/$t" "$assets/$t"
   done
 fi
-
-if [ -z "${TERRACE_TOFU:-}" ]; then
-  build tofu "$OPENTOFU_VERSION" opentofu github.com/opentofu/opentofu/cmd/tofu
-else
-  log "using tofu from $TERRACE_TOFU"
-fi
+mkdir -p "$node_bin"
+for t in kubelet kube-scheduler kube-proxy; do
+  ln -sfn "$cache/$t-$KUBERNETES_VERSION/$t" "$node_bin/$t"
+done
+for t in containerd containerd-shim-runc-v2; do
+  ln -sfn "$cache/$t-$CONTAINERD_VERSION/$t" "$node_bin/$t"
+done
+ln -sfn "$cache/coredns-$COREDNS_VERSION/coredns" "$node_bin/coredns"
+ln -sfn "$cache/pause-$PAUSE_VERSION/pause" "$node_bin/pause"
 
 if [ -d "$here/testprovider" ]; then
   # The drift tests' provider, laid out as a CLI-config filesystem_mirror (unpacked layout).
@@ -120,3 +174,5 @@ fi
 echo "KUBEBUILDER_ASSETS=$assets"
 echo "TERRACE_TOFU=$tofu_path"
 echo "TERRACE_PROVIDER_MIRROR=$provider_mirror"
+echo "TERRACE_NODE_BIN=$node_bin"
+echo "TERRACE_CNI_BIN=$cni_bin"
