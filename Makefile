@@ -143,6 +143,9 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	./internal/artifact:FuzzExtract \
 	./internal/artifact:FuzzExtractEntries \
+	./internal/controller/program:FuzzValidateFiles \
+	./internal/nesting:FuzzCheckHCL \
+	./internal/nesting:FuzzCheckJSON \
 	./internal/state:FuzzCodecRoundTrip \
 	./internal/state:FuzzCodecOpen \
 	./internal/state/httpbackend:FuzzStateServer

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/nesting"
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
@@ -41,7 +42,9 @@ func (s *service) GetProgramVariables(ctx context.Context, req *connect.Request[
 var variableSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "variable", LabelNames: []string{"name"}}}}
 
 // declaredVariables parses the root module's .tf and .tf.json files and
-// returns their variable blocks by name.
+// returns their variable blocks by name. Each file's nesting is checked
+// first: a Program is tenant input, and HCL's parsers would overflow this
+// server's stack on one nested deep enough.
 func declaredVariables(files map[string]terracev1.ProgramFile) ([]*apiv1.Variable, error) {
 	parser := hclparse.NewParser()
 	var out []*apiv1.Variable
@@ -53,8 +56,14 @@ func declaredVariables(files map[string]terracev1.ProgramFile) ([]*apiv1.Variabl
 		var diags hcl.Diagnostics
 		switch {
 		case strings.HasSuffix(name, ".tf"), strings.HasSuffix(name, ".tofu"):
+			if err := nesting.CheckHCL([]byte(content), name); err != nil {
+				return nil, err
+			}
 			file, diags = parser.ParseHCL([]byte(content), name)
 		case strings.HasSuffix(name, ".tf.json"), strings.HasSuffix(name, ".tofu.json"):
+			if err := nesting.CheckJSON([]byte(content), name); err != nil {
+				return nil, err
+			}
 			file, diags = parser.ParseJSON([]byte(content), name)
 		default:
 			continue

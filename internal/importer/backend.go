@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/nesting"
 )
 
 // mapBackendConfig: tofu-controller's default backend is the kubernetes
@@ -49,7 +50,12 @@ func mapBackendConfig(c *converter, field string, v any) error {
 
 // parseBackendBlock reads `backend "TYPE" { attr = literal ... }`. Nested
 // blocks and expressions that are not literals are listed, not guessed.
+// The source is a tenant's; one nested too deep for HCL's recursive
+// parser is refused before it overflows the stack.
 func parseBackendBlock(field, src string, c *converter) (*terracev1.StackBackend, error) {
+	if err := nesting.CheckHCL([]byte(src), field); err != nil {
+		return nil, err
+	}
 	file, diags := hclsyntax.ParseConfig([]byte(src), field, hcl.InitialPos)
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("not valid HCL: %s", diags.Error())

@@ -131,6 +131,8 @@ backend "s3" {
 				t.Errorf("backend %+v state %q", r.Stack.Spec.Backend, r.StateSecret)
 			}
 		}},
+		{"a custom backend nested to overflow the stack", map[string]any{"backendConfig": map[string]any{"customConfiguration": "backend \"s3\" {\n  bucket = " + strings.Repeat("[", 60000) + "\n}\n"}},
+			unmapped("spec.backendConfig.customConfiguration", "spec.backendConfig.customConfiguration:2:267: nesting deeper than 256 levels")},
 		{"a local custom backend", map[string]any{"backendConfig": map[string]any{"customConfiguration": "backend \"local\" {\n  path = \"x\"\n}\n"}}, unmapped("spec.backendConfig.customConfiguration", "runner pod")},
 		{"custom configuration without a backend", map[string]any{"backendConfig": map[string]any{"customConfiguration": "required_version = \"1.6\"\n"}}, unmapped("spec.backendConfig.customConfiguration", "no backend")},
 		{"tfstate auto unlock", map[string]any{"tfstate": map[string]any{"forceUnlock": "auto", "lockTimeout": "0s"}}, func(t *testing.T, r Result) {

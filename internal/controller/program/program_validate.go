@@ -1,6 +1,7 @@
 package program
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/nesting"
 )
 
 // maxReportedDiagnostics bounds how many parser errors the Ready message lists.
@@ -44,7 +46,9 @@ func syntaxOf(name string) fileSyntax {
 
 // validateFiles checks names, the total size and the syntax of every
 // configuration file. The error lists "file:line:col: summary: detail" for
-// the first few parser errors, in file name order.
+// the first few parser errors, in file name order. A file that nests
+// deeper than nesting.MaxDepth is not parsed at all: HCL's parsers recurse
+// without a limit, and a stack overflow would end the controller.
 func validateFiles(files map[string]terracev1.ProgramFile) error {
 	names := make([]string, 0, len(files))
 	var total int
@@ -67,9 +71,17 @@ func validateFiles(files map[string]terracev1.ProgramFile) error {
 		src := []byte(files[name])
 		switch syntaxOf(name) {
 		case syntaxHCL:
+			if err := nesting.CheckHCL(src, name); err != nil {
+				diags = append(diags, tooDeep(err))
+				continue
+			}
 			_, d := hclsyntax.ParseConfig(src, name, hcl.InitialPos)
 			diags = append(diags, d...)
 		case syntaxJSON:
+			if err := nesting.CheckJSON(src, name); err != nil {
+				diags = append(diags, tooDeep(err))
+				continue
+			}
 			_, d := hcljson.Parse(src, name)
 			diags = append(diags, d...)
 		}
@@ -78,6 +90,15 @@ func validateFiles(files map[string]terracev1.ProgramFile) error {
 		return nil
 	}
 	return fmt.Errorf("%s", formatDiagnostics(diags))
+}
+
+// tooDeep is a nesting check's error as a parse error of its file.
+func tooDeep(err error) *hcl.Diagnostic {
+	var e *nesting.Error
+	if errors.As(err, &e) {
+		return e.Diagnostic()
+	}
+	return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: err.Error()}
 }
 
 func formatDiagnostics(diags hcl.Diagnostics) string {

@@ -1,6 +1,7 @@
 package program
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,5 +53,53 @@ func TestValidateFilesReportsTheFirstFewDiagnostics(t *testing.T) {
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "a.tf:1:") || !strings.Contains(msg, "e.tf:1:") || strings.Contains(msg, "f.tf:") || !strings.HasSuffix(msg, "and 2 more") {
 		t.Fatalf("message: %s", msg)
+	}
+}
+
+// TestValidateFilesSurvivesNestingBombs is the attack of a Stack author on
+// the controller: a small Program whose file nests so deep that HCL's
+// recursive parsers overflow the goroutine stack, a fatal error that ends
+// the controller (and the next leader, which reconciles the same Program).
+// Each is refused before parsing, as InvalidProgram naming file:line:col;
+// before the nesting check, each of these crashed this test binary.
+func TestValidateFilesSurvivesNestingBombs(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, content, wantErr string
+	}{
+		{name: "60,000 [ in HCL", file: "main.tf", content: "a = " + strings.Repeat("[", 60000),
+			wantErr: "main.tf:1:261: Nesting too deep: nesting deeper than 256 levels"},
+		{name: "500,000 [ in JSON", file: "main.tf.json", content: strings.Repeat("[", 500000),
+			wantErr: "main.tf.json:1:257: Nesting too deep: nesting deeper than 256 levels"},
+		{name: "500,000 - in HCL, no bracket at all", file: "main.tf", content: "a = " + strings.Repeat("-", 500000) + "1",
+			wantErr: "main.tf:1:261: Nesting too deep"},
+		{name: "170,000 balanced [*] splats in HCL", file: "vars.tfvars", content: "a = x" + strings.Repeat("[*]", 170000),
+			wantErr: "vars.tfvars:1:"},
+		{name: "templates in templates in a module", file: "modules/x/main.tf", content: "a = " + strings.Repeat(`"${`, 100000),
+			wantErr: "modules/x/main.tf:1:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateFiles(files("ok.tf", "locals {}\n", tc.file, tc.content))
+			if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "nesting deeper than 256 levels") {
+				t.Fatalf("error %v, want it to start with %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestValidateFilesAcceptsDeepButSaneFiles: nesting real modules use, and
+// long files of shallow expressions, still validate.
+func TestValidateFilesAcceptsDeepButSaneFiles(t *testing.T) {
+	deep := "a = " + strings.Repeat("[", 200) + strings.Repeat("]", 200) + "\n"
+	blocks := strings.Repeat("dynamic \"x\" {\ncontent {\n", 40) + strings.Repeat("}\n}\n", 40)
+	var long strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&long, "v%d = var.enabled ? -%d + 2 * local.n : !true\n", i, i)
+	}
+	jsonDeep := strings.Repeat(`{"a":`, 200) + "1" + strings.Repeat("}", 200)
+	err := validateFiles(files("deep.tfvars", deep, "blocks.tf", "resource \"a\" \"b\" {\n"+blocks+"}\n",
+		"long.tfvars", long.String(), "deep.tfvars.json", jsonDeep,
+		"strings.tf", `locals { s = "`+strings.Repeat("[{(", 10000)+`${1}" }`+"\n"))
+	if err != nil {
+		t.Fatal(err)
 	}
 }
