@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -17,7 +18,6 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
@@ -46,10 +46,17 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // NewManager builds the manager with everything the controller runs, ready
 // to Start. Tests use it to run the real controller against envtest.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	ctx := context.Background()
+	mgrScheme := scheme.New()
+	// The CA comes first: the metrics server serves its certificate.
+	caSecret, authority, serving, err := loadPKI(ctx, cfg, mgrScheme, opts)
+	if err != nil {
+		return nil, err
+	}
 	syncPeriod := opts.SyncPeriod
 	mgrOpts := ctrl.Options{
-		Scheme:                  scheme.New(),
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Scheme:                  mgrScheme,
+		Metrics:                 metricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, serving),
 		HealthProbeBindAddress:  opts.HealthAddr,
 		PprofBindAddress:        opts.PprofAddr,
 		LeaderElection:          opts.LeaderElection,
@@ -81,9 +88,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 
-	ctx := context.Background()
-	authority, serving, err := setupPKI(ctx, mgr, opts)
-	if err != nil {
+	if err := casecret.AddToManager(mgr, caSecret, authority, 0, 0); err != nil {
 		return nil, err
 	}
 
@@ -184,34 +189,34 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	return mgr, nil
 }
 
-// setupPKI loads (or creates) the controller CA, keeps it in sync and
-// rotating, and returns the serving certificate source for the side servers.
-func setupPKI(ctx context.Context, mgr ctrl.Manager, opts Options) (*pki.Authority, *pki.IssuedCertificate, error) {
-	// The manager's client is not usable before Start; the API reader is.
-	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+// loadPKI loads (or creates) the controller CA and returns its Secret's
+// store, to keep it in sync and rotating once the manager runs
+// (casecret.AddToManager), and the serving certificate source of the side
+// servers and the metrics server.
+func loadPKI(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, opts Options) (*casecret.Store, *pki.Authority, *pki.IssuedCertificate, error) {
+	// The manager's client is not usable before Start, and the manager needs
+	// the serving certificate: a client of its own.
+	direct, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to create client: %w", err)
+		return nil, nil, nil, fmt.Errorf("failed to create client: %w", err)
 	}
 	caSecret := &casecret.Store{Client: direct, Key: types.NamespacedName{Namespace: opts.Namespace, Name: opts.CASecretName}}
 	authority, err := caSecret.LoadOrCreate(ctx, pki.Options{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to load the controller CA from Secret %s/%s: %w", opts.Namespace, opts.CASecretName, err)
-	}
-	if err := casecret.AddToManager(mgr, caSecret, authority, 0, 0); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, fmt.Errorf("failed to load the controller CA from Secret %s/%s: %w", opts.Namespace, opts.CASecretName, err)
 	}
 	var ips []net.IP
 	for _, s := range opts.ServerIPs {
 		ip := net.ParseIP(s)
 		if ip == nil {
-			return nil, nil, fmt.Errorf("--server-ips: %q is not an IP address", s)
+			return nil, nil, nil, fmt.Errorf("--server-ips: %q is not an IP address", s)
 		}
 		ips = append(ips, ip)
 	}
 	serving := pki.NewIssuedCertificate(authority, pki.LeafRequest{
 		Identity: pki.ControllerIdentity, DNSNames: opts.ServingDNSNames(), IPAddresses: ips,
 	})
-	return authority, serving, nil
+	return caSecret, authority, serving, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -25,6 +25,10 @@ type Options struct {
 	Namespace string
 	// MetricsAddr serves Prometheus metrics; "0" disables.
 	MetricsAddr string
+	// MetricsSecure serves them over HTTPS to authenticated, authorized
+	// callers only (metricsServerOptions); false serves plain HTTP to
+	// anyone, for a controller run outside a cluster on loopback.
+	MetricsSecure bool
 	// HealthAddr serves /healthz and /readyz.
 	HealthAddr string
 	// PprofAddr serves Go's /debug/pprof profiles; empty (the default)
@@ -101,7 +105,8 @@ func DefaultOptions() Options {
 	}
 	o := Options{
 		Namespace:         ns,
-		MetricsAddr:       ":8080",
+		MetricsAddr:       ":8443",
+		MetricsSecure:     true,
 		HealthAddr:        ":8081",
 		LeaderElection:    true,
 		CASecretName:      "terrace-ca",
@@ -137,7 +142,8 @@ func (o Options) ServingDNSNames() []string {
 // BindFlags binds the options to fs.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace the operator runs in (its CA Secret, default TerraceConfig and leader lease)")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 disables it")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address of the Prometheus metrics endpoint (HTTPS); 0 disables it")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve metrics over HTTPS, only to callers whose bearer token the Kubernetes API accepts and who may get the non-resource URL /metrics (ClusterRole "+MetricsReaderRole+"); false serves plain HTTP to anyone: only for a controller outside a cluster on a loopback address")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of the /healthz and /readyz endpoints")
 	fs.StringVar(&o.PprofAddr, "pprof-addr", o.PprofAddr, "address of Go's /debug/pprof profiles, e.g. 127.0.0.1:6060; empty serves none")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "run reconcilers on the elected leader only (servers run on every replica)")

@@ -243,3 +243,75 @@ func TestChartValues(t *testing.T) {
 		t.Errorf("postgres without a Secret: %v", err)
 	}
 }
+
+// TestChartMetricsNeedAToken: the metrics are scraped over HTTPS with a
+// bearer token (Prometheus's own unless a Secret is named), the reader role
+// is installed, and it is bound only to the subjects the values list.
+func TestChartMetricsNeedAToken(t *testing.T) {
+	find := func(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+		for _, o := range objs {
+			if o.GetKind() == kind && o.GetName() == name {
+				return o
+			}
+		}
+		return nil
+	}
+	defaults := render(t, nil)
+	if find(defaults, "ClusterRole", "terrace-metrics-reader") == nil {
+		t.Error("the chart does not install the ClusterRole terrace-metrics-reader")
+	}
+	if find(defaults, "ClusterRoleBinding", "terrace-metrics-reader") != nil {
+		t.Error("terrace-metrics-reader is bound to someone by default")
+	}
+
+	reader := map[string]any{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+	objs := render(t, map[string]any{"metrics": map[string]any{
+		"readers":        []any{reader},
+		"serviceMonitor": map[string]any{"enabled": true},
+	}})
+	binding := find(objs, "ClusterRoleBinding", "terrace-metrics-reader")
+	if binding == nil {
+		t.Fatal("no ClusterRoleBinding terrace-metrics-reader for metrics.readers")
+	}
+	var b rbacv1.ClusterRoleBinding
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(binding.Object, &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.RoleRef.Name != "terrace-metrics-reader" || len(b.Subjects) != 1 || b.Subjects[0].Name != "prometheus-k8s" || b.Subjects[0].Namespace != "monitoring" {
+		t.Errorf("binding: %+v", b)
+	}
+	monitor := find(objs, "ServiceMonitor", "terrace-controller")
+	if monitor == nil {
+		t.Fatal("no ServiceMonitor")
+	}
+	endpoints, _, _ := unstructured.NestedSlice(monitor.Object, "spec", "endpoints")
+	if len(endpoints) != 1 {
+		t.Fatalf("endpoints: %v", endpoints)
+	}
+	ep := endpoints[0].(map[string]any)
+	if ep["scheme"] != "https" || ep["port"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" || ep["tlsConfig"] == nil {
+		t.Errorf("endpoint: %v", ep)
+	}
+	svc := find(objs, "Service", "terrace-controller-metrics")
+	if svc == nil {
+		t.Fatal("no metrics Service")
+	}
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if len(ports) != 1 || ports[0].(map[string]any)["name"] != "https" || ports[0].(map[string]any)["targetPort"] != "metrics" {
+		t.Errorf("metrics Service ports: %v", ports)
+	}
+
+	// A token from a Secret instead of Prometheus's own.
+	objs = render(t, map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{
+		"enabled":       true,
+		"authorization": map[string]any{"type": "Bearer", "credentials": map[string]any{"name": "scraper-token", "key": "token"}},
+	}}})
+	endpoints, _, _ = unstructured.NestedSlice(find(objs, "ServiceMonitor", "terrace-controller").Object, "spec", "endpoints")
+	ep = endpoints[0].(map[string]any)
+	if _, ok := ep["bearerTokenFile"]; ok {
+		t.Errorf("bearerTokenFile beside authorization: %v", ep)
+	}
+	if name, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name"); name != "scraper-token" {
+		t.Errorf("authorization: %v", ep)
+	}
+}

@@ -58,7 +58,8 @@ func startControllerProcess(b *testing.B) *controllerProcess {
 	local := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	args := []string{"controller",
 		"--kubeconfig", dev.KubeconfigPath, "--namespace", operatorNamespace, "--leader-elect=false",
-		"--metrics-addr", ports[2], "--health-addr", "0", "--server-ips", "127.0.0.1", "--image", local.Image,
+		// Plain HTTP on loopback: the benchmark reads the metrics without a token.
+		"--metrics-addr", ports[2], "--metrics-secure=false", "--health-addr", "0", "--server-ips", "127.0.0.1", "--image", local.Image,
 		"--max-concurrent-runs", strconv.Itoa(benchConcurrency), "--source-artifact-hosts", fluxArtifactHost,
 		"--artifact-bind-address", ports[0], "--artifact-base-url", local.Artifact.BaseURL,
 		"--state-server-bind-address", ports[1], "--state-server-advertised-url", local.State.AdvertisedURL,
