@@ -232,7 +232,7 @@ func TestPodSpec(t *testing.T) {
 					Volumes:      []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}},
 					VolumeMounts: []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}},
 					EnvFrom:      []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}}},
-					Labels:       map[string]string{"team": "a", LabelRun: "forged", LabelManagedBy: "someone"},
+					Labels:       map[string]string{"team": "a"},
 					Annotations:  map[string]string{"note": "x"},
 				}
 				// A config/Stack variable may move HOME but not the address the runner binds.

@@ -31,6 +31,13 @@ func TestPolicyViolationCreatesNothing(t *testing.T) {
 			s.Stack.Spec.Runner = &terracev1.RunnerPodTemplate{Volumes: []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}}
 		}, "spec.runner.volumes[0].hostPath"},
 		{"the API server's account without any policy", nil, func(s *RunSpec) { s.ServiceAccountName = "terrace-api" }, "spec.serviceAccountName"},
+		{"a forged run label without any policy", nil, func(s *RunSpec) {
+			s.Stack.Spec.Runner = &terracev1.RunnerPodTemplate{Labels: map[string]string{LabelRun: "forged"}}
+		}, "spec.runner.labels[terrace.dev/run]"},
+		{"an unconfined AppArmor profile without any policy", nil, func(s *RunSpec) {
+			s.Stack.Spec.Runner = &terracev1.RunnerPodTemplate{Annotations: map[string]string{"container.apparmor.security.beta.kubernetes.io/runner": "unconfined"}}
+		}, "spec.runner.annotations[container.apparmor.security.beta.kubernetes.io/runner]"},
+		{"another account than the config's", &onlyDefault, func(s *RunSpec) { s.ServiceAccountName = "deployer" }, "spec.serviceAccountName"},
 		{"an image the policy does not list", &onlyDefault, func(s *RunSpec) { s.Image = "evil/image" }, "spec.runner.image"},
 		{"a config's image, named as such", &onlyDefault, func(s *RunSpec) {
 			s.Image, s.ImageField = "evil/image", "spec.runner.image of TerraceConfig team/default"

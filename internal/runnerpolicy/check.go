@@ -73,6 +73,8 @@ func (p Policy) Check(pod Pod) error {
 		p.checkVolumes(t, add)
 		p.checkEnv(t, add)
 		p.checkPlacement(t, add)
+		p.checkReferences(pod, add)
+		checkMetadata(t.Labels, t.Annotations, add)
 	}
 	if len(out) == 0 {
 		return nil
@@ -144,6 +146,10 @@ func (p Policy) checkEnv(t *terracev1.RunnerPodTemplate, add addFunc) {
 			field += ".configMapRef"
 		}
 		add(field, "envFrom may not be set: %s sets allowEnv: false", p.Env.DeniedBy)
+	}
+	// A Secret in a file reaches module code as surely as one in env.
+	for _, field := range secretVolumeFields(t) {
+		add(field, "Secrets and tokens may not be mounted: %s sets allowEnv: false", p.Env.DeniedBy)
 	}
 }
 

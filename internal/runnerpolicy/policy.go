@@ -1,6 +1,9 @@
 // Package runnerpolicy decides which runner pods Stacks may ask for: the
 // images, ServiceAccounts, volume types, env and placement their
-// spec.runner and spec.serviceAccountName may name.
+// spec.runner and spec.serviceAccountName may name, and the labels and
+// annotations no runner pod may carry. References lists the Secrets,
+// ConfigMaps, claims and tokens a spec.runner names, which the Stack
+// controller puts to the runner ServiceAccount's rights.
 //
 // The policy of the operator namespace's TerraceConfig is the floor for the
 // cluster; a namespace's TerraceConfig may only narrow it. Resolve combines
@@ -37,12 +40,19 @@ const hostPath = "hostPath"
 // BuiltinSource names the built-in defaults in messages.
 const BuiltinSource = "the built-in runner policy"
 
+// DefaultServiceAccountName is the runner's ServiceAccount when no config
+// names one.
+const DefaultServiceAccountName = "default"
+
 // Layer is the policy one TerraceConfig sets.
 type Layer struct {
 	// Source names the config, e.g. "terrace-system/default", for messages.
 	Source string
 	// Spec is the config's spec.runner.policy; nil sets nothing.
 	Spec *terracev1.RunnerPolicy
+	// ServiceAccountName is the config's spec.runner.serviceAccountName:
+	// the runner's account when a Stack names none ("" when it names none).
+	ServiceAccountName string
 }
 
 // Patterns is one config's list of patterns; a name must match one of them.
@@ -70,7 +80,8 @@ type Policy struct {
 	// Images: an image must match a pattern of every entry (the floor's,
 	// then the namespace's): that is what "only narrow" means for patterns.
 	Images []Patterns `json:"images"`
-	// ServiceAccounts: likewise; no entry means any name.
+	// ServiceAccounts: likewise; no entry means any name (Minimal only:
+	// Resolve always sets one).
 	ServiceAccounts []Patterns `json:"serviceAccounts,omitempty"`
 	// DeniedServiceAccounts is Terrace's own accounts and every config's denials.
 	DeniedServiceAccounts []string `json:"deniedServiceAccounts"`
@@ -111,6 +122,14 @@ func Minimal() Policy {
 // only image allowed when the floor names none. The notes say, one by one,
 // what a config asked for that is not allowed (ns beyond the floor, hostPath
 // anywhere).
+//
+// When no config lists allowedServiceAccounts, the only account allowed is
+// the namespace's default runner account (the configs' serviceAccountName,
+// nearest first, else "default"): a Stack author may not pick another
+// account of the namespace, and with it that account's rights, unless an
+// admin listed it. When only the namespace's config lists accounts, its
+// list decides: its admin holds the namespace's RBAC and could grant the
+// default account the same rights. A floor list bounds every namespace.
 func Resolve(floor Layer, ns *Layer, defaultImage string) (Policy, []Note) {
 	fs := spec(floor.Spec)
 	p := Policy{
@@ -136,10 +155,20 @@ func Resolve(floor Layer, ns *Layer, defaultImage string) (Policy, []Note) {
 			notes = append(notes, Note{floor.Source, "allowedVolumeTypes: hostPath is never allowed and was dropped"})
 		}
 	}
+	defaultSA := floor.ServiceAccountName
 	if ns != nil {
 		for _, msg := range p.narrow(*ns) {
 			notes = append(notes, Note{ns.Source, msg})
 		}
+		if ns.ServiceAccountName != "" {
+			defaultSA = ns.ServiceAccountName
+		}
+	}
+	if defaultSA == "" {
+		defaultSA = DefaultServiceAccountName
+	}
+	if len(p.ServiceAccounts) == 0 {
+		p.ServiceAccounts = []Patterns{{Source: BuiltinSource + " (only the namespace's default runner ServiceAccount unless a TerraceConfig lists more)", Patterns: []string{defaultSA}}}
 	}
 	slices.Sort(p.VolumeTypes)
 	return p, notes

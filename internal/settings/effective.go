@@ -22,7 +22,7 @@ import (
 // Built-in defaults, used when neither the Stack nor any TerraceConfig sets a field.
 const (
 	DefaultBinary             = terracev1.BinaryTofu
-	DefaultServiceAccountName = "default"
+	DefaultServiceAccountName = runnerpolicy.DefaultServiceAccountName
 	DefaultStateBackend       = terracev1.StateBackendSecrets
 	DefaultHistory            = int32(10)
 	DefaultInterval           = 10 * time.Minute

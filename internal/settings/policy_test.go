@@ -35,6 +35,8 @@ func TestRunnerPolicyThroughConfigs(t *testing.T) {
 		{name: "another image, though the namespace allows **", stack: terracev1.StackSpec{Runner: &terracev1.RunnerPodTemplate{Image: "evil/image"}}, fields: []string{"spec.runner.image"}},
 		{name: "the controller's account", stack: terracev1.StackSpec{ServiceAccountName: "terrace-controller"}, fields: []string{"spec.serviceAccountName"}},
 		{name: "an account the floor denies", stack: terracev1.StackSpec{ServiceAccountName: "cluster-admin-sa"}, fields: []string{"spec.serviceAccountName"}},
+		{name: "an account no config lists", stack: terracev1.StackSpec{ServiceAccountName: "deployer"}, fields: []string{"spec.serviceAccountName"}},
+		{name: "the default account named explicitly", stack: terracev1.StackSpec{ServiceAccountName: "default"}},
 		{name: "placement, though the namespace allows it", stack: terracev1.StackSpec{Runner: &terracev1.RunnerPodTemplate{Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}, fields: []string{"spec.runner.tolerations"}},
 		{name: "envFrom, which the namespace forbids", stack: terracev1.StackSpec{Runner: &terracev1.RunnerPodTemplate{EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "victim"}}}}}}, fields: []string{"spec.runner.envFrom[0].secretRef"}},
 	} {
@@ -93,6 +95,46 @@ func TestNamespaceConfigImageIsHeldToTheFloor(t *testing.T) {
 	}
 	if err := eff.CheckConfigRunner(); err != nil {
 		t.Fatalf("an image the floor allows is refused: %v", err)
+	}
+}
+
+// TestRunnerServiceAccountDefaultsToTheConfigs: when no config lists
+// allowedServiceAccounts, a Stack may run only as the account the configs
+// name for runners (the namespace's first), whatever its
+// spec.serviceAccountName says.
+func TestRunnerServiceAccountDefaultsToTheConfigs(t *testing.T) {
+	floor := &terracev1.TerraceConfigSpec{Runner: &terracev1.RunnerConfig{ServiceAccountName: "terrace-runner"}}
+	ns := &terracev1.TerraceConfigSpec{Runner: &terracev1.RunnerConfig{ServiceAccountName: "team-runner"}}
+	for _, tc := range []struct {
+		name             string
+		ns               *terracev1.TerraceConfigSpec
+		allowed, refused []string
+	}{
+		{name: "the floor config's account", allowed: []string{"", "terrace-runner"}, refused: []string{"default", "team-runner"}},
+		{name: "the namespace config's account", ns: ns, allowed: []string{"", "team-runner"}, refused: []string{"default", "terrace-runner"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := resolver(namespaceAndOperatorConfigs(tc.ns, floor)...)
+			check := func(sa string) error {
+				st := stack(terracev1.StackSpec{ServiceAccountName: sa})
+				eff, err := r.Resolve(context.Background(), st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return eff.CheckRunner(st)
+			}
+			for _, sa := range tc.allowed {
+				if err := check(sa); err != nil {
+					t.Errorf("%q refused: %v", sa, err)
+				}
+			}
+			for _, sa := range tc.refused {
+				var v runnerpolicy.Violations
+				if err := check(sa); !errors.As(err, &v) || !slices.Equal(v.Fields(), []string{"spec.serviceAccountName"}) {
+					t.Errorf("%q: err = %v, want a violation of spec.serviceAccountName", sa, err)
+				}
+			}
+		})
 	}
 }
 

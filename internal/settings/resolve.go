@@ -186,7 +186,7 @@ func planPolicies(layers []layer) []PolicyConfigMap {
 // config may only narrow it. It also records where the runner image and
 // ServiceAccount came from, which violations name.
 func (r *Resolver) resolveRunnerPolicy(eff *Effective, layers []layer) {
-	floor := runnerpolicy.Layer{Source: BuiltinSource}
+	floor := runnerpolicy.Layer{Source: BuiltinSource, ServiceAccountName: r.Builtin.ServiceAccountName}
 	defaultImage := r.Builtin.RunnerImage
 	var ns *runnerpolicy.Layer
 	eff.RunnerImageField, eff.ServiceAccountField = "the controller's default runner image", "the default ServiceAccount"
@@ -197,12 +197,15 @@ func (r *Resolver) resolveRunnerPolicy(eff *Effective, layers []layer) {
 		case l.source == "":
 			// the Stack: no policy of its own
 		case l.namespace == r.OperatorNamespace:
-			floor = runnerpolicy.Layer{Source: l.source, Spec: runner.Policy}
+			floor = runnerpolicy.Layer{Source: l.source, Spec: runner.Policy, ServiceAccountName: floor.ServiceAccountName}
 			if runner.Image != "" {
 				defaultImage = runner.Image
 			}
+			if runner.ServiceAccountName != "" {
+				floor.ServiceAccountName = runner.ServiceAccountName
+			}
 		default:
-			ns = &runnerpolicy.Layer{Source: l.source, Spec: runner.Policy}
+			ns = &runnerpolicy.Layer{Source: l.source, Spec: runner.Policy, ServiceAccountName: runner.ServiceAccountName}
 		}
 		if !imageSet && runner.Image != "" {
 			imageSet, eff.RunnerImageField = true, fieldOf(l, "spec.runner.image", "spec.runner.image")

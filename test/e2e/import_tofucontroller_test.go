@@ -166,7 +166,15 @@ func TestImportTofuControllerAdoptsStateWithoutChanges(t *testing.T) {
 
 	// tofu-controller's runners run as tf-runner (its CRD's default), which
 	// the Stacks keep: it is what the namespace granted the Terraform runs.
+	// Only the namespace's default runner account is allowed unless a
+	// config lists more, so the namespace admin lists it before importing.
 	e.create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tf-runner"}})
+	e.create(t, &terracev1.TerraceConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
+		Spec: terracev1.TerraceConfigSpec{Runner: &terracev1.RunnerConfig{Policy: &terracev1.RunnerPolicy{
+			AllowedServiceAccounts: []string{"default", "tf-runner"},
+		}}},
+	})
 	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "approvals-vars"}, StringData: map[string]string{"greeting": "hi"}})
 	e.create(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tf-runner-vars"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"approvals-vars"}},
