@@ -199,9 +199,13 @@ func hasAudience(token string, wanted []string) bool {
 // on resource in the server's namespace: for an optional extra that is
 // withheld rather than refused.
 func (s *site) allowed(ctx context.Context, verb, resource string) (bool, error) {
-	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: s.Namespace, Verb: verb, Resource: resource},
-	}}
+	return s.allowedTo(ctx, authorizationv1.ResourceAttributes{Namespace: s.Namespace, Verb: verb, Resource: resource})
+}
+
+// allowedTo asks, with the caller's own token, whether the caller may do
+// what attrs say.
+func (s *site) allowedTo(ctx context.Context, attrs authorizationv1.ResourceAttributes) (bool, error) {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
 	if err := s.Caller.Create(ctx, review); err != nil {
 		return false, fmt.Errorf("failed to review the caller's access: %w", err)
 	}

@@ -56,7 +56,7 @@ func TestStacksPermissionAloneDoesNotReadSecrets(t *testing.T) {
 	at.expect(http.StatusCreated, at.admin, http.MethodPost, "/v1/installations", validCreate("web"), nil)
 	at.expect(http.StatusOK, reader, http.MethodGet, "/v1/installations/web", nil, nil)
 	at.expectError(http.StatusForbidden, reader, http.MethodGet, "/v1/installations/web/outputs", nil, `secrets "web-outputs" is forbidden`, `cannot get resource "secrets"`)
-	at.expectError(http.StatusForbidden, reader, http.MethodGet, "/v1/installations/web/releases", nil, `cannot get resource "secrets"`)
+	at.expectError(http.StatusForbidden, reader, http.MethodGet, "/v1/installations/web/releases", nil, `cannot list resource "secrets"`)
 	at.expectError(http.StatusForbidden, creator, http.MethodPost, "/v1/installations", validCreate("db"), `cannot create resource "secrets"`)
 }
 

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/backend"
+	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
 	"github.com/terrace-dev/terrace/internal/state"
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
@@ -46,7 +46,11 @@ func (s *site) plan(ctx context.Context, c *call) (*apiv1.Plan, error) {
 	case !ok:
 		out.Note = stackview.NoReadablePlanStored
 	default:
-		set, err := s.stores(ctx)
+		set, err := s.stores(ctx, c, readPlans)
+		if denied := permissionDenied(err); denied != nil {
+			out.Note = "(the readable plan is withheld: " + denied.Message() + ")"
+			break
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +103,7 @@ func (s *site) releases(ctx context.Context, c *call) (*apiv1.ListReleasesRespon
 	if err != nil {
 		return nil, err
 	}
-	set, err := s.stores(ctx)
+	set, err := s.stores(ctx, c, readReleases)
 	if err != nil {
 		return nil, err
 	}
@@ -133,16 +137,22 @@ func (s *site) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsResponse,
 			return nil, kubeError(err, "Secret "+spec.Name)
 		}
 	}
-	set, err := s.stores(ctx)
-	if err != nil {
-		return nil, err
+	set, releaseErr := s.stores(ctx, c, readReleases)
+	storesDenied := permissionDenied(releaseErr) != nil
+	if releaseErr != nil && !storesDenied {
+		return nil, releaseErr
 	}
-	deployed, releaseErr := set.History.Deployed(ctx, stack.Namespace, stack.Name)
+	var deployed *release.Release
+	if releaseErr == nil {
+		deployed, releaseErr = set.History.Deployed(ctx, stack.Namespace, stack.Name)
+	}
 	switch {
-	case apierrors.IsForbidden(releaseErr) && spec == nil:
+	case storesDenied && spec == nil:
 		// Without an outputs Secret the values are in the release records.
+		return nil, releaseErr
+	case apierrors.IsForbidden(releaseErr) && spec == nil:
 		return nil, kubeError(releaseErr, "the release records of Stack "+stack.Name)
-	case releaseErr != nil && !apierrors.IsForbidden(releaseErr):
+	case releaseErr != nil && !storesDenied && !apierrors.IsForbidden(releaseErr):
 		s.Log.Error(releaseErr, "failed to read the deployed release", "stack", stack.Name)
 	}
 	if releaseErr != nil {
@@ -163,24 +173,4 @@ func (s *site) outputs(ctx context.Context, c *call) (*apiv1.GetOutputsResponse,
 		out.Items = append(out.Items, &apiv1.Output{Name: o.Name, Sensitive: o.Sensitive, Value: o.Value, Masked: o.Masked})
 	}
 	return out, nil
-}
-
-// stores opens the namespace's plan and release stores; a misconfigured
-// backend is the operator's to fix, and the caller is told so.
-func (s *site) stores(ctx context.Context) (*backend.Set, error) {
-	if s.Stores == nil {
-		return nil, failure(connect.CodeUnavailable, reasonStoreMisconfigured, "this server cannot open the plan and release stores of cluster "+s.Cluster)
-	}
-	set, err := s.Stores.For(ctx, s.Namespace)
-	if errors.Is(err, backend.ErrMisconfigured) {
-		return nil, failure(connect.CodeUnavailable, reasonStoreMisconfigured, "the state backend of namespace "+s.Namespace+" is misconfigured: "+err.Error())
-	}
-	if apierrors.IsForbidden(err) {
-		// Where the namespace's state is kept is recorded in a Secret, read as the caller.
-		return nil, kubeError(err, "the state location of namespace "+s.Namespace)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to open the stores of namespace %s: %w", s.Namespace, err)
-	}
-	return set, nil
 }
