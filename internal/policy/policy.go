@@ -7,13 +7,14 @@
 //
 // Evaluation is sandboxed data evaluation: the builtins that reach the
 // network or the process (http.send, net.lookup_ip_addr, opa.runtime) are
-// not available, schemas are never fetched, and every evaluation has a
-// deadline. That is what lets the controller evaluate policies a namespace
-// admin wrote without running anything of theirs.
+// not available, schemas are never fetched, and every evaluation runs in a
+// child process with a memory bound the kernel enforces and a deadline
+// (evaluator.go). That is what lets the controller evaluate policies a
+// namespace admin wrote without running anything of theirs in its own
+// memory.
 package policy
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,7 +27,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/util"
 )
 
 // Package is the Rego package every policy module must declare.
@@ -53,9 +53,10 @@ type Module struct {
 	Source string
 }
 
-// Set is a compiled set of policy modules, ready to evaluate plans.
+// Set is a checked set of policy modules, ready to evaluate plans.
 type Set struct {
-	query rego.PreparedEvalQuery
+	// modules compiled here once; the evaluator process compiles them again.
+	modules []Module
 	// Digest identifies the modules' names and sources.
 	Digest string
 }
@@ -100,52 +101,41 @@ func Digest(modules []Module) string {
 // Compile parses and compiles modules. A module that is not valid Rego v1,
 // not of package terrace, or uses a forbidden builtin is an *InvalidError.
 func Compile(ctx context.Context, modules []Module) (*Set, error) {
+	if _, err := prepare(ctx, modules); err != nil {
+		return nil, err
+	}
+	return &Set{modules: slices.Clone(modules), Digest: Digest(modules)}, nil
+}
+
+// prepare compiles modules into the query of package terrace.
+func prepare(ctx context.Context, modules []Module) (rego.PreparedEvalQuery, error) {
+	var none rego.PreparedEvalQuery
 	if len(modules) == 0 {
-		return nil, &InvalidError{Message: "no policy modules"}
+		return none, &InvalidError{Message: "no policy modules"}
 	}
 	parsed := make(map[string]*ast.Module, len(modules))
 	for _, m := range modules {
 		if len(m.Source) > MaxModuleBytes {
-			return nil, &InvalidError{Message: fmt.Sprintf("%s: %d bytes, over the limit of %d", m.Name, len(m.Source), MaxModuleBytes)}
+			return none, &InvalidError{Message: fmt.Sprintf("%s: %d bytes, over the limit of %d", m.Name, len(m.Source), MaxModuleBytes)}
 		}
 		mod, err := ast.ParseModuleWithOpts(m.Name, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
 		if err != nil {
-			return nil, &InvalidError{Message: err.Error()}
+			return none, &InvalidError{Message: err.Error()}
 		}
 		if got := mod.Package.Path.String(); got != "data."+Package {
-			return nil, &InvalidError{Message: fmt.Sprintf("%s: package %s: policy modules must be package %s", m.Name, strings.TrimPrefix(got, "data."), Package)}
+			return none, &InvalidError{Message: fmt.Sprintf("%s: package %s: policy modules must be package %s", m.Name, strings.TrimPrefix(got, "data."), Package)}
 		}
 		parsed[m.Name] = mod
 	}
 	compiler := ast.NewCompiler().WithCapabilities(capabilities())
 	if compiler.Compile(parsed); compiler.Failed() {
-		return nil, &InvalidError{Message: compiler.Errors.Error()}
+		return none, &InvalidError{Message: compiler.Errors.Error()}
 	}
 	query, err := rego.New(rego.Compiler(compiler), rego.Query("data."+Package), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
 	if err != nil {
-		return nil, &InvalidError{Message: err.Error()}
+		return none, &InvalidError{Message: err.Error()}
 	}
-	return &Set{query: query, Digest: Digest(modules)}, nil
-}
-
-// Evaluate checks one plan's JSON. An error means no decision (a policy
-// that fails at run time, or ran out of time): callers must not apply.
-func (s *Set) Evaluate(ctx context.Context, planJSON []byte) (Decision, error) {
-	var input any
-	if err := util.NewJSONDecoder(bytes.NewReader(planJSON)).Decode(&input); err != nil {
-		return Decision{}, fmt.Errorf("failed to read the plan JSON: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, EvalTimeout)
-	defer cancel()
-	rs, err := s.query.Eval(ctx, rego.EvalInput(input))
-	if err != nil {
-		return Decision{}, fmt.Errorf("failed to evaluate the plan policies: %w", err)
-	}
-	var doc map[string]any
-	if len(rs) > 0 && len(rs[0].Expressions) > 0 {
-		doc, _ = rs[0].Expressions[0].Value.(map[string]any)
-	}
-	return Decision{Violations: messages(doc["deny"]), Warnings: messages(doc["warn"])}, nil
+	return query, nil
 }
 
 // messages turns a rule's set (or a single value) into sorted strings.

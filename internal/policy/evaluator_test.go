@@ -1,0 +1,152 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPolicyAllocationBombIsStopped is the attack of a namespace admin on
+// the controller every tenant shares: a plan policy that allocates without
+// bound in one builtin call. In the controller's own memory it reached
+// 987 MiB of heap before the 10 s deadline. Now it is refused as a memory
+// error while this process's heap (the controller's) stays where it was,
+// and the evaluator process was held to its bound.
+func TestPolicyAllocationBombIsStopped(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the evaluator's memory bound is Linux's RLIMIT_DATA")
+	}
+	set, err := Compile(context.Background(), []Module{{Name: "ns/p/bomb.rego", Source: `package terrace
+
+deny contains "never reached" if { count(numbers.range(1, 30000000)) > 0 }
+`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := watchHeap(t)
+	start := time.Now()
+	_, err = set.Evaluate(context.Background(), []byte(planJSON))
+	took := time.Since(start)
+	grew := heap.stop()
+
+	var stopped *ResourceError
+	if !errors.As(err, &stopped) || stopped.Limit != "memory" {
+		t.Fatalf("error %v, want the memory limit", err)
+	}
+	if !strings.Contains(err.Error(), "needed more than 256 MiB of memory") {
+		t.Errorf("error %q does not say what happened", err)
+	}
+	t.Logf("stopped after %v; evaluator peak RSS %d MiB (limit %d MiB); this process's heap grew %d MiB at most",
+		took.Round(time.Millisecond), stopped.PeakRSS>>20, EvalMemoryLimit>>20, grew>>20)
+	// The evaluator's resident set holds the binary and the runtime as
+	// well as the heap the limit bounds.
+	if stopped.PeakRSS == 0 || stopped.PeakRSS > EvalMemoryLimit+128<<20 {
+		t.Errorf("evaluator peak RSS %d MiB, want it within the limit of %d MiB (plus the binary)", stopped.PeakRSS>>20, EvalMemoryLimit>>20)
+	}
+	if grew > 64<<20 {
+		t.Errorf("this process's heap grew by %d MiB during the evaluation", grew>>20)
+	}
+	if took > EvalTimeout {
+		t.Errorf("stopped after %v, later than the deadline", took)
+	}
+}
+
+// TestPolicyUsingMemoryWithinTheBoundDecides: a policy that builds a
+// sizeable value (a million numbers, about 40 MiB in OPA) still decides,
+// and evaluations side by side each get their answer.
+func TestPolicyUsingMemoryWithinTheBoundDecides(t *testing.T) {
+	set, err := Compile(context.Background(), []Module{{Name: "a.rego", Source: `package terrace
+
+warn contains sprintf("%d numbers", [count(numbers.range(1, 1000000))]) if { true }
+
+deny contains "terraform_data" if {
+	some rc in input.resource_changes
+	rc.type == "terraform_data"
+}
+`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			d, err := set.Evaluate(context.Background(), []byte(planJSON))
+			if err == nil && (strings.Join(d.Warnings, ",") != "1000000 numbers" || strings.Join(d.Violations, ",") != "terraform_data") {
+				err = errors.New("decision " + strings.Join(d.Violations, ",") + " / " + strings.Join(d.Warnings, ","))
+			}
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestEvaluateSaysWhyAPolicyFailed: a run-time error of the policy comes
+// back from the evaluator as the policy's own error.
+func TestEvaluateSaysWhyAPolicyFailed(t *testing.T) {
+	set, err := Compile(context.Background(), []Module{{Name: "a.rego", Source: `package terrace
+
+deny contains x if { x := to_number(input.format_version) }
+`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = set.Evaluate(context.Background(), []byte(`{"format_version":"not a number"}`))
+	if err == nil || !strings.Contains(err.Error(), "to_number") {
+		t.Fatalf("error %v, want the builtin's", err)
+	}
+}
+
+// heapWatch samples this process's live heap until stopped.
+type heapWatch struct {
+	base, peak atomic.Uint64
+	done       chan struct{}
+	finished   chan struct{}
+}
+
+func watchHeap(t *testing.T) *heapWatch {
+	t.Helper()
+	runtime.GC()
+	w := &heapWatch{done: make(chan struct{}), finished: make(chan struct{})}
+	w.base.Store(heapObjects())
+	go func() {
+		defer close(w.finished)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if h := heapObjects(); h > w.peak.Load() {
+				w.peak.Store(h)
+			}
+			select {
+			case <-w.done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// stop returns how far the heap rose above where it started.
+func (w *heapWatch) stop() uint64 {
+	close(w.done)
+	<-w.finished
+	if w.peak.Load() < w.base.Load() {
+		return 0
+	}
+	return w.peak.Load() - w.base.Load()
+}
+
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
