@@ -10,17 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/terrace-dev/terrace/internal/pki"
 )
 
 func TestAdmissionBoundsBytesInFlight(t *testing.T) {
 	ctx := context.Background()
-	a := newAdmission(10<<20, 6<<20, 20*time.Millisecond)
-	small, err := a.acquire(ctx, "a", 1<<20)
-	if err != nil {
-		t.Fatalf("a small transfer waits for nothing: %v", err)
-	}
-	defer small()
+	a := newAdmission("test", prometheus.NewGauge(prometheus.GaugeOpts{Name: "test"}), 10<<20, 6<<20, 20*time.Millisecond)
 	first, err := a.acquire(ctx, "a", 4<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -66,11 +63,12 @@ func TestAdmissionBoundsBytesInFlight(t *testing.T) {
 // A large upload that finds no room is answered 503 with Retry-After
 // before its body is read.
 func TestBusyServerAnswers503WithRetryAfter(t *testing.T) {
+	lim := newHandlerLimits(Options{MaxInflightBytes: 4 << 20, MaxInflightBytesPerNamespace: 4 << 20, MaxSmallInflightBytes: 1 << 20, AdmissionWait: 10 * time.Millisecond, BodyTimeout: time.Second})
 	h := &Handler{
 		Identify: func(*http.Request) (pki.Identity, error) { return pki.ControllerIdentity, nil },
-		admit:    newAdmission(4<<20, 4<<20, 10*time.Millisecond),
+		lim:      lim,
 	}
-	hold, err := h.admit.acquire(context.Background(), "ns", 4<<20)
+	hold, err := h.lim.large.acquire(context.Background(), "ns", 4<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,11 +42,18 @@ func uniqueName(prefix string) string {
 
 func newFixture(t *testing.T, opts httpbackend.Options) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	store, err := postgres.Open(ctx, dbURL, postgres.Options{})
+	store, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(store.Close)
+	return newFixtureWithStore(t, opts, store)
+}
+
+// newFixtureWithStore is newFixture over a store of the test's.
+func newFixtureWithStore(t *testing.T, opts httpbackend.Options, store state.Store) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	authority, err := pki.NewAuthority(pki.DefaultCAValidity)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +84,6 @@ func newFixture(t *testing.T, opts httpbackend.Options) *fixture {
 		case <-time.After(30 * time.Second):
 			t.Error("state server did not shut down")
 		}
-		store.Close()
 	})
 	return &fixture{store: store, authority: authority, runs: runs, baseURL: "https://" + srv.Addr().String()}
 }
@@ -96,6 +102,12 @@ func (f *fixture) leaf(t *testing.T, id pki.Identity) *pki.Leaf {
 // CA the way tofu does (RootCAs, hostname check).
 func (f *fixture) client(t *testing.T, id pki.Identity) *http.Client {
 	t.Helper()
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: f.tlsConfig(t, id), ForceAttemptHTTP2: true}}
+}
+
+// tlsConfig presents id's certificate and trusts the CA as tofu does.
+func (f *fixture) tlsConfig(t *testing.T, id pki.Identity) *tls.Config {
+	t.Helper()
 	leaf := f.leaf(t, id)
 	cert, err := leaf.TLSCertificate()
 	if err != nil {
@@ -103,7 +115,7 @@ func (f *fixture) client(t *testing.T, id pki.Identity) *http.Client {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(leaf.CABundlePEM)
-	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}}
+	return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 }
 
 type response struct {

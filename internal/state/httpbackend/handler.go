@@ -17,9 +17,16 @@
 // Every state is held in memory whole while it is served, so sizes are
 // bounded: a state over Options.MaxStateBytes is refused with 413, and
 // large states in flight share Options.MaxInflightBytes (a namespace at
-// most Options.MaxInflightBytesPerNamespace); a transfer that finds no room
-// within Options.AdmissionWait is answered 503 with Retry-After. A tofu
-// configuration for a runner:
+// most Options.MaxInflightBytesPerNamespace), states up to 1 MiB and lock
+// infos Options.MaxSmallInflightBytes (counted as their bytes arrive: an
+// announced length allocates nothing); a transfer that finds no room
+// within Options.AdmissionWait is answered 503 with Retry-After. A body
+// must arrive within Options.BodyTimeout (a second more per MiB), or is
+// answered 408. A run holds at most Options.MaxConnectionsPerRun
+// connections and a namespace Options.MaxConnectionsPerNamespace (more are
+// answered 429 with Retry-After and closed), the server at most
+// Options.MaxConnections (more wait to be accepted). A tofu configuration
+// for a runner:
 //
 //	terraform {
 //	  backend "http" {
@@ -38,13 +45,11 @@
 package httpbackend
 
 import (
-	"bytes"
 	"crypto/md5" //nolint:gosec // Content-MD5 is what the tofu http backend sends; it checks transport integrity only.
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -74,19 +79,54 @@ const DefaultMaxStateBytes = 64 << 20
 // retryAfterSeconds is the Retry-After of a 503 for a busy server.
 const retryAfterSeconds = "5"
 
-// A large state admitted must move at least this fast, so a client that
-// trickles its bytes cannot hold the budget of bytes in flight for long.
-const (
-	minTransferBytesPerSecond = 1 << 20
-	minTransferTime           = 15 * time.Second
-)
+// A body admitted must move at least this fast, after the body timeout,
+// so a client that trickles its bytes cannot hold a budget for long.
+const minTransferBytesPerSecond = 1 << 20
 
-// transferDeadline is when a transfer of size bytes must be done.
-func transferDeadline(size int64) time.Time {
-	return time.Now().Add(minTransferTime + time.Duration(size/minTransferBytesPerSecond)*time.Second)
-}
+// DefaultBodyTimeout is Options.BodyTimeout's default.
+const DefaultBodyTimeout = 15 * time.Second
 
 const maxLockBodyBytes = 1 << 20
+
+// retryAfterConnections is the Retry-After of a 429 for too many connections.
+const retryAfterConnections = "2"
+
+// handlerLimits are the bounds a Handler serves under (NewServer's options).
+type handlerLimits struct {
+	// large admits states over 1 MiB (and bodies of unknown length) whole,
+	// before they are read or sent; small admits smaller ones as their
+	// bytes arrive, and smaller states before they are sent.
+	large, small *admission
+	bodyTimeout  time.Duration
+	// conns caps connections per identity and namespace; nil caps none.
+	conns *connectionLimits
+}
+
+func newHandlerLimits(opts Options) *handlerLimits {
+	return &handlerLimits{
+		large:       newAdmission("large states", inflightBytes, opts.MaxInflightBytes, opts.MaxInflightBytesPerNamespace, opts.AdmissionWait),
+		small:       newAdmission("small states and lock infos", inflightSmallBytes, opts.MaxSmallInflightBytes, opts.MaxSmallInflightBytesPerNamespace, opts.AdmissionWait),
+		bodyTimeout: opts.BodyTimeout,
+	}
+}
+
+// admissionFor is the budget a transfer of size bytes is admitted from.
+func (l *handlerLimits) admissionFor(size int64) *admission {
+	if size > smallBodyBytes {
+		return l.large
+	}
+	return l.small
+}
+
+// transferTime is how long a transfer of size bytes may take.
+func (l *handlerLimits) transferTime(size int64) time.Duration {
+	return l.bodyTimeout + time.Duration(size/minTransferBytesPerSecond)*time.Second
+}
+
+// transferDeadline is when a transfer of size bytes must be done.
+func (l *handlerLimits) transferDeadline(size int64) time.Time {
+	return time.Now().Add(l.transferTime(size))
+}
 
 // IdentityFunc returns the verified identity of a request's client.
 type IdentityFunc func(r *http.Request) (pki.Identity, error)
@@ -102,8 +142,8 @@ type Handler struct {
 	MaxStateBytes int64
 	Log           logr.Logger
 
-	admitOnce sync.Once
-	admit     *admission
+	limitsOnce sync.Once
+	lim        *handlerLimits
 }
 
 // Address returns the backend address of key under baseURL (the advertised
@@ -169,6 +209,12 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a client certificate with a Terrace identity is required", http.StatusUnauthorized)
 		return
 	}
+	if conns := h.limits().conns; conns != nil {
+		if err := conns.admit(r.Context(), id); err != nil {
+			h.fail(w, r, id, key, err)
+			return
+		}
+	}
 	key, err = ParsePath(r.URL.EscapedPath())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
@@ -208,14 +254,13 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, id pki.Identity, k
 		}
 	}()
 	// A run's reads after it took the lock here come from that lock's copy.
+	lim := h.limits()
 	st, err := state.GetAdmittedBy(r.Context(), h.Store, key, lockOwner(id), func(meta state.StateMeta) error {
 		var err error
-		if release, err = h.admission().acquire(r.Context(), key.Namespace, meta.Size); err != nil {
+		if release, err = lim.admissionFor(meta.Size).acquire(r.Context(), key.Namespace, meta.Size); err != nil {
 			return err
 		}
-		if meta.Size > smallBodyBytes {
-			_ = http.NewResponseController(w).SetWriteDeadline(transferDeadline(meta.Size))
-		}
+		_ = http.NewResponseController(w).SetWriteDeadline(lim.transferDeadline(meta.Size))
 		return nil
 	})
 	if errors.Is(err, state.ErrNotFound) {
@@ -241,53 +286,27 @@ func (h *Handler) maxStateBytes() int64 {
 	return h.MaxStateBytes
 }
 
-// admission returns the server's admission, or one of the defaults for a
-// Handler built without NewServer.
-func (h *Handler) admission() *admission {
-	h.admitOnce.Do(func() {
-		if h.admit == nil {
-			d := DefaultOptions()
-			h.admit = newAdmission(d.MaxInflightBytes, d.MaxInflightBytesPerNamespace, d.AdmissionWait)
+// limits returns the server's limits, or the defaults (without connection
+// caps) for a Handler built without NewServer.
+func (h *Handler) limits() *handlerLimits {
+	h.limitsOnce.Do(func() {
+		if h.lim == nil {
+			h.lim = newHandlerLimits(DefaultOptions())
 		}
 	})
-	return h.admit
+	return h.lim
 }
 
-// tooLarge answers 413 with the limit, in words tofu shows the user.
-func tooLarge(w http.ResponseWriter, limit int64) {
-	http.Error(w, fmt.Sprintf("state is larger than the state server's limit of %d bytes (--state-server-max-state-bytes): split the Stack or ask the operator to raise the limit", limit), http.StatusRequestEntityTooLarge)
-}
+// stateBody names a state upload in a 413.
+const stateBody = "state"
 
 func (h *Handler) put(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
-	limit := h.maxStateBytes()
-	if r.ContentLength > limit {
-		// Refused before a byte of the body is read.
-		tooLarge(w, limit)
-		return
-	}
-	size := r.ContentLength
-	if size < 0 {
-		size = limit // unknown length: admit the worst case
-	}
-	release, err := h.admission().acquire(r.Context(), key.Namespace, size)
+	body, release, err := h.readRequestBody(w, r, key, stateBody, h.maxStateBytes())
 	if err != nil {
 		h.fail(w, r, id, key, err)
 		return
 	}
 	defer release()
-	if size > smallBodyBytes {
-		_ = http.NewResponseController(w).SetReadDeadline(transferDeadline(size))
-	}
-	body, err := readBody(w, r, limit, size)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			tooLarge(w, limit)
-			return
-		}
-		http.Error(w, "failed to read the request body", http.StatusBadRequest)
-		return
-	}
 	if want := r.Header.Get("Content-MD5"); want != "" {
 		sum := md5.Sum(body) //nolint:gosec // see import
 		if base64.StdEncoding.EncodeToString(sum[:]) != want {
@@ -302,14 +321,6 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, id pki.Identity, k
 	}
 	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(int64(meta.Version), 10)))
 	w.WriteHeader(http.StatusOK)
-}
-
-// readBody reads the whole body, at most limit bytes, into one buffer of
-// the announced size (io.ReadAll would double it while growing).
-func readBody(w http.ResponseWriter, r *http.Request, limit, size int64) ([]byte, error) {
-	buf := bytes.NewBuffer(make([]byte, 0, min(size, limit)+bytes.MinRead))
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	return buf.Bytes(), err
 }
 
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
@@ -329,26 +340,30 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request, id pki.Identity
 	w.WriteHeader(http.StatusOK)
 }
 
-func readLockInfo(r *http.Request) (state.LockInfo, error) {
+// errInvalidLockInfo marks a lock info body that is not one (400).
+var errInvalidLockInfo = errors.New("invalid lock info")
+
+func (h *Handler) readLockInfo(w http.ResponseWriter, r *http.Request, key state.Key) (state.LockInfo, error) {
 	var info state.LockInfo
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxLockBodyBytes+1))
-	if err != nil || len(body) > maxLockBodyBytes {
-		return info, errors.New("failed to read the lock info body (at most 1 MiB)")
+	body, release, err := h.readRequestBody(w, r, key, "lock info", maxLockBodyBytes)
+	if err != nil {
+		return info, err
 	}
+	defer release()
 	// Unmarshal, not a Decoder: the body must be one JSON value, nothing after it.
 	if err := json.Unmarshal(body, &info); err != nil {
-		return info, errors.New("lock info must be one JSON object like tofu sends")
+		return info, fmt.Errorf("%w: lock info must be one JSON object like tofu sends", errInvalidLockInfo)
 	}
 	if info.ID == "" {
-		return info, errors.New("lock info has no ID")
+		return info, fmt.Errorf("%w: lock info has no ID", errInvalidLockInfo)
 	}
 	return info, nil
 }
 
 func (h *Handler) lock(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
-	info, err := readLockInfo(r)
+	info, err := h.readLockInfo(w, r, key)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	if info.Path == "" {
@@ -364,9 +379,9 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, id pki.Identity, 
 }
 
 func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key) {
-	info, err := readLockInfo(r)
+	info, err := h.readLockInfo(w, r, key)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		h.fail(w, r, id, key, err)
 		return
 	}
 	if err := h.Store.Unlock(r.Context(), key, lockIDOf(id, info.ID)); err != nil {
@@ -380,7 +395,28 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, id pki.Identity
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id pki.Identity, key state.Key, err error) {
 	var locked *state.LockedError
 	var conflict *state.ConflictError
+	var tooBig *bodyTooLargeError
 	switch {
+	case errors.Is(err, errTooManyConnections):
+		// Before anything is read: the connection goes, the client's
+		// others stay. tofu retries a 429 after Retry-After.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", retryAfterConnections)
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+	case errors.As(err, &tooBig) && tooBig.what == stateBody:
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("state is larger than the state server's limit of %d bytes (--state-server-max-state-bytes): split the Stack or ask the operator to raise the limit", tooBig.limit), http.StatusRequestEntityTooLarge)
+	case errors.As(err, &tooBig):
+		w.Header().Set("Connection", "close")
+		http.Error(w, tooBig.Error(), http.StatusRequestEntityTooLarge)
+	case errors.Is(err, errBodyTimeout):
+		w.Header().Set("Connection", "close")
+		http.Error(w, err.Error()+" (--state-server-body-timeout, then at least 1 MiB/s)", http.StatusRequestTimeout)
+	case errors.Is(err, errInvalidLockInfo):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, errBodyRead):
+		w.Header().Set("Connection", "close")
+		http.Error(w, errBodyRead.Error(), http.StatusBadRequest)
 	case errors.As(err, &locked) && locked.Holder != nil:
 		// tofu reads the holder's lock info from the body of a 423.
 		writeLocked(w, id, locked.Holder)
@@ -393,6 +429,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id pki.Identity, 
 	case errors.Is(err, state.ErrInvalidState):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	case errors.Is(err, errBusy):
+		// A body may be left unread: the connection goes.
+		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		http.Error(w, err.Error()+"; retry later", http.StatusServiceUnavailable)
 	case r.Context().Err() != nil:

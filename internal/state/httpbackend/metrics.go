@@ -23,10 +23,18 @@ var (
 		Name: "terrace_state_inflight_bytes",
 		Help: "Bytes of large states the state server holds admitted right now (see --state-server-max-inflight-bytes).",
 	})
+	inflightSmallBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "terrace_state_inflight_small_bytes",
+		Help: "Bytes of small states and lock infos (up to 1 MiB each) the state server holds right now (see --state-server-max-small-inflight-bytes).",
+	})
+	openConnections = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "terrace_state_connections",
+		Help: "Connections the state server has open (see --state-server-max-connections).",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(requestsTotal, requestSeconds, inflightBytes)
+	metrics.Registry.MustRegister(requestsTotal, requestSeconds, inflightBytes, inflightSmallBytes, openConnections)
 }
 
 // observe records one request; methods outside the protocol count as "other"

@@ -34,9 +34,25 @@ type Options struct {
 	MaxInflightBytes int64
 	// MaxInflightBytesPerNamespace bounds one namespace's share of it.
 	MaxInflightBytesPerNamespace int64
-	// AdmissionWait is how long a large transfer waits for room before it
-	// is answered 503 with Retry-After.
+	// MaxSmallInflightBytes bounds the bytes of small states (up to 1 MiB)
+	// and lock infos the server holds at once, counted as they arrive.
+	MaxSmallInflightBytes int64
+	// MaxSmallInflightBytesPerNamespace bounds one namespace's share of it.
+	MaxSmallInflightBytesPerNamespace int64
+	// AdmissionWait is how long a transfer waits for room before it is
+	// answered 503 with Retry-After.
 	AdmissionWait time.Duration
+	// BodyTimeout is how long a request body up to 1 MiB may take to
+	// arrive (a larger one gets a second more per MiB); a late one is
+	// answered 408.
+	BodyTimeout time.Duration
+	// MaxConnections bounds the connections open at once; more wait to be
+	// accepted.
+	MaxConnections int
+	// MaxConnectionsPerRun and MaxConnectionsPerNamespace bound those of
+	// one runner identity and of one namespace (the controller's identity
+	// is not bounded); a connection over either gets 429 and is closed.
+	MaxConnectionsPerRun, MaxConnectionsPerNamespace int
 	// ShutdownTimeout bounds the wait for requests in flight on shutdown.
 	ShutdownTimeout time.Duration
 }
@@ -44,12 +60,18 @@ type Options struct {
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{
-		ListenAddress:                ":9444",
-		MaxStateBytes:                DefaultMaxStateBytes,
-		MaxInflightBytes:             2 * DefaultMaxStateBytes,
-		MaxInflightBytesPerNamespace: DefaultMaxStateBytes,
-		AdmissionWait:                10 * time.Second,
-		ShutdownTimeout:              30 * time.Second,
+		ListenAddress:                     ":9444",
+		MaxStateBytes:                     DefaultMaxStateBytes,
+		MaxInflightBytes:                  2 * DefaultMaxStateBytes,
+		MaxInflightBytesPerNamespace:      DefaultMaxStateBytes,
+		MaxSmallInflightBytes:             32 << 20,
+		MaxSmallInflightBytesPerNamespace: 8 << 20,
+		AdmissionWait:                     10 * time.Second,
+		BodyTimeout:                       DefaultBodyTimeout,
+		MaxConnections:                    1024,
+		MaxConnectionsPerRun:              8,
+		MaxConnectionsPerNamespace:        32,
+		ShutdownTimeout:                   30 * time.Second,
 	}
 }
 
@@ -61,7 +83,13 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxStateBytes, "state-server-max-state-bytes", d.MaxStateBytes, "Largest state upload the state server accepts, in bytes; larger ones are refused with 413.")
 	fs.Int64Var(&o.MaxInflightBytes, "state-server-max-inflight-bytes", d.MaxInflightBytes, "Bytes of large states (over 1 MiB) the state server reads or sends at once; more wait, then get 503 with Retry-After. Budget about 3x this in the controller's memory limit.")
 	fs.Int64Var(&o.MaxInflightBytesPerNamespace, "state-server-max-inflight-bytes-per-namespace", d.MaxInflightBytesPerNamespace, "One namespace's share of --state-server-max-inflight-bytes, so one tenant cannot take it all.")
-	fs.DurationVar(&o.AdmissionWait, "state-server-admission-wait", d.AdmissionWait, "How long a large state transfer waits for room under --state-server-max-inflight-bytes before it gets 503.")
+	fs.Int64Var(&o.MaxSmallInflightBytes, "state-server-max-small-inflight-bytes", d.MaxSmallInflightBytes, "Bytes of small states (up to 1 MiB) and lock infos the state server holds at once, counted as they arrive; more wait, then get 503 with Retry-After. Budget about 3x this in the controller's memory limit.")
+	fs.Int64Var(&o.MaxSmallInflightBytesPerNamespace, "state-server-max-small-inflight-bytes-per-namespace", d.MaxSmallInflightBytesPerNamespace, "One namespace's share of --state-server-max-small-inflight-bytes.")
+	fs.DurationVar(&o.AdmissionWait, "state-server-admission-wait", d.AdmissionWait, "How long a state transfer waits for room under --state-server-max-inflight-bytes or --state-server-max-small-inflight-bytes before it gets 503.")
+	fs.DurationVar(&o.BodyTimeout, "state-server-body-timeout", d.BodyTimeout, "How long a request body up to 1 MiB may take to arrive at the state server, a second more per MiB beyond; a late one gets 408.")
+	fs.IntVar(&o.MaxConnections, "state-server-max-connections", d.MaxConnections, "Connections the state server keeps open at once; more wait to be accepted. Each holds some 30-50 KiB.")
+	fs.IntVar(&o.MaxConnectionsPerRun, "state-server-max-connections-per-run", d.MaxConnectionsPerRun, "Connections one run's certificate may keep open to the state server; more get 429 and are closed.")
+	fs.IntVar(&o.MaxConnectionsPerNamespace, "state-server-max-connections-per-namespace", d.MaxConnectionsPerNamespace, "Connections the runs of one namespace may keep open to the state server; more get 429 and are closed.")
 	fs.DurationVar(&o.ShutdownTimeout, "state-server-shutdown-timeout", d.ShutdownTimeout, "How long the state server waits for requests in flight on shutdown.")
 }
 
@@ -90,28 +118,32 @@ func NewServer(opts Options, store state.Store, runs RunChecker, tlsConfig *tls.
 	if opts.ListenAddress == "" {
 		opts.ListenAddress = d.ListenAddress
 	}
-	if opts.MaxStateBytes <= 0 {
-		opts.MaxStateBytes = d.MaxStateBytes
-	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = d.ShutdownTimeout
-	}
-	if opts.MaxInflightBytes <= 0 {
-		opts.MaxInflightBytes = d.MaxInflightBytes
-	}
-	if opts.AdmissionWait <= 0 {
-		opts.AdmissionWait = d.AdmissionWait
-	}
+	orDefault(&opts.MaxStateBytes, d.MaxStateBytes)
+	orDefault(&opts.ShutdownTimeout, d.ShutdownTimeout)
+	orDefault(&opts.MaxInflightBytes, d.MaxInflightBytes)
+	orDefault(&opts.AdmissionWait, d.AdmissionWait)
+	orDefault(&opts.MaxSmallInflightBytes, d.MaxSmallInflightBytes)
+	orDefault(&opts.MaxSmallInflightBytesPerNamespace, min(d.MaxSmallInflightBytesPerNamespace, opts.MaxSmallInflightBytes))
+	orDefault(&opts.BodyTimeout, d.BodyTimeout)
+	orDefault(&opts.MaxConnections, d.MaxConnections)
+	orDefault(&opts.MaxConnectionsPerRun, d.MaxConnectionsPerRun)
+	orDefault(&opts.MaxConnectionsPerNamespace, d.MaxConnectionsPerNamespace)
 	cfg := tlsConfig.Clone()
 	if cfg.MinVersion < tls.VersionTLS12 {
 		cfg.MinVersion = tls.VersionTLS12
 	}
 	cfg.NextProtos = []string{"http/1.1"}
-	handler := &Handler{
-		Store: store, Runs: runs, MaxStateBytes: opts.MaxStateBytes,
-		admit: newAdmission(opts.MaxInflightBytes, opts.MaxInflightBytesPerNamespace, opts.AdmissionWait),
-	}
+	lim := newHandlerLimits(opts)
+	lim.conns = newConnectionLimits(opts.MaxConnectionsPerRun, opts.MaxConnectionsPerNamespace)
+	handler := &Handler{Store: store, Runs: runs, MaxStateBytes: opts.MaxStateBytes, lim: lim}
 	return &Server{opts: opts, tlsConfig: cfg, handler: handler}
+}
+
+// orDefault sets an option left at zero (or below) to its default.
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.
@@ -149,6 +181,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	logger := logf.FromContext(ctx).WithName("state-server")
 	s.handler.Log = logger
+	conns := s.handler.limits().conns
 	srv := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         s.tlsConfig,
@@ -164,9 +197,18 @@ func (s *Server) Start(ctx context.Context) error {
 		// Requests in flight finish during a graceful shutdown: their context
 		// keeps the logger but not the cancellation.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		// Connections count against their client's caps from their first
+		// request until they close.
+		ConnContext: conns.connContext,
+		ConnState: func(c net.Conn, state http.ConnState) {
+			if state == http.StateClosed || state == http.StateHijacked {
+				conns.forget(c)
+			}
+		},
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(s.listener, "", "") }()
+	ln := newLimitListener(s.listener, s.opts.MaxConnections)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	logger.Info("serving terraform state", "address", s.listener.Addr().String(), "advertisedURL", s.opts.AdvertisedURL)
 	select {
 	case err := <-errc:
