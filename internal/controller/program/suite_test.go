@@ -2,6 +2,7 @@ package program
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,7 +28,25 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if onlyFuzzing() {
+		// FuzzValidateFiles needs no cluster; a fuzz worker that started
+		// one would pay for it at every restart.
+		os.Exit(m.Run())
+	}
 	os.Exit(runSuite(m))
+}
+
+// onlyFuzzing says this process runs FuzzValidateFiles and no test: a fuzz
+// worker, or `go test -run '^$' -fuzz ...`.
+func onlyFuzzing() bool {
+	flagValue := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	return flagValue("test.fuzzworker") == "true" || (flagValue("test.fuzz") != "" && flagValue("test.run") == "^$")
 }
 
 func runSuite(m *testing.M) int {
