@@ -262,6 +262,32 @@ func TestOversizeProgramIsInvalid(t *testing.T) {
 	}
 }
 
+// TestNestingBombProgramsStallAndTheControllerStaysUp: the nesting bombs
+// of TestValidateFilesSurvivesNestingBombs, through the real reconciler:
+// each Program stalls as InvalidProgram naming file:line:col, advertises no
+// artifact, and a Program created after them still goes Ready (before the
+// nesting check the first reconcile overflowed the stack and ended this
+// process, as it ended the controller).
+func TestNestingBombProgramsStallAndTheControllerStaysUp(t *testing.T) {
+	ns := env.Namespace(t)
+	for name, tc := range map[string]struct{ file, content, want string }{
+		"hcl-bomb":  {"main.tf", "a = " + strings.Repeat("[", 60000), "main.tf:1:261: Nesting too deep: nesting deeper than 256 levels"},
+		"json-bomb": {"main.tf.json", strings.Repeat("[", 500000), "main.tf.json:1:257: Nesting too deep: nesting deeper than 256 levels"},
+	} {
+		p := createProgram(t, ns, name, files(tc.file, tc.content))
+		got := waitForProgram(t, client.ObjectKeyFromObject(p), "Stalled", stalledAtGeneration)
+		ready := reconcile.Get(got, terracev1.ReadyCondition)
+		if ready.Status != metav1.ConditionFalse || ready.Reason != terracev1.InvalidProgramReason || !strings.HasPrefix(ready.Message, tc.want) {
+			t.Fatalf("%s: Ready %+v", name, ready)
+		}
+		if got.Status.Artifact != nil {
+			t.Fatalf("%s: an artifact is advertised: %+v", name, got.Status.Artifact)
+		}
+	}
+	p := createProgram(t, ns, "after", files("main.tf", "output \"x\" { value = [[1]] }\n"))
+	waitForProgram(t, client.ObjectKeyFromObject(p), "Ready", readyAtGeneration)
+}
+
 func TestSameFilesGiveTheSameDigestAcrossNamespaces(t *testing.T) {
 	f := files("main.tf", "output \"x\" { value = 1 }\n", "modules/a/b.tf.json", `{"locals": {"c": 1}}`)
 	var digests []string
