@@ -15,27 +15,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/util"
 )
 
 // A tenant's policy can allocate without bound in one builtin call
-// (numbers.range(1, 30000000) took 987 MiB), and OPA has no memory limit;
-// its cancellation is checked between steps, not inside a builtin. So every
-// evaluation runs in a child process of this same binary, which lowers its
-// own RLIMIT_DATA before it reads a byte of the policies: the kernel then
-// refuses the child's heap more than EvalMemoryLimit, whatever the policy
-// does (builtins, comprehensions, strings built by doubling), and the child
-// ends with "out of memory" instead of the controller. The parent also
-// kills the child at the deadline, which in-process cancellation could not
-// do inside a builtin call, and keeps only a bounded answer.
+// (numbers.range(1, 30000000) grew the controller's heap by 1,142 MiB),
+// and OPA has no memory limit; its cancellation is checked between steps,
+// not inside a builtin. So every evaluation runs in a child process of this
+// same binary, which lowers its own RLIMIT_DATA before it reads a byte of
+// the policies: the kernel then refuses the child's heap more than its
+// bound (evalMemory), whatever the policy does (builtins, comprehensions,
+// strings built by doubling), and the child ends instead of the
+// controller. The parent also kills the child at the deadline, which
+// in-process cancellation could not do inside a builtin call, and keeps
+// only a bounded answer.
 const (
-	// EvalMemoryLimit bounds the heap one evaluation may map, input
-	// included. It comes out of the controller container's memory, at
-	// most maxConcurrentEvaluations times over.
-	EvalMemoryLimit = 256 << 20
 	// maxConcurrentEvaluations bounds how many evaluator processes run at
-	// once; others wait for a slot (within their deadline).
+	// once; others wait for a slot.
 	maxConcurrentEvaluations = 2
 	// maxAnswerBytes bounds the decision read back (the rules' messages).
 	maxAnswerBytes = 4 << 20
@@ -68,6 +66,9 @@ func init() {
 // evaluationSlots holds one token per running evaluator process.
 var evaluationSlots = make(chan struct{}, maxConcurrentEvaluations)
 
+// evaluatorsMemory is shared by the evaluator processes running at once.
+var evaluatorsMemory = newMemoryBudget(MaxEvalMemory)
+
 // request is what the parent sends first, one JSON line; the plan JSON
 // follows it to the end of the input.
 type request struct {
@@ -87,6 +88,9 @@ type answer struct {
 type ResourceError struct {
 	// Limit names it: "memory" or "time".
 	Limit string
+	// Memory is the evaluation's memory bound, PlanBytes the plan JSON's
+	// size it was computed from.
+	Memory, PlanBytes int64
 	// PeakRSS is the evaluator process's largest resident set, when known.
 	PeakRSS int64
 	// Detail is how the evaluator process ended, when it ended itself.
@@ -97,7 +101,12 @@ func (e *ResourceError) Error() string {
 	if e.Limit == "time" {
 		return fmt.Sprintf("the plan policies did not decide within %s and were stopped: make them do less work per plan", EvalTimeout)
 	}
-	msg := fmt.Sprintf("the plan policies needed more than %d MiB of memory and were stopped: make them build smaller values (numbers.range, comprehensions, strings) per plan", EvalMemoryLimit>>20)
+	msg := fmt.Sprintf("the plan policies needed more than %d MiB of memory (for a plan JSON of %s) and were stopped: ", e.Memory>>20, byteSize(e.PlanBytes))
+	if e.Memory >= MaxEvalMemory {
+		msg += "the plan is too large to check within the policies' memory, split the Stack"
+	} else {
+		msg += "make them build smaller values (numbers.range, comprehensions, strings) per plan"
+	}
 	if e.Detail != "" {
 		msg += " (the evaluator ended with: " + e.Detail + ")"
 	}
@@ -114,6 +123,11 @@ func (s *Set) Evaluate(ctx context.Context, planJSON []byte) (Decision, error) {
 	case <-ctx.Done():
 		return Decision{}, fmt.Errorf("failed to evaluate the plan policies: %w", ctx.Err())
 	}
+	memory := evalMemory(int64(len(planJSON)))
+	if err := evaluatorsMemory.acquire(ctx, memory); err != nil {
+		return Decision{}, fmt.Errorf("failed to evaluate the plan policies: %w", err)
+	}
+	defer evaluatorsMemory.release(memory)
 	self, err := os.Executable()
 	if err != nil {
 		return Decision{}, fmt.Errorf("failed to find the policy evaluator: %w", err)
@@ -127,7 +141,7 @@ func (s *Set) Evaluate(ctx context.Context, planJSON []byte) (Decision, error) {
 	cmd := exec.CommandContext(ctx, self, evaluatorArg)
 	cmd.Env = []string{
 		evaluatorEnv + "=1",
-		evaluatorMemoryEnv + "=" + strconv.Itoa(EvalMemoryLimit),
+		evaluatorMemoryEnv + "=" + strconv.FormatInt(memory, 10),
 		"GOMAXPROCS=1",
 		"GOTRACEBACK=none",
 	}
@@ -141,7 +155,7 @@ func (s *Set) Evaluate(ctx context.Context, planJSON []byte) (Decision, error) {
 	peak := peakRSS(cmd.ProcessState)
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return Decision{}, &ResourceError{Limit: "time", PeakRSS: peak}
+		return Decision{}, &ResourceError{Limit: "time", Memory: memory, PlanBytes: int64(len(planJSON)), PeakRSS: peak}
 	case ctx.Err() != nil:
 		return Decision{}, fmt.Errorf("failed to evaluate the plan policies: %w", ctx.Err())
 	case cmd.ProcessState == nil:
@@ -156,7 +170,7 @@ func (s *Set) Evaluate(ctx context.Context, planJSON []byte) (Decision, error) {
 		// runtime then ends it in more than one way (a fatal "out of
 		// memory" or "cannot allocate memory", or a fault in the runtime
 		// itself).
-		return Decision{}, &ResourceError{Limit: "memory", PeakRSS: peak, Detail: firstLine(stderr.String())}
+		return Decision{}, &ResourceError{Limit: "memory", Memory: memory, PlanBytes: int64(len(planJSON)), PeakRSS: peak, Detail: firstLine(stderr.String())}
 	}
 	var a answer
 	if err := json.Unmarshal(stdout.Bytes(), &a); err != nil {
@@ -208,11 +222,11 @@ func evaluate(in io.Reader) answer {
 	if err != nil {
 		return answer{Error: err.Error()}
 	}
-	var input any
-	if err := util.NewJSONDecoder(r).Decode(&input); err != nil {
+	input, err := readInput(r)
+	if err != nil {
 		return answer{Error: fmt.Sprintf("failed to read the plan JSON: %v", err)}
 	}
-	rs, err := query.Eval(ctx, rego.EvalInput(input))
+	rs, err := query.Eval(ctx, rego.EvalParsedInput(input))
 	if err != nil {
 		return answer{Error: err.Error()}
 	}
@@ -221,6 +235,17 @@ func evaluate(in io.Reader) answer {
 		doc, _ = rs[0].Expressions[0].Value.(map[string]any)
 	}
 	return answer{Violations: messages(doc["deny"]), Warnings: messages(doc["warn"])}
+}
+
+// readInput decodes the plan JSON into the value OPA evaluates, dropping
+// the decoded Go values before the evaluation starts: the two together
+// are the evaluator's largest use of memory for a large plan.
+func readInput(r io.Reader) (ast.Value, error) {
+	var decoded any
+	if err := util.NewJSONDecoder(r).Decode(&decoded); err != nil {
+		return nil, err
+	}
+	return ast.InterfaceToValue(decoded)
 }
 
 // boundedBuffer keeps up to max bytes and refuses more.
@@ -253,6 +278,16 @@ func (b *headBuffer) Write(p []byte) (int, error) {
 }
 
 func (b *headBuffer) String() string { return string(b.buf) }
+
+func byteSize(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
 
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)
