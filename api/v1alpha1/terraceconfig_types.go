@@ -201,10 +201,14 @@ type APIConfig struct {
 	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
 	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 
-	// Clusters are the other clusters the API server may act in: a
-	// request names one in its cluster field (empty: the cluster the server
-	// runs in). Callers send a token of that cluster, which the server
-	// passes on as it does at home; it holds no credentials of its own there.
+	// Clusters are the other clusters API servers may act in: a request
+	// names one in its cluster field (empty: the cluster the server runs
+	// in). Callers send a token of that cluster, which the server passes on
+	// as it does at home; it holds no credentials of its own there. Only the
+	// operator namespace's TerraceConfig (the cluster default) registers
+	// clusters, for every API server, since a cluster is where callers'
+	// tokens are sent; in any other namespace's config they are refused
+	// (APIServerReady=False, reason APIClustersNotAllowed) and never used.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -302,7 +306,8 @@ type APICluster struct {
 	CABundle string `json:"caBundle,omitempty"`
 
 	// Namespace is the namespace acted in there; the API server's own
-	// namespace's name when empty.
+	// namespace's name when empty (the usual choice: each API server then
+	// acts in the same-named namespace there).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`

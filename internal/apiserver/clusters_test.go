@@ -2,6 +2,11 @@ package apiserver
 
 import (
 	"context"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -16,18 +21,21 @@ import (
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
-// TestRegisteredClusters: a second control plane registered in the
-// namespace's TerraceConfig gets the installation of a request that names
-// it, made with the caller's token of that cluster; an unknown cluster is
-// INVALID_ARGUMENT naming the known ones, and nothing is made anywhere.
+// TestRegisteredClusters: a second control plane registered by the
+// operator (Server.Clusters, the operator namespace's spec.api.clusters)
+// gets the installation of a request that names it, made with the caller's
+// token of that cluster; an unknown cluster is INVALID_ARGUMENT naming the
+// known ones, and nothing is made anywhere.
 func TestRegisteredClusters(t *testing.T) {
-	at := newAPITest(t)
-	ctx := context.Background()
 	second, err := testenv.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = second.Stop() })
+	at := newAPITestWith(t, func(s *Server) {
+		s.Clusters = []terracev1.APICluster{{Name: "second", Server: second.Config.Host, CABundle: string(second.Config.CAData)}}
+	})
+	ctx := context.Background()
 	if err := second.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: at.namespace}}); err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +45,6 @@ func TestRegisteredClusters(t *testing.T) {
 	}
 	there := serviceAccountToken(t, secondCS, at.namespace, "installer", installerRules)
 
-	if err := env.Client.Create(ctx, &terracev1.TerraceConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: at.namespace, Name: terracev1.TerraceConfigName},
-		Spec: terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Clusters: []terracev1.APICluster{
-			{Name: "second", Server: second.Config.Host, CABundle: string(second.Config.CAData)},
-		}}},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	grpc := at.grpcClient()
 	created, err := grpc.Create(ctx, withToken(&apiv1.CreateRequest{Cluster: "second", Name: "web", Source: &apiv1.Source{ProgramRef: "m"},
 		Values: mustStruct(t, map[string]any{"n": 1})}, there))
@@ -92,6 +92,73 @@ func TestRegisteredClusters(t *testing.T) {
 		}
 		if want := map[string]int{"own": 0, "second": 1}[name]; len(secrets.Items) != want {
 			t.Fatalf("%d values Secrets in the %s cluster, want %d", len(secrets.Items), name, want)
+		}
+	}
+}
+
+// TestANamespaceConfigRegistersNoClusterForTokens is the attack of issue 44
+// item 3: a namespace admin registers, in their own TerraceConfig, a
+// "cluster" whose server is a host of theirs, hoping that callers who name
+// it send their bearer tokens there. The server knows only the operator's
+// clusters: the call is INVALID_ARGUMENT (UNKNOWN_CLUSTER) naming them, and
+// the tenant's host receives nothing.
+func TestANamespaceConfigRegistersNoClusterForTokens(t *testing.T) {
+	var received atomic.Int32
+	var tokens sync.Map
+	tenantHost := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received.Add(1)
+		tokens.Store(r.Header.Get("Authorization"), true)
+		http.Error(w, "collected", http.StatusUnauthorized)
+	}))
+	t.Cleanup(tenantHost.Close)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tenantHost.Certificate().Raw})
+
+	at := newAPITestWith(t, func(s *Server) {
+		s.Clusters = []terracev1.APICluster{{Name: "registered", Server: "https://registered.invalid:6443"}}
+	})
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &terracev1.TerraceConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: at.namespace, Name: terracev1.TerraceConfigName},
+		Spec: terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Clusters: []terracev1.APICluster{
+			{Name: "prod", Server: tenantHost.URL, CABundle: string(caPEM)},
+		}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	grpc := at.grpcClient()
+	_, err := grpc.List(ctx, withToken(&apiv1.ListRequest{Cluster: "prod"}, at.admin))
+	expectCode(t, err, connect.CodeInvalidArgument, reasonUnknownCluster, "cluster prod is not known", "the known ones are registered")
+	_, err = grpc.Create(ctx, withToken(&apiv1.CreateRequest{Cluster: "prod", Name: "web", Source: &apiv1.Source{ProgramRef: "m"},
+		Values: mustStruct(t, map[string]any{"n": 1})}, at.admin))
+	expectCode(t, err, connect.CodeInvalidArgument, reasonUnknownCluster, "cluster prod is not known")
+	code, _ := at.do(at.admin, http.MethodGet, "/v1/installations?cluster=prod", nil)
+	if code != http.StatusBadRequest {
+		t.Errorf("REST with cluster=prod: status %d, want 400", code)
+	}
+	if n := received.Load(); n != 0 {
+		tokens.Range(func(k, _ any) bool { t.Logf("the tenant's host got %q", k); return true })
+		t.Fatalf("the tenant's host received %d requests", n)
+	}
+}
+
+// TestParseClusters: the controller's --clusters JSON, and what a server
+// started by hand is refused.
+func TestParseClusters(t *testing.T) {
+	got, err := ParseClusters(`[{"name":"second","server":"https://second.example:6443","namespace":"team"}]`)
+	if err != nil || len(got) != 1 || got[0].Name != "second" || got[0].Namespace != "team" {
+		t.Fatalf("parsed %+v, %v", got, err)
+	}
+	if got, err := ParseClusters("[]"); err != nil || len(got) != 0 {
+		t.Fatalf("[]: %+v, %v", got, err)
+	}
+	for _, bad := range []string{
+		`{`,
+		`[{"name":"a","server":"http://a.example"}]`,
+		`[{"name":"","server":"https://a.example"}]`,
+		`[{"name":"a","server":"https://a.example"},{"name":"a","server":"https://b.example"}]`,
+	} {
+		if _, err := ParseClusters(bad); err == nil {
+			t.Errorf("%s was accepted", bad)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -14,8 +15,46 @@ import (
 
 // The server's own identity reads only its namespace's TerraceConfig. What
 // the operator namespace's config adds (where state is kept, when the
-// namespace's config says nothing) is handed to it by the controller
-// (`terrace api --operator-state`), so it needs no right there.
+// namespace's config says nothing, and the clusters a call may name) is
+// handed to it by the controller (`terrace api --operator-state`,
+// `--clusters`), so it needs no right there.
+
+// ParseClusters reads the JSON of a TerraceConfig's spec.api.clusters, as
+// the controller passes it; "[]" registers none.
+func ParseClusters(raw string) ([]terracev1.APICluster, error) {
+	var clusters []terracev1.APICluster
+	if err := json.Unmarshal([]byte(raw), &clusters); err != nil {
+		return nil, fmt.Errorf("failed to parse the registered clusters %q: %w", raw, err)
+	}
+	seen := map[string]bool{}
+	for _, c := range clusters {
+		switch {
+		case c.Name == "" || seen[c.Name]:
+			return nil, fmt.Errorf("registered clusters: every cluster needs a name of its own (%q)", c.Name)
+		case !strings.HasPrefix(c.Server, "https://"):
+			return nil, fmt.Errorf("registered cluster %s: server %q is not an https:// URL", c.Name, c.Server)
+		}
+		seen[c.Name] = true
+	}
+	return clusters, nil
+}
+
+// OperatorClusters reads the registered clusters from the operator
+// namespace's TerraceConfig with r (the server's own identity), for a
+// server started without --clusters; none when there is no such config.
+func OperatorClusters(ctx context.Context, r client.Reader, operatorNamespace string) ([]terracev1.APICluster, error) {
+	cfg := &terracev1.TerraceConfig{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: terracev1.TerraceConfigName}, cfg)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("failed to read the registered clusters from TerraceConfig %s/%s (pass --clusters='[]' to serve without any): %w", operatorNamespace, terracev1.TerraceConfigName, err)
+	case cfg.Spec.API == nil:
+		return nil, nil
+	}
+	return cfg.Spec.API.Clusters, nil
+}
 
 // ParseOperatorState reads the JSON of a TerraceConfig's spec.state, as
 // the controller passes it; "{}" is a config that sets none.

@@ -83,8 +83,13 @@ type Server struct {
 	Log logr.Logger
 	// RequestTimeout bounds each unary call; 30 s when zero.
 	RequestTimeout time.Duration
+	// Clusters are the other clusters a call may name: the operator
+	// namespace's TerraceConfig spec.api.clusters, which the controller
+	// passes to the server (`terrace api --clusters`). A namespace's own
+	// config registers none: a cluster is where callers' tokens are sent.
+	Clusters []terracev1.APICluster
 	// StoresFor opens the plan and release stores of a registered cluster
-	// (spec.api.clusters) through its caller client; without it, plans'
+	// (Clusters) through its caller client; without it, plans'
 	// readable renderings, releases and outputs there are unavailable.
 	StoresFor func(caller client.Client) StoreOpener
 	// PodLogs reads runner pods and their logs as the caller

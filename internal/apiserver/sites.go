@@ -9,7 +9,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,31 +53,26 @@ type remoteSites struct {
 	sites map[string]*site
 }
 
-// site returns where a call for cluster acts. Other clusters are those of
-// the namespace's TerraceConfig spec.api.clusters; an unknown one is
-// INVALID_ARGUMENT naming the known ones, before anything is done.
+// site returns where a call for cluster acts. Other clusters are those the
+// operator registered (Server.Clusters, from the operator namespace's
+// TerraceConfig): never a namespace's own, since a cluster is where the
+// caller's token is sent. An unknown one is INVALID_ARGUMENT naming the
+// known ones, before anything is done or sent anywhere.
 func (s *Server) site(ctx context.Context, cluster string) (*site, error) {
 	if cluster == "" {
 		return &site{Namespace: s.Namespace, Caller: s.Caller, Stores: s.Stores, Log: s.Log}, nil
 	}
-	cfg := &terracev1.TerraceConfig{}
-	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: terracev1.TerraceConfigName}, cfg)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("failed to read the registered clusters of namespace %s: %w", s.Namespace, err)
-	}
 	var known []string
 	var found *terracev1.APICluster
-	if cfg.Spec.API != nil {
-		for i := range cfg.Spec.API.Clusters {
-			c := &cfg.Spec.API.Clusters[i]
-			known = append(known, c.Name)
-			if c.Name == cluster {
-				found = c
-			}
+	for i := range s.Clusters {
+		c := &s.Clusters[i]
+		known = append(known, c.Name)
+		if c.Name == cluster {
+			found = c
 		}
 	}
 	if found == nil {
-		list := "none are registered (TerraceConfig " + s.Namespace + "/default spec.api.clusters)"
+		list := "none are registered (the operator namespace's TerraceConfig spec.api.clusters)"
 		if len(known) > 0 {
 			slices.Sort(known)
 			list = "the known ones are " + strings.Join(known, ", ")

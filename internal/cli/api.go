@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/apiserver"
 	"github.com/terrace-dev/terrace/internal/backend"
 	"github.com/terrace-dev/terrace/internal/console"
@@ -19,7 +20,7 @@ import (
 )
 
 func newAPICommand() *cobra.Command {
-	var listen, certFile, keyFile, operatorState string
+	var listen, certFile, keyFile, operatorState, clusters string
 	var audiences []string
 	var development bool
 	cmd := &cobra.Command{
@@ -35,6 +36,7 @@ func newAPICommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":8443", "address to serve HTTPS on (an IPv6 address may be given without brackets, as $(POD_IP):8443 expands)")
 	cmd.Flags().StringVar(&operatorState, "operator-state", "", "JSON of the spec.state of the operator namespace's TerraceConfig ({} for none), used instead of reading that config; the controller sets it, so the server needs no right outside its namespace (default: read it)")
+	cmd.Flags().StringVar(&clusters, "clusters", "", "JSON of the operator namespace's TerraceConfig spec.api.clusters ([] for none): the other clusters a call may name, and where callers' tokens for them are sent; the controller sets it (default: read that config at start, which needs get on it)")
 	cmd.Flags().StringVar(&certFile, "tls-cert-file", "", "PEM serving certificate (reloaded when it changes)")
 	cmd.Flags().StringVar(&keyFile, "tls-key-file", "", "PEM private key of the serving certificate")
 	cmd.Flags().StringSliceVar(&audiences, "token-audiences", nil, "audiences one of which a caller's token must also be issued for (its aud claim; the Kubernetes API server must accept the token too); default: any token it accepts")
@@ -71,6 +73,10 @@ func newAPICommand() *cobra.Command {
 			}
 			resolver.Reader = apiserver.SettingsReader(resolver.Reader, k.flags.operatorNamespace, state)
 		}
+		registered, err := registeredClusters(ctx, k, clusters)
+		if err != nil {
+			return err
+		}
 		stores := backend.New(caller, resolver.ResolveNamespace)
 		defer stores.Close()
 		ln, err := net.Listen("tcp", listenAddress(listen))
@@ -101,7 +107,7 @@ func newAPICommand() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("failed to set up the web console: %w", err)
 		}
-		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log,
+		srv := &apiserver.Server{Namespace: k.namespace, Client: k.client, Caller: caller, TokenAudiences: audiences, Stores: stores, Log: log, Clusters: registered,
 			// In a registered cluster the TerraceConfigs are read as the caller too.
 			StoresFor: func(c client.Client) apiserver.StoreOpener {
 				resolver := &settings.Resolver{Reader: c, OperatorNamespace: k.flags.operatorNamespace, Builtin: settings.BuiltinDefaults("")}
@@ -111,6 +117,15 @@ func newAPICommand() *cobra.Command {
 		srv.PodLogs, srv.Console = podLogs, web
 		return srv.Serve(ctx, ln, apiserver.TLSFiles{CertFile: certFile, KeyFile: keyFile})
 	})
+}
+
+// registeredClusters are the clusters of --clusters, else those of the
+// operator namespace's TerraceConfig, read once with the server's identity.
+func registeredClusters(ctx context.Context, k *kube, flag string) ([]terracev1.APICluster, error) {
+	if flag != "" {
+		return apiserver.ParseClusters(flag)
+	}
+	return apiserver.OperatorClusters(ctx, k.client, k.flags.operatorNamespace)
 }
 
 // listenAddress brackets an IPv6 host written without brackets

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -30,7 +31,8 @@ import (
 // TestInstallationsAPIOnASecondCluster is issue 14's "second dev control
 // plane": a second dev cluster (its own control plane, devnode, registry,
 // ports and directory) with its own Terrace controller is registered in the
-// namespace's TerraceConfig as `second`. An installation created through
+// operator namespace's TerraceConfig as `second` (only the operator
+// registers clusters: issue 44 item 3). An installation created through
 // the API server of the first cluster with cluster: second, with the
 // caller's token of that cluster, is applied by that cluster's controller;
 // nothing is created in the first. An unknown cluster name is
@@ -49,12 +51,14 @@ func TestInstallationsAPIOnASecondCluster(t *testing.T) {
 	second.program(t, "bench", map[string]string{"main.tf": benchModule})
 	tokenThere := second.toolToken(t, "installer")
 
-	// The first cluster runs the API server, which knows the second.
+	// The first cluster's operator registers the second; the namespace runs
+	// the API server, which is told the operator's clusters.
+	first.registerCluster(t, terracev1.APICluster{
+		Name: "second", Server: second.dev.Cluster.Config.Host, CABundle: string(second.dev.Cluster.Config.CAData),
+	})
 	first.create(t, &terracev1.TerraceConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
-		Spec: terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, Clusters: []terracev1.APICluster{{
-			Name: "second", Server: second.dev.Cluster.Config.Host, CABundle: string(second.dev.Cluster.Config.CAData),
-		}}}},
+		Spec:       terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}},
 	})
 	podIP := first.readyAPIPod(t)
 	api, err := terraceclient.New(fmt.Sprintf("https://%s:%d", podIP, config.APIPort),
@@ -113,6 +117,36 @@ func TestInstallationsAPIOnASecondCluster(t *testing.T) {
 	if added := newNames(secretsBefore["second"], secretNames(t, second)); len(added) > 0 {
 		t.Errorf("the refused create left Secrets in the second cluster: %v", added)
 	}
+}
+
+// registerCluster adds c to the operator namespace's TerraceConfig
+// spec.api.clusters until the test ends.
+func (e *stackEnv) registerCluster(t *testing.T, c terracev1.APICluster) {
+	t.Helper()
+	change := func(update func(*terracev1.TerraceConfig)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cfg := &terracev1.TerraceConfig{}
+			if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: terracev1.TerraceConfigName}, cfg); err != nil {
+				return err
+			}
+			if cfg.Spec.API == nil {
+				cfg.Spec.API = &terracev1.APIConfig{}
+			}
+			update(cfg)
+			return e.c.Update(context.Background(), cfg)
+		})
+	}
+	if err := change(func(cfg *terracev1.TerraceConfig) { cfg.Spec.API.Clusters = append(cfg.Spec.API.Clusters, c) }); err != nil {
+		t.Fatalf("failed to register cluster %s in the operator's TerraceConfig: %v", c.Name, err)
+	}
+	t.Cleanup(func() {
+		err := change(func(cfg *terracev1.TerraceConfig) {
+			cfg.Spec.API.Clusters = slices.DeleteFunc(cfg.Spec.API.Clusters, func(r terracev1.APICluster) bool { return r.Name == c.Name })
+		})
+		if err != nil {
+			t.Errorf("failed to remove cluster %s from the operator's TerraceConfig: %v", c.Name, err)
+		}
+	})
 }
 
 // secretNames lists the Secrets of the env's namespace.

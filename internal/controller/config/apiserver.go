@@ -105,8 +105,12 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 		return nil
 	}
 	cfg := s.config
+	refused := r.refuseNamespaceClusters(cfg)
 	if !apiEnabled(cfg) {
-		return r.removeAPI(ctx, cfg)
+		if err := r.removeAPI(ctx, cfg); err != nil {
+			return err
+		}
+		return refused
 	}
 	tlsHash, renewAt, err := r.ensureAPICertificate(ctx, cfg)
 	if err != nil {
@@ -121,7 +125,7 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 	if err := r.ensureAPIRBAC(ctx, cfg); err != nil {
 		return err
 	}
-	operatorState, err := r.operatorState(ctx, ns)
+	operator, err := r.operatorSettings(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -134,15 +138,20 @@ func (r *Reconciler) reconcileAPI(ctx context.Context, s *configScope) error {
 		return err
 	}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
-	return r.createOrUpdateOwned(ctx, cfg, dep, func() {
+	if err := r.createOrUpdateOwned(ctx, cfg, dep, func() {
 		dep.Labels = apiLabels()
 		dep.Spec.Replicas = kptr.To(kptr.Deref(cfg.Spec.API.Replicas, 1))
 		dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: apiLabels()}
 		dep.Spec.Template = apiPodTemplate(apiPod{
-			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, operatorState: operatorState,
+			namespace: ns, operatorNamespace: r.Resolver.OperatorNamespace, operatorState: operator.state, clusters: operator.clusters,
 			image: r.API.image(), tokenAudiences: cfg.Spec.API.TokenAudiences, oidc: cfg.Spec.API.OIDC, configHash: configHash(cfg), tlsHash: tlsHash,
 		})
-	})
+	}); err != nil {
+		return err
+	}
+	// The server runs, with the operator's clusters only; the config is
+	// told what of it was refused.
+	return refused
 }
 
 func apiLabels() map[string]string {
@@ -160,6 +169,9 @@ type apiPod struct {
 	// operatorState is the JSON of the operator namespace's spec.state
 	// (apiOperatorStateFlag).
 	operatorState string
+	// clusters is the JSON of the operator namespace's spec.api.clusters
+	// (apiClustersFlag).
+	clusters string
 	// image is the controller's own (APIServerSettings.Image).
 	image          string
 	tokenAudiences []string
@@ -229,7 +241,7 @@ func keyOr(key, fallback string) string {
 
 func apiPodTemplateWithoutOIDC(p apiPod) corev1.PodTemplateSpec {
 	args := []string{"api", "--namespace=" + p.namespace, "--operator-namespace=" + p.operatorNamespace,
-		apiOperatorStateFlag + "=" + p.operatorState,
+		apiOperatorStateFlag + "=" + p.operatorState, apiClustersFlag + "=" + p.clusters,
 		fmt.Sprintf("--listen=$(%s):%d", apiPodIPEnv, APIPort), "--tls-cert-file=/etc/terrace/tls/tls.crt", "--tls-key-file=/etc/terrace/tls/tls.key"}
 	if len(p.tokenAudiences) > 0 {
 		args = append(args, "--token-audiences="+strings.Join(p.tokenAudiences, ","))

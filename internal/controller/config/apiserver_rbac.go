@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,20 +12,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 )
 
 // What the API server's own identity may do, and what it is told instead of
 // reading it: the ServiceAccount terrace-api reads its namespace's
-// TerraceConfig (registered clusters, where state is kept) through a Role
-// in that namespace, and nothing anywhere else. The operator namespace's
-// config, which settles what the namespace's leaves open, reaches it as the
-// flag apiOperatorStateFlag; a change there re-reconciles every namespace
-// config (configsForOperatorConfig), which changes the flag and so rolls
-// the pods.
+// TerraceConfig (where state is kept) through a Role in that namespace, and
+// nothing anywhere else. The operator namespace's config, which settles what
+// the namespace's leaves open and alone registers other clusters, reaches it
+// as the flags apiOperatorStateFlag and apiClustersFlag; a change there
+// re-reconciles every namespace config (configsForOperatorConfig), which
+// changes the flags and so rolls the pods.
 const (
 	// apiOperatorStateFlag carries the JSON of the operator namespace's
 	// spec.state ({} when it sets none) to `terrace api`.
 	apiOperatorStateFlag = "--operator-state"
+	// apiClustersFlag carries the JSON of the operator namespace's
+	// spec.api.clusters ([] when it registers none) to `terrace api`.
+	apiClustersFlag = "--clusters"
 	// apiPodIPEnv is the pod's IP from the downward API, which it listens on.
 	apiPodIPEnv = "POD_IP"
 )
@@ -89,28 +94,68 @@ func (r *Reconciler) deleteBindingOfAnotherRole(ctx context.Context, ns string, 
 	return nil
 }
 
-// operatorState returns the value of apiOperatorStateFlag for the API
-// server of namespace: the operator namespace's spec.state as JSON, or {}
-// when there is none (or namespace is the operator's, whose own config the
-// server reads).
-func (r *Reconciler) operatorState(ctx context.Context, namespace string) (string, error) {
+// operatorSettings are the values of apiOperatorStateFlag and
+// apiClustersFlag for the API server of a namespace.
+type operatorSettings struct {
+	// state is the operator namespace's spec.state as JSON, or {} when
+	// there is none (or the namespace is the operator's, whose own config
+	// the server reads).
+	state string
+	// clusters is the operator namespace's spec.api.clusters as JSON, []
+	// when it registers none: the only clusters any API server may act in.
+	clusters string
+}
+
+// operatorSettings reads the operator namespace's config for the API
+// server of cfg's namespace (cfg itself when that is the operator's).
+func (r *Reconciler) operatorSettings(ctx context.Context, cfg *terracev1.TerraceConfig) (operatorSettings, error) {
 	opNS := r.Resolver.OperatorNamespace
-	if namespace == opNS {
-		return "{}", nil
+	op := cfg
+	if cfg.Namespace != opNS {
+		op = &terracev1.TerraceConfig{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: opNS, Name: terracev1.TerraceConfigName}, op)
+		switch {
+		case apierrors.IsNotFound(err):
+			op = nil
+		case err != nil:
+			return operatorSettings{}, fmt.Errorf("failed to read TerraceConfig %s/%s: %w", opNS, terracev1.TerraceConfigName, err)
+		}
 	}
-	op := &terracev1.TerraceConfig{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: opNS, Name: terracev1.TerraceConfigName}, op)
-	switch {
-	case apierrors.IsNotFound(err):
-		return "{}", nil
-	case err != nil:
-		return "", fmt.Errorf("failed to read TerraceConfig %s/%s: %w", opNS, terracev1.TerraceConfigName, err)
-	case op.Spec.State == nil:
-		return "{}", nil
+	out := operatorSettings{state: "{}", clusters: "[]"}
+	if op == nil {
+		return out, nil
 	}
-	raw, err := json.Marshal(op.Spec.State)
-	if err != nil {
-		return "", fmt.Errorf("failed to encode the state settings of TerraceConfig %s/%s: %w", opNS, terracev1.TerraceConfigName, err)
+	if op.Spec.State != nil && cfg.Namespace != opNS {
+		raw, err := json.Marshal(op.Spec.State)
+		if err != nil {
+			return operatorSettings{}, fmt.Errorf("failed to encode the state settings of TerraceConfig %s/%s: %w", opNS, terracev1.TerraceConfigName, err)
+		}
+		out.state = string(raw)
 	}
-	return string(raw), nil
+	if op.Spec.API != nil && len(op.Spec.API.Clusters) > 0 {
+		raw, err := json.Marshal(op.Spec.API.Clusters)
+		if err != nil {
+			return operatorSettings{}, fmt.Errorf("failed to encode the registered clusters of TerraceConfig %s/%s: %w", opNS, terracev1.TerraceConfigName, err)
+		}
+		out.clusters = string(raw)
+	}
+	return out, nil
+}
+
+// refuseNamespaceClusters is the terminal error of a config outside the
+// operator namespace that registers clusters: a registered cluster is
+// where API servers send their callers' bearer tokens, which only the
+// cluster admin may choose. The clusters are never used.
+func (r *Reconciler) refuseNamespaceClusters(cfg *terracev1.TerraceConfig) error {
+	opNS := r.Resolver.OperatorNamespace
+	if cfg.Namespace == opNS || cfg.Spec.API == nil || len(cfg.Spec.API.Clusters) == 0 {
+		return nil
+	}
+	names := make([]string, len(cfg.Spec.API.Clusters))
+	for i, c := range cfg.Spec.API.Clusters {
+		names[i] = c.Name
+	}
+	return reconcile.Terminalf(APIClustersNotAllowedReason,
+		"spec.api.clusters (%s) is refused: only the operator namespace's TerraceConfig %s/%s registers clusters, because an API server sends its callers' tokens to them; remove them here and ask the cluster admin to register them there, where every API server may use them",
+		strings.Join(names, ", "), opNS, terracev1.TerraceConfigName)
 }

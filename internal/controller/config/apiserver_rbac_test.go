@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 )
 
 // asAPIServer is a clientset and a client that authenticate as the API
@@ -187,22 +188,7 @@ func TestAPIServerRoleIsKeptInSync(t *testing.T) {
 // TerraceConfig outside its namespace, so the controller passes the
 // operator namespace's spec.state to it, and a change there rolls it.
 func TestAPIServerIsToldTheOperatorStateSettings(t *testing.T) {
-	ctx := context.Background()
-	op := &terracev1.TerraceConfig{}
-	switch err := env.Client.Get(ctx, configKey(opNS), op); {
-	case apierrors.IsNotFound(err):
-		createConfig(t, opNS, terracev1.TerraceConfigSpec{State: &terracev1.StateConfig{History: ptr(int32(7))}})
-		t.Cleanup(func() {
-			_ = env.Client.Delete(context.Background(), tcfg(opNS, terracev1.TerraceConfigSpec{}))
-			eventuallyGone(t, "the operator config", tcfg(opNS, terracev1.TerraceConfigSpec{}))
-		})
-	case err != nil:
-		t.Fatal(err)
-	default: // another test made it: borrow it
-		before := op.Spec.State.DeepCopy()
-		updateConfig(t, opNS, func(c *terracev1.TerraceConfig) { c.Spec.State = &terracev1.StateConfig{History: ptr(int32(7))} })
-		t.Cleanup(func() { updateConfig(t, opNS, func(c *terracev1.TerraceConfig) { c.Spec.State = before }) })
-	}
+	setOperatorConfig(t, func(c *terracev1.TerraceConfig) { c.Spec.State = &terracev1.StateConfig{History: ptr(int32(7))} })
 	ns := env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
@@ -218,4 +204,82 @@ func TestAPIServerIsToldTheOperatorStateSettings(t *testing.T) {
 	eventuallyObject(t, "the operator's state settings on the API server", dep, stateArg(`{"history":7}`))
 	updateConfig(t, opNS, func(c *terracev1.TerraceConfig) { c.Spec.State.History = ptr(int32(9)) })
 	eventuallyObject(t, "the API server following the operator's config", dep, stateArg(`{"history":9}`))
+}
+
+// setOperatorConfig makes the operator namespace's config as change says
+// for the test: created and deleted again, or, when another test made it,
+// borrowed and given its spec back.
+func setOperatorConfig(t *testing.T, change func(*terracev1.TerraceConfig)) {
+	t.Helper()
+	op := &terracev1.TerraceConfig{}
+	switch err := env.Client.Get(context.Background(), configKey(opNS), op); {
+	case apierrors.IsNotFound(err):
+		made := tcfg(opNS, terracev1.TerraceConfigSpec{})
+		change(made)
+		createConfig(t, opNS, made.Spec)
+		t.Cleanup(func() {
+			_ = env.Client.Delete(context.Background(), tcfg(opNS, terracev1.TerraceConfigSpec{}))
+			eventuallyGone(t, "the operator config", tcfg(opNS, terracev1.TerraceConfigSpec{}))
+		})
+	case err != nil:
+		t.Fatal(err)
+	default:
+		before := op.Spec.DeepCopy()
+		updateConfig(t, opNS, change)
+		t.Cleanup(func() { updateConfig(t, opNS, func(c *terracev1.TerraceConfig) { c.Spec = *before }) })
+	}
+}
+
+// TestOnlyTheOperatorConfigRegistersClusters is the attack of issue 44
+// item 3 at the controller: a namespace admin registers a cluster of their
+// own in their TerraceConfig. The config is refused (APIServerReady=False,
+// APIClustersNotAllowed, Stalled) naming the operator's config, the API
+// server still runs but is told only the operator's clusters, and removing
+// the namespace's clusters clears the refusal; a change of the operator's
+// clusters reaches the server.
+func TestOnlyTheOperatorConfigRegistersClusters(t *testing.T) {
+	registered := terracev1.APICluster{Name: "second", Server: "https://second.example:6443"}
+	setOperatorConfig(t, func(c *terracev1.TerraceConfig) {
+		c.Spec.API = &terracev1.APIConfig{Clusters: []terracev1.APICluster{registered}}
+	})
+	ns := env.Namespace(t)
+	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true, Clusters: []terracev1.APICluster{
+		{Name: "prod", Server: "https://tokens.tenant.example"},
+	}}})
+
+	refused := waitForConfig(t, ns, "refused for its clusters", func(c *terracev1.TerraceConfig) bool {
+		cond := reconcile.Get(c, APIServerReadyCondition)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == APIClustersNotAllowedReason && stalledWith(APIClustersNotAllowedReason)(c)
+	})
+	if msg := reconcile.Get(refused, APIServerReadyCondition).Message; !strings.Contains(msg, "spec.api.clusters (prod) is refused") || !strings.Contains(msg, opNS+"/default") {
+		t.Errorf("APIServerReady message: %s", msg)
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
+	clustersArg := func(want string) func() error {
+		return func() error {
+			args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " ")
+			if !strings.Contains(args, apiClustersFlag+"="+want+" ") && !strings.HasSuffix(args, apiClustersFlag+"="+want) {
+				return fmt.Errorf("args %q, want %s=%s", args, apiClustersFlag, want)
+			}
+			if strings.Contains(args, "tenant.example") {
+				return fmt.Errorf("the namespace's cluster reached the server: %s", args)
+			}
+			return nil
+		}
+	}
+	eventuallyObject(t, "the API server told the operator's clusters only", dep, clustersArg(`[{"name":"second","server":"https://second.example:6443"}]`))
+
+	updateConfig(t, opNS, func(c *terracev1.TerraceConfig) {
+		c.Spec.API.Clusters = append(c.Spec.API.Clusters, terracev1.APICluster{Name: "third", Server: "https://third.example"})
+	})
+	eventuallyObject(t, "the API server following the operator's clusters", dep,
+		clustersArg(`[{"name":"second","server":"https://second.example:6443"},{"name":"third","server":"https://third.example"}]`))
+
+	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.API.Clusters = nil })
+	waitForConfig(t, ns, "accepted without clusters", func(c *terracev1.TerraceConfig) bool {
+		return reconcile.IsTrue(c, APIServerReadyCondition) && !reconcile.IsTrue(c, terracev1.StalledCondition)
+	})
+	if op := reconcile.Get(waitForConfig(t, opNS, "reconciled", func(c *terracev1.TerraceConfig) bool { return c.Status.ObservedGeneration == c.Generation }), APIServerReadyCondition); op != nil && op.Reason == APIClustersNotAllowedReason {
+		t.Errorf("the operator's own config was refused for its clusters: %s", op.Message)
+	}
 }

@@ -75,6 +75,10 @@ const (
 	RecoveredReason = "Recovered"
 	// OutsideRunnerPolicyReason: see RunnerPolicyNarrowedCondition.
 	OutsideRunnerPolicyReason = "OutsideRunnerPolicy"
+	// APIClustersNotAllowedReason (APIServerReady=False, Stalled): a config
+	// outside the operator namespace registers clusters (spec.api.clusters),
+	// which only the operator namespace's config may; they are not used.
+	APIClustersNotAllowedReason = "APIClustersNotAllowed"
 )
 
 // ownedConditions are the conditions the TerraceConfig controller writes.
