@@ -143,7 +143,13 @@ type DependencyReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// RunnerPodTemplate holds the parts of the runner pod a Stack may set.
+// RunnerPodTemplate holds the parts of the runner pod a Stack may set,
+// within the runner policy of its TerraceConfigs. Every Secret, ConfigMap
+// and PersistentVolumeClaim it names (volumes, projected sources, env,
+// envFrom), and a projected token for another audience, must be one the
+// runner's ServiceAccount may get (create serviceaccounts/token for a
+// token); otherwise the Stack stalls with RunnerObjectForbidden and no pod
+// is made.
 type RunnerPodTemplate struct {
 	// Image of the runner; defaults to the TerraceConfig's, then the controller's own.
 	// +optional
@@ -181,11 +187,14 @@ type RunnerPodTemplate struct {
 	// +optional
 	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
 
-	// Labels added to the runner pod.
+	// Labels added to the runner pod. Keys of terrace.dev, kubernetes.io,
+	// k8s.io and service meshes' domains are refused.
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 
-	// Annotations added to the runner pod.
+	// Annotations added to the runner pod. Keys of terrace.dev,
+	// kubernetes.io and k8s.io (AppArmor, seccomp...), container
+	// runtimes', Multus' and service meshes' are refused.
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
@@ -343,6 +352,8 @@ type StackSpec struct {
 	DependsOn []DependencyReference `json:"dependsOn,omitempty"`
 
 	// ServiceAccountName the runner pod runs as; defaults to the TerraceConfig's.
+	// Any other account must be listed in the runner policy's
+	// allowedServiceAccounts.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`

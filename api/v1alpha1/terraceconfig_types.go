@@ -93,8 +93,13 @@ type RunnerPolicy struct {
 	AllowedImages []string `json:"allowedImages,omitempty"`
 
 	// AllowedServiceAccounts are patterns of the ServiceAccount names (in the
-	// Stack's own namespace) runner pods may run as. Default: any but the
-	// denied ones.
+	// Stack's own namespace) runner pods may run as; list the default
+	// runner account too if Stacks that name none should run. Default:
+	// only the namespace's default runner account (spec.runner.serviceAccountName
+	// of the namespace's config, else of the operator namespace's, else
+	// "default"). When the operator namespace's config lists none, a
+	// namespace's list applies as written; when it lists some, a
+	// namespace's list only narrows them.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
@@ -122,8 +127,11 @@ type RunnerPolicy struct {
 	AllowedVolumeTypes []VolumeType `json:"allowedVolumeTypes,omitempty"`
 
 	// AllowEnv says whether Stacks may set spec.runner.env and
-	// spec.runner.envFrom (which can expose the namespace's Secrets to module
-	// code). Default: true.
+	// spec.runner.envFrom, and mount Secrets (secret volumes, projected
+	// Secrets, projected tokens for another audience), all of which can
+	// expose the namespace's Secrets to module code. Either way, every
+	// Secret, ConfigMap and claim spec.runner names must be one the
+	// runner's ServiceAccount may get. Default: true.
 	// +optional
 	AllowEnv *bool `json:"allowEnv,omitempty"`
 

@@ -186,7 +186,10 @@ func (r *Reconciler) resolveConfig(ctx context.Context, s *scope) error {
 		return fmt.Errorf("failed to resolve the TerraceConfig for %s: %w", s.stack.Namespace, err)
 	}
 	s.config = eff
-	return checkRunnerPolicy(s)
+	if err := checkRunnerPolicy(s); err != nil {
+		return err
+	}
+	return r.checkRunnerAccess(ctx, s)
 }
 
 // staleCacheRetry is how soon a reconcile that read a stale Stack looks

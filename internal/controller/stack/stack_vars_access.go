@@ -15,6 +15,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/ownership"
+	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -88,16 +89,22 @@ func runnerServiceAccount(s *scope) string {
 // serviceAccountMayGet asks the API server's authorizer whether the
 // ServiceAccount may get the object, with the groups its tokens carry.
 func (r *Reconciler) serviceAccountMayGet(ctx context.Context, serviceAccount, kind string, obj types.NamespacedName) (bool, error) {
-	namespace, name := obj.Namespace, obj.Name
+	return r.serviceAccountMay(ctx, serviceAccount, obj.Namespace, runnerpolicy.Access{Verb: "get", Resource: strings.ToLower(kind) + "s", Name: obj.Name})
+}
+
+// serviceAccountMay asks the API server's authorizer whether the
+// ServiceAccount of namespace may do what a names there, with the groups
+// its tokens carry.
+func (r *Reconciler) serviceAccountMay(ctx context.Context, serviceAccount, namespace string, a runnerpolicy.Access) (bool, error) {
 	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User:   "system:serviceaccount:" + namespace + ":" + serviceAccount,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: namespace, Verb: "get", Resource: strings.ToLower(kind) + "s", Name: name,
+			Namespace: namespace, Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Name: a.Name,
 		},
 	}}
 	if err := r.Client.Create(ctx, review); err != nil {
-		return false, fmt.Errorf("failed to ask whether ServiceAccount %s may get %s %s: %w", serviceAccount, kind, name, err)
+		return false, fmt.Errorf("failed to ask whether ServiceAccount %s may %s %s %s: %w", serviceAccount, a.Verb, a.ResourceName(), a.Name, err)
 	}
 	return review.Status.Allowed, nil
 }

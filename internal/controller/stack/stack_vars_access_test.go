@@ -21,7 +21,8 @@ import (
 )
 
 // authorizer answers SubjectAccessReviews from a list of allowed
-// "user get resource/name" grants and records what it was asked. The real
+// "user verb resource[/subresource]/name" grants and records what it was
+// asked. The real
 // authorizer is exercised by the e2e tests under RBAC.
 type authorizer struct {
 	allowAll bool
@@ -39,7 +40,11 @@ func (a *authorizer) client(objs ...client.Object) client.Client {
 			}
 			a.reviews = append(a.reviews, review.Spec)
 			ra := review.Spec.ResourceAttributes
-			review.Status.Allowed = a.allowAll || a.grants[review.Spec.User+" "+ra.Verb+" "+ra.Resource+"/"+ra.Name]
+			resource := ra.Resource
+			if ra.Subresource != "" {
+				resource += "/" + ra.Subresource
+			}
+			review.Status.Allowed = a.allowAll || a.grants[review.Spec.User+" "+ra.Verb+" "+resource+"/"+ra.Name]
 			return nil
 		},
 	})
