@@ -282,6 +282,10 @@ type LeafRequest struct {
 	// tofu's http backend; Terrace's own peers check Identity instead.
 	DNSNames    []string
 	IPAddresses []net.IP
+	// PodUID, when set, binds the leaf to the one pod it is issued for (a
+	// runner's): a pod created again under the same name has another UID,
+	// and the leaf does not work for it (PodUIDFromCertificate).
+	PodUID string
 }
 
 // Leaf is an issued certificate with its key and the CAs to trust, all in PEM.
@@ -311,6 +315,14 @@ func (a *Authority) Issue(req LeafRequest) (*Leaf, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to issue a certificate: %w", err)
 	}
+	uris := []*url.URL{uri}
+	if req.PodUID != "" {
+		pod, err := podURI(req.PodUID)
+		if err != nil {
+			return nil, fmt.Errorf("failed to issue a certificate for %s: %w", req.Identity, err)
+		}
+		uris = append(uris, pod)
+	}
 	if req.Validity <= 0 || req.Validity > a.opts.MaxLeafValidity {
 		return nil, fmt.Errorf("failed to issue a certificate for %s: validity %s is not within (0, %s]", req.Identity, req.Validity, a.opts.MaxLeafValidity)
 	}
@@ -339,7 +351,7 @@ func (a *Authority) Issue(req LeafRequest) (*Leaf, error) {
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{uri},
+		URIs:                  uris,
 		DNSNames:              req.DNSNames,
 		IPAddresses:           req.IPAddresses,
 	}

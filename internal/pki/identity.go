@@ -158,6 +158,65 @@ func IdentityFromCertificate(c *x509.Certificate) (Identity, error) {
 	return found[0], nil
 }
 
+// podURIPrefix starts the URI SAN that binds a leaf to a pod's UID (an RFC
+// 4122 URN: Kubernetes UIDs are UUIDs).
+const podURIPrefix = "urn:uuid:"
+
+// podUIDPart is what a pod UID may look like in a certificate.
+var podUIDPart = regexp.MustCompile(`^[0-9a-f]([-0-9a-f]{0,62}[0-9a-f])?$`)
+
+// podURI is the URI SAN of a leaf bound to the pod with uid.
+func podURI(uid string) (*url.URL, error) {
+	if !podUIDPart.MatchString(uid) {
+		return nil, fmt.Errorf("%q is not a pod UID", uid)
+	}
+	return url.Parse(podURIPrefix + uid)
+}
+
+// PodUIDFromCertificate returns the UID of the pod a leaf is bound to
+// (LeafRequest.PodUID), or "" when it is bound to none. A leaf carries at
+// most one: with more, it is bound to none that could be trusted, and ""
+// is returned.
+func PodUIDFromCertificate(c *x509.Certificate) string {
+	if c == nil {
+		return ""
+	}
+	var found []string
+	for _, u := range c.URIs {
+		if uid, ok := strings.CutPrefix(u.String(), podURIPrefix); ok && podUIDPart.MatchString(uid) {
+			found = append(found, uid)
+		}
+	}
+	if len(found) != 1 {
+		return ""
+	}
+	return found[0]
+}
+
+// PeerPodUID returns the pod UID the peer's verified leaf is bound to, ""
+// for none (see PeerIdentity).
+func PeerPodUID(cs *tls.ConnectionState) string {
+	if cs == nil || !cs.HandshakeComplete {
+		return ""
+	}
+	if len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+		return PodUIDFromCertificate(cs.VerifiedChains[0][0])
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return ""
+	}
+	return PodUIDFromCertificate(cs.PeerCertificates[0])
+}
+
+// PodUIDFromRequest returns the pod UID of an HTTP client's certificate,
+// for a handler served with ServerTLSConfig ("" for none).
+func PodUIDFromRequest(r *http.Request) string {
+	if r.TLS == nil {
+		return ""
+	}
+	return PeerPodUID(r.TLS)
+}
+
 // PeerIdentity returns the identity of the peer of a connection established
 // with ServerTLSConfig or ClientTLSConfig: those refuse the handshake unless
 // the peer's leaf chains to a trusted CA and its identity is accepted, so the

@@ -86,6 +86,15 @@ func ServerTLSConfig(cert CertificateSource, trust TrustSource, authorize func(I
 // certificate chains to trust and carries expectServer. The server's
 // hostname is not checked: the identity is what names it.
 func ClientTLSConfig(cert CertificateSource, trust TrustSource, expectServer Identity) *tls.Config {
+	return ClientTLSConfigForPod(cert, trust, expectServer, "")
+}
+
+// ClientTLSConfigForPod is ClientTLSConfig for a server that runs in the
+// pod with podUID: its certificate must also be bound to that pod
+// (LeafRequest.PodUID), so a pod created again under the same name with a
+// copy of the first one's certificate is refused. An empty podUID checks
+// no pod.
+func ClientTLSConfigForPod(cert CertificateSource, trust TrustSource, expectServer Identity, podUID string) *tls.Config {
 	cfg := &tls.Config{}
 	*cfg = tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -105,6 +114,9 @@ func ClientTLSConfig(cert CertificateSource, trust TrustSource, expectServer Ide
 			}
 			if id != expectServer {
 				return fmt.Errorf("refused server: identity %s is not the expected %s", id, expectServer)
+			}
+			if got := PodUIDFromCertificate(cs.PeerCertificates[0]); podUID != "" && got != podUID {
+				return fmt.Errorf("refused server %s: its certificate is bound to pod %q, not to pod %s", id, got, podUID)
 			}
 			return nil
 		},

@@ -198,3 +198,38 @@ func trustAll(as ...*Authority) TrustSource {
 		return pool
 	})
 }
+
+// The attack: a runner pod is created again under a run's pod name with a
+// copy of the first pod's TLS Secret. Its leaf is bound to the first pod's
+// UID, and the controller, dialling the pod it knows by UID, refuses it;
+// the pod it created is accepted.
+func TestHandshakeRefusesACertificateOfAnotherPod(t *testing.T) {
+	a := mustAuthority(t, Options{})
+	controller := StaticCertificate(mustIssue(t, a, ControllerIdentity))
+	const first, second = "0b4d6c3e-8f2a-4d3b-9c1e-5a6f7e8d9c0b", "7c1e2a3b-4d5e-4f60-8a9b-0c1d2e3f4a5b"
+	leaf, err := a.Issue(LeafRequest{Identity: testRunner, Validity: time.Hour, PodUID: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, _ := leaf.Certificate(); PodUIDFromCertificate(x) != first {
+		t.Fatalf("the leaf is bound to pod %q, want %s", PodUIDFromCertificate(x), first)
+	}
+	cert, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := handshake(t, runnerServer(cert, a), ClientTLSConfigForPod(controller, a, testRunner, first)); !res.ok() || res.clientPeer != testRunner {
+		t.Fatalf("the pod the leaf was issued for: server %v, client %v", res.serverErr, res.clientErr)
+	}
+	res := handshake(t, runnerServer(cert, a), ClientTLSConfigForPod(controller, a, testRunner, second))
+	if res.clientErr == nil || !strings.Contains(res.clientErr.Error(), "bound to pod") {
+		t.Fatalf("a pod created again with the first one's leaf: client %v, want refused", res.clientErr)
+	}
+	unbound := mustIssue(t, a, testRunner)
+	if res := handshake(t, runnerServer(unbound, a), ClientTLSConfigForPod(controller, a, testRunner, second)); res.clientErr == nil {
+		t.Fatal("a leaf bound to no pod was accepted for a pod")
+	}
+	if _, err := a.Issue(LeafRequest{Identity: testRunner, Validity: time.Hour, PodUID: "../x"}); err == nil {
+		t.Fatal("a leaf was issued for a pod UID that is none")
+	}
+}
