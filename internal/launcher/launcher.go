@@ -252,13 +252,8 @@ func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("runID", spec.RunID, "pod", types.NamespacedName{Namespace: stack.Namespace, Name: podName}.String())
 
 	validity := min(p.deadline+10*time.Minute, l.opts.Authority.Options().MaxLeafValidity)
-	leaf, err := l.opts.Authority.Issue(pki.LeafRequest{Identity: identity, Validity: validity})
-	if err != nil {
-		l.setActive(key, false)
-		return nil, fmt.Errorf("failed to issue the runner certificate: %w", err)
-	}
-	secret := buildSecret(p.secretName, p, leaf.SecretData(), runLabels(stack.Name, spec.RunID, ComponentRunnerTLS))
-	pod, err := l.createPodAndSecret(ctx, buildPod(p), secret, p)
+	secret := buildSecret(p.secretName, p, nil, runLabels(stack.Name, spec.RunID, ComponentRunnerTLS))
+	pod, err := l.createPodAndSecret(ctx, buildPod(p), secret, p, pki.LeafRequest{Identity: identity, Validity: validity})
 	if err != nil {
 		l.setActive(key, false)
 		return nil, err
@@ -333,8 +328,12 @@ func explainCreateError(err error, p podParams) error {
 // with no patch to hand it over and no delete of its own. The kubelet (and
 // devnode) retries mounting a Secret volume that does not exist yet, and
 // the Secret follows the pod within a round trip, normally before the pod
-// is even bound to a node. On failure nothing is left behind.
-func (l *Launcher) createPodAndSecret(ctx context.Context, pod *corev1.Pod, secret *corev1.Secret, p podParams) (*corev1.Pod, error) {
+// is even bound to a node. The Secret holds a leaf issued for leaf once
+// the pod exists, bound to the pod's UID: a pod created again under its
+// name with a copy of the Secret is not the pod the leaf names, for the
+// state server or for the launcher dialling it. On failure nothing is
+// left behind.
+func (l *Launcher) createPodAndSecret(ctx context.Context, pod *corev1.Pod, secret *corev1.Secret, p podParams, leaf pki.LeafRequest) (*corev1.Pod, error) {
 	created, err := l.opts.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -347,6 +346,15 @@ func (l *Launcher) createPodAndSecret(ctx context.Context, pod *corev1.Pod, secr
 		}
 		return nil, fmt.Errorf("failed to create runner pod %s: %w", pod.Name, explainCreateError(err, p))
 	}
+	leaf.PodUID = string(created.UID)
+	issued, err := l.opts.Authority.Issue(leaf)
+	if err != nil {
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = l.deleteObjects(cleanupCtx, pod.Namespace, created.Name, created.UID, "")
+		return nil, fmt.Errorf("failed to issue the certificate of runner pod %s: %w", pod.Name, err)
+	}
+	secret.Data = issued.SecretData()
 	secret.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: "v1", Kind: "Pod", Name: created.Name, UID: created.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false),
@@ -360,8 +368,9 @@ func (l *Launcher) createPodAndSecret(ctx context.Context, pod *corev1.Pod, secr
 	return created, nil
 }
 
-// dial connects to the runner at ip with the run's expected identity.
-func (l *Launcher) dial(ctx context.Context, ip string, identity pki.Identity) (*runner.Client, error) {
+// dial connects to the runner at ip with the run's expected identity, in
+// the pod with uid: its certificate must be bound to that pod.
+func (l *Launcher) dial(ctx context.Context, ip string, identity pki.Identity, uid types.UID) (*runner.Client, error) {
 	addr := net.JoinHostPort(ip, strconv.Itoa(int(l.opts.GRPCPort)))
-	return runner.Dial(ctx, addr, runner.ClientTLSConfig(l.controller, l.opts.Authority, identity))
+	return runner.Dial(ctx, addr, pki.ClientTLSConfigForPod(l.controller, l.opts.Authority, identity, string(uid)))
 }

@@ -34,6 +34,9 @@ func TestStartCreatesPodAndSecretAndConnects(t *testing.T) {
 	if id, _ := pki.IdentityFromCertificate(cert); id != pki.RunnerIdentity(f.stack.Namespace, "web", "r1") {
 		t.Errorf("leaf identity = %s", id)
 	}
+	if uid := pki.PodUIDFromCertificate(cert); uid != string(pod.UID) {
+		t.Errorf("leaf bound to pod %q, want the run's pod %s", uid, pod.UID)
+	}
 	if d := time.Until(cert.NotAfter); d < 30*time.Minute || d > 24*time.Hour {
 		t.Errorf("leaf valid for %s, want the run's deadline plus a margin", d)
 	}

@@ -221,7 +221,7 @@ func (r *Run) start(ctx context.Context, started time.Time) error {
 	}
 
 	ip := r.PodIP()
-	client, err := r.launcher.dial(r.ctx, ip, r.identity)
+	client, err := r.launcher.dial(r.ctx, ip, r.identity, r.uid)
 	if err != nil {
 		return err
 	}

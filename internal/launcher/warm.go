@@ -117,13 +117,10 @@ func (l *Launcher) StartWarm(ctx context.Context, spec WarmSpec) (*Run, error) {
 	p.secretName = secretName(p.podName)
 	p.runnerLabels = map[string]string{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunner, LabelWarmClass: class}
 	identity := pki.RunnerClassIdentity(spec.Namespace, class, p.podName)
-	leaf, err := l.opts.Authority.Issue(pki.LeafRequest{Identity: identity, Validity: min(warmLeafValidity, l.opts.Authority.Options().MaxLeafValidity)})
-	if err != nil {
-		return nil, fmt.Errorf("failed to issue the warm runner's certificate: %w", err)
-	}
 	secretLabels := map[string]string{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunnerTLS, LabelWarmClass: class}
-	secret := buildSecret(p.secretName, p, leaf.SecretData(), secretLabels)
-	pod, err := l.createPodAndSecret(ctx, buildWarmPod(p), secret, p)
+	secret := buildSecret(p.secretName, p, nil, secretLabels)
+	leaf := pki.LeafRequest{Identity: identity, Validity: min(warmLeafValidity, l.opts.Authority.Options().MaxLeafValidity)}
+	pod, err := l.createPodAndSecret(ctx, buildWarmPod(p), secret, p, leaf)
 	if err != nil {
 		return nil, err
 	}
@@ -241,13 +238,14 @@ func (l *Launcher) relabelForRun(ctx context.Context, pod *corev1.Pod, p podPara
 	return nil
 }
 
-// handOverCertificate issues the run's certificate and gives it to the
-// warm runner over the controller's mutual TLS connection.
+// handOverCertificate issues the run's certificate, bound to the warm pod
+// (the pod the controller dialled and the run's labels go on), and gives
+// it to the warm runner over the controller's mutual TLS connection.
 func (l *Launcher) handOverCertificate(run *Run, p podParams) error {
 	stack := p.spec.Stack
 	identity := pki.RunnerIdentity(stack.Namespace, stack.Name, p.spec.RunID)
 	validity := min(p.deadline+10*time.Minute, l.opts.Authority.Options().MaxLeafValidity)
-	leaf, err := l.opts.Authority.Issue(pki.LeafRequest{Identity: identity, Validity: validity})
+	leaf, err := l.opts.Authority.Issue(pki.LeafRequest{Identity: identity, Validity: validity, PodUID: string(run.uid)})
 	if err != nil {
 		return fmt.Errorf("failed to issue the run's certificate: %w", err)
 	}
@@ -286,7 +284,10 @@ func (l *Launcher) WarmPods(ctx context.Context, namespace string) ([]*corev1.Po
 }
 
 // AdoptWarm connects to a warm pod that a former leader started (its
-// runner answers as its class identity) so the pool can hand it out.
+// runner answers as its class identity, with a certificate bound to this
+// very pod's UID) so the pool can hand it out. A pod created again under a
+// warm pod's name and labels, with a copy of its TLS Secret, presents a
+// certificate of another pod: it is never adopted, and is deleted.
 func (l *Launcher) AdoptWarm(ctx context.Context, pod *corev1.Pod) (*Run, error) {
 	class := pod.Labels[LabelWarmClass]
 	runID, ok := cutWarmPrefix(pod.Name)

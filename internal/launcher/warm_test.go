@@ -235,3 +235,62 @@ func TestClaimReportsAFailedRelabelThroughLabelled(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// The attack: a warm pod is gone, and someone who may create pods (and
+// Secrets) in its namespace creates it again under its name, with its
+// labels and a copy of its TLS Secret, running a runner of their own. A
+// leader adopts the warm pods it does not hold (a former leader's): the
+// first pod is adopted, the one created again never is, since its
+// certificate is bound to the first pod's UID. It never receives a run's
+// credentials, module or variables, and it is deleted.
+func TestAdoptWarmRefusesAWarmPodCreatedAgain(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.StartTimeout = 3 * time.Second })
+	ctx := context.Background()
+	formerLeader := f.startWarmReady()
+	pods, secrets := f.cs.CoreV1().Pods(f.stack.Namespace), f.cs.CoreV1().Secrets(f.stack.Namespace)
+	first, err := pods.Get(ctx, formerLeader.Pod().Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := secrets.Get(ctx, secretName(first.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := New(f.launcher.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(leader.Stop)
+	adopted, err := leader.AdoptWarm(ctx, first)
+	if err != nil {
+		t.Fatalf("adopting the warm pod a former leader started: %v", err)
+	}
+	if err := adopted.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.gone("the adopted warm pod", func(ctx context.Context) error {
+		_, err := pods.Get(ctx, first.Name, metav1.GetOptions{})
+		return err
+	})
+	_ = secrets.Delete(ctx, copied.Name, metav1.DeleteOptions{}) // garbage collection, which envtest lacks
+
+	// The pod and its Secret, created again from the copies.
+	again := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: first.Namespace, Labels: first.Labels, Annotations: first.Annotations}, Spec: first.Spec}
+	again.Spec.NodeName = ""
+	if again, err = pods.Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: copied.Name, Namespace: copied.Namespace, Labels: copied.Labels}, Type: copied.Type, Data: copied.Data}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ip := f.nextPodIP()
+	f.serveRunnerWarm(copied, ip, true)
+	f.setPodStatus(again.Name, running(ip, true))
+	if _, err := leader.AdoptWarm(ctx, again); err == nil || !strings.Contains(err.Error(), "does not answer over mutual TLS") {
+		t.Fatalf("adopting a warm pod created again with a copy of the first one's Secret: %v, want refused", err)
+	}
+	f.gone("the warm pod created again", func(ctx context.Context) error {
+		_, err := pods.Get(ctx, again.Name, metav1.GetOptions{})
+		return err
+	})
+}

@@ -133,7 +133,7 @@ func TestTenancyWarmRunners(t *testing.T) {
 	if launcher.WarmPodName(runID) != warm.Name {
 		t.Fatalf("the victim's run %s did not claim warm pod %s", runID, warm.Name)
 	}
-	run := credentialsClient(t, e.issueRunLeaf(t, pki.RunnerIdentity(e.ns, "victim", runID)))
+	run := credentialsClient(t, e.issueRunLeaf(t, pki.RunnerIdentity(e.ns, "victim", runID), string(warm.UID)))
 	run.runID = runID
 	// 204: its first run has not written state yet, but may read it.
 	if code, body := run.do(t, http.MethodGet, e.stateURL(t, "victim"), nil); code != http.StatusOK && code != http.StatusNoContent {
@@ -161,15 +161,16 @@ func TestTenancyWarmRunners(t *testing.T) {
 }
 
 // issueRunLeaf issues, from the controller's CA, the credentials a claim
-// hands a warm runner for the run id (the runner holds them only in memory).
-func (e *stackEnv) issueRunLeaf(t *testing.T, id pki.Identity) *pki.Leaf {
+// hands a warm runner for the run id, bound to the claimed pod (the runner
+// holds them only in memory).
+func (e *stackEnv) issueRunLeaf(t *testing.T, id pki.Identity, podUID string) *pki.Leaf {
 	t.Helper()
 	ca := &casecret.Store{Client: e.c, Key: types.NamespacedName{Namespace: operatorNamespace, Name: "terrace-ca"}}
 	authority, err := ca.LoadOrCreate(context.Background(), pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := authority.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour})
+	leaf, err := authority.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour, PodUID: podUID})
 	if err != nil {
 		t.Fatal(err)
 	}

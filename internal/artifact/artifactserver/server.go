@@ -104,10 +104,11 @@ type Server struct {
 	runs     RunChecker
 }
 
-// RunChecker says whether a run is its Stack's current run
+// RunChecker says whether a run is its Stack's current run, asked from the
+// runner pod with podUID, the one its certificate is bound to
 // (httpbackend.StackRuns is the controller's).
 type RunChecker interface {
-	IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error)
+	IsCurrentRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error)
 }
 
 // Programs is the server's cache of built tarballs, which the Stack
@@ -265,7 +266,7 @@ func (s *Server) serveProgram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ns, stack, runID, isRunner := id.Runner(); isRunner && s.runs != nil {
-		current, err := s.runs.IsCurrentRun(r.Context(), ns, stack, runID)
+		current, err := s.runs.IsCurrentRun(r.Context(), ns, stack, runID, pki.PodUIDFromRequest(r))
 		if err != nil {
 			s.log.Error(err, "failed to check a runner's run", "identity", string(id))
 			http.Error(w, "failed to check the runner's run; retry later", http.StatusServiceUnavailable)

@@ -74,8 +74,15 @@ func newPeers(tb testing.TB) peers {
 	return peers{authority: a}
 }
 
+// testPodUID is the runner pod every run's leaf of these tests is bound to.
+const testPodUID = "3f2e1d0c-9b8a-4776-8554-433221100fed"
+
 func (p peers) leaf(tb testing.TB, id pki.Identity) *pki.Leaf {
-	l, err := p.authority.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}})
+	req := pki.LeafRequest{Identity: id, Validity: time.Hour, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	if _, _, _, ok := id.Runner(); ok {
+		req.PodUID = testPodUID
+	}
+	l, err := p.authority.Issue(req)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -368,11 +375,12 @@ func TestServerOptionsBindFlags(t *testing.T) {
 	}
 }
 
-// currentRuns is a RunChecker over a fixed set of current runs.
+// currentRuns is a RunChecker over a fixed set of current runs, each
+// asked from the pod its certificate is bound to.
 type currentRuns map[string]bool
 
-func (c currentRuns) IsCurrentRun(_ context.Context, namespace, stack, runID string) (bool, error) {
-	return c[namespace+"/"+stack+"/"+runID], nil
+func (c currentRuns) IsCurrentRun(_ context.Context, namespace, stack, runID, podUID string) (bool, error) {
+	return c[namespace+"/"+stack+"/"+runID+"/"+podUID], nil
 }
 
 // The attack: a runner's certificate kept from a finished run fetches the
@@ -381,7 +389,7 @@ func TestServerRefusesRunnersOfFinishedRuns(t *testing.T) {
 	p := newPeers(t)
 	prog := testProgram("ns", "p", 1, map[string]string{"main.tf": "locals {}\n"})
 	srv := p.server(t, ServerOptions{}, readerWith(t, prog), nil)
-	srv.CheckRuns(currentRuns{"ns/s/run-2": true})
+	srv.CheckRuns(currentRuns{"ns/s/run-2/" + testPodUID: true})
 	handler := srv.Handler()
 	for _, tc := range []struct {
 		identity pki.Identity

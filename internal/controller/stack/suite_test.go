@@ -151,10 +151,11 @@ func createNamespace(ctx context.Context, c client.Client, name string) error {
 
 // currentRunChecker admits a runner while its run is its Stack's
 // status.currentRun (read live). The controller's own checker also asks
-// for the run's pod, which these in-process runners do not have.
+// for the run's pod, by the UID its certificate is bound to, which these
+// in-process runners do not have.
 type currentRunChecker struct{ live client.Reader }
 
-func (c currentRunChecker) IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error) {
+func (c currentRunChecker) IsCurrentRun(ctx context.Context, namespace, stack, runID, _ string) (bool, error) {
 	var st terracev1.Stack
 	if err := c.live.Get(ctx, client.ObjectKey{Namespace: namespace, Name: stack}, &st); err != nil {
 		return false, client.IgnoreNotFound(err)

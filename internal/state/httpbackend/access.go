@@ -15,8 +15,9 @@ import (
 var errForbidden = errors.New("forbidden")
 
 // authorize lets the controller use every state and a runner only its own
-// Stack's, and only while its run is the Stack's current run.
-func (h *Handler) authorize(ctx context.Context, id pki.Identity, key state.Key, method string) error {
+// Stack's, and only while its run is the Stack's current run and the pod
+// its certificate is bound to (podUID) is that run's runner pod.
+func (h *Handler) authorize(ctx context.Context, id pki.Identity, podUID string, key state.Key, method string) error {
 	if id == pki.ControllerIdentity {
 		return nil
 	}
@@ -33,12 +34,12 @@ func (h *Handler) authorize(ctx context.Context, id pki.Identity, key state.Key,
 	if h.Runs == nil {
 		return fmt.Errorf("%w: runner identities are not accepted: the server has no way to tell current runs", errForbidden)
 	}
-	current, err := h.Runs.IsCurrentRun(ctx, ns, stack, runID)
+	current, err := h.Runs.IsCurrentRun(ctx, ns, stack, runID, podUID)
 	if err != nil {
 		return fmt.Errorf("failed to check that run %s is current: %w", runID, err)
 	}
 	if !current {
-		return fmt.Errorf("%w: run %s is not the current run of Stack %s/%s: its certificate works only while it is", errForbidden, runID, ns, stack)
+		return fmt.Errorf("%w: run %s is not the current run of Stack %s/%s, or this certificate is not its runner pod's: it works only while the run is current, from the pod it was issued for", errForbidden, runID, ns, stack)
 	}
 	return nil
 }

@@ -37,7 +37,8 @@ func tryAll(t *testing.T, c *http.Client, url string) map[string]response {
 // The attack: a certificate kept from a finished run of the same Stack
 // (stolen from its pod, or printed by its module) is used after the run.
 // It is refused for every method once another run is current, once its pod
-// is gone, and once its pod is retained; state and lock are untouched.
+// is gone, once its pod is retained, and once its pod was created again
+// (same name and labels, another UID); state and lock are untouched.
 func TestCertificateOfAFinishedRunIsRefused(t *testing.T) {
 	f := newFixture(t, httpbackend.Options{})
 	ns, stack := uniqueName("creds-"), "app"
@@ -81,16 +82,23 @@ func TestCertificateOfAFinishedRunIsRefused(t *testing.T) {
 	f.runs.retain(t, ns, stack, "run-2")
 	refused("a retained run's certificate", current)
 	f.runs.startRun(t, ns, stack, "run-3")
+	deleted := f.client(t, pki.RunnerIdentity(ns, stack, "run-3"))
 	f.runs.endRun(t, ns, stack, "run-3")
-	refused("a deleted pod's certificate", f.client(t, pki.RunnerIdentity(ns, stack, "run-3")))
+	refused("a deleted pod's certificate", deleted)
 
 	// A run never started (a forged or guessed run ID from a valid CA) is no better.
 	refused("an unknown run's certificate", f.client(t, pki.RunnerIdentity(ns, stack, "run-99")))
 
 	f.runs.startRun(t, ns, stack, "run-4")
-	if r := do(t, f.client(t, pki.RunnerIdentity(ns, stack, "run-4")), http.MethodGet, url, nil); r.code != http.StatusOK {
+	copied := f.client(t, pki.RunnerIdentity(ns, stack, "run-4"))
+	if r := do(t, copied, http.MethodGet, url, nil); r.code != http.StatusOK {
 		t.Fatalf("GET by the new current run: %d %s", r.code, r.body)
 	}
+	// Its pod deleted and created again under its name and labels, with a
+	// copy of its TLS Secret: the Stack still names the run (its controller
+	// stopped mid-run, say), but the certificate is bound to the first pod.
+	f.runs.recreatePod(t, ns, stack, "run-4")
+	refused("the current run's certificate from its pod created again", copied)
 }
 
 // The attack: a runner releases, or writes under, a lock it did not take

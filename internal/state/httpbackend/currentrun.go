@@ -23,14 +23,21 @@ import (
 // RunChecker decides whether a run is its Stack's current run: a runner's
 // certificate opens the state only while it is.
 type RunChecker interface {
-	IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error)
+	// IsCurrentRun reports whether runID is the current run of the Stack
+	// and podUID the UID of its runner pod: the pod the run's certificate
+	// was issued for (pki.PodUIDFromCertificate; "" is no pod, never current).
+	IsCurrentRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error)
 }
 
 // StackRuns is the RunChecker of the controller. A run is current while the
 // Stack's status.currentRun names it (the controller records each run there
-// before starting it, so an earlier run is never current again) and its
-// runner pod exists and is not retained (a finished run's pod is deleted;
-// a terminating pod may still save the state tofu was interrupted in).
+// before starting it, so an earlier run is never current again, and clears
+// it once every command of the run returned) and the very runner pod its
+// certificate was issued for exists, by UID, and is not retained (a
+// finished run's pod is deleted; a terminating pod may still save the
+// state tofu was interrupted in). A pod created again under the run's pod
+// name, with its labels and a copy of its TLS Secret, has another UID:
+// the run is over for good.
 //
 // Reads go to the caches first; when they say no, the API server decides,
 // so a run that has just started is never refused for a stale cache. A run
@@ -52,7 +59,12 @@ type StackRuns struct {
 const maxEndedRuns = 10000
 
 // IsCurrentRun implements RunChecker.
-func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID string) (bool, error) {
+func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error) {
+	if podUID == "" {
+		// A certificate bound to no pod: issued before runs were bound to
+		// their pods, or not for a run at all.
+		return false, nil
+	}
 	key := namespace + "/" + stack + "/" + runID
 	s.mu.Lock()
 	ended := s.ended[key]
@@ -60,13 +72,14 @@ func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID st
 	if ended {
 		return false, nil
 	}
-	ok, podName, err := isCurrent(ctx, s.Stacks, s.Pods, namespace, stack, runID, "")
+	run := runRef{namespace: namespace, stack: stack, runID: runID, podUID: types.UID(podUID)}
+	ok, podName, err := isCurrent(ctx, s.Stacks, s.Pods, run, "")
 	if err == nil && ok {
 		return true, nil
 	}
 	// The cache may know the pod's name and only lag behind its labels or
 	// the Stack's status: the API server is then asked for that name alone.
-	ok, _, err = isCurrent(ctx, s.Live, s.Live, namespace, stack, runID, podName)
+	ok, _, err = isCurrent(ctx, s.Live, s.Live, run, podName)
 	if err != nil || ok {
 		return ok, err
 	}
@@ -79,11 +92,18 @@ func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID st
 	return false, nil
 }
 
+// runRef is a run as its certificate names it.
+type runRef struct {
+	namespace, stack, runID string
+	podUID                  types.UID
+}
+
 // isCurrent reads the Stack and, when its status names the run, the run's
 // pod from stacks and pods. The pod is looked for under podName when
 // given, else under both names a run's pod can have; foundPod is the name
-// it was found under, also when its labels say it is not the run's.
-func isCurrent(ctx context.Context, stacks, pods client.Reader, namespace, stack, runID, podName string) (current bool, foundPod string, err error) {
+// it was found under, also when its UID or labels say it is not the run's.
+func isCurrent(ctx context.Context, stacks, pods client.Reader, run runRef, podName string) (current bool, foundPod string, err error) {
+	namespace, stack, runID := run.namespace, run.stack, run.runID
 	st := &terracev1.Stack{}
 	if err := stacks.Get(ctx, types.NamespacedName{Namespace: namespace, Name: stack}, st); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -115,7 +135,7 @@ func isCurrent(ctx context.Context, stacks, pods client.Reader, namespace, stack
 		return false, "", nil
 	}
 	l := pod.GetLabels()
-	return l[launcher.LabelRun] == runID && l[launcher.LabelStack] == launcher.StackLabelValue(stack) &&
+	return pod.GetUID() == run.podUID && l[launcher.LabelRun] == runID && l[launcher.LabelStack] == launcher.StackLabelValue(stack) &&
 		l[launcher.LabelComponent] == launcher.ComponentRunner && pod.GetAnnotations()[launcher.AnnotationRetained] != "true", foundPod, nil
 }
 

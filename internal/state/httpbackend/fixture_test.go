@@ -88,10 +88,15 @@ func newFixtureWithStore(t *testing.T, opts httpbackend.Options, store state.Sto
 	return &fixture{store: store, authority: authority, runs: runs, baseURL: "https://" + srv.Addr().String()}
 }
 
-// leaf issues a client certificate for id.
+// leaf issues a client certificate for id, bound to the runner pod of
+// its run when id is a run's and the run has a pod, as the launcher does.
 func (f *fixture) leaf(t *testing.T, id pki.Identity) *pki.Leaf {
 	t.Helper()
-	leaf, err := f.authority.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour})
+	req := pki.LeafRequest{Identity: id, Validity: time.Hour}
+	if ns, stack, runID, ok := id.Runner(); ok {
+		req.PodUID = f.runs.podUID(t, ns, stack, runID)
+	}
+	leaf, err := f.authority.Issue(req)
 	if err != nil {
 		t.Fatal(err)
 	}

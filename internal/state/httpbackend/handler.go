@@ -220,7 +220,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
-	if err := h.authorize(r.Context(), id, key, r.Method); err != nil {
+	if err := h.authorize(r.Context(), id, pki.PodUIDFromRequest(r), key, r.Method); err != nil {
 		if !errors.Is(err, errForbidden) {
 			h.fail(w, r, id, key, err)
 			return

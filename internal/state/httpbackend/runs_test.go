@@ -2,11 +2,15 @@ package httpbackend_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -49,10 +53,55 @@ func (r *runRegistry) startRun(t *testing.T, ns, stack, runID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: launcher.PodName(stack, runID), Labels: map[string]string{
+	if err := r.client.Create(ctx, runnerPod(ns, stack, runID, runPodUID(ns, stack, runID))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runnerPod is the runner pod of a run as the launcher makes it.
+func runnerPod(ns, stack, runID string, uid types.UID) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: launcher.PodName(stack, runID), UID: uid, Labels: map[string]string{
 		launcher.LabelManagedBy: launcher.ManagedByTerrace, launcher.LabelComponent: launcher.ComponentRunner,
 		launcher.LabelStack: launcher.StackLabelValue(stack), launcher.LabelRun: runID,
 	}}}
+}
+
+// runPodUID is the UID the API server gave the runner pod of a run: the
+// same in every registry of a test (a cache and the API server see one pod).
+func runPodUID(ns, stack, runID string) types.UID {
+	sum := sha256.Sum256([]byte(ns + "/" + stack + "/" + runID))
+	h := hex.EncodeToString(sum[:16])
+	return types.UID(h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
+}
+
+// podUID is the UID of the runner pod of a run, cold or claimed warm, ""
+// when it has none: what the launcher binds the run's certificate to.
+func (r *runRegistry) podUID(t *testing.T, ns, stack, runID string) string {
+	t.Helper()
+	for _, name := range []string{launcher.PodName(stack, runID), launcher.WarmPodName(runID)} {
+		pod := &corev1.Pod{}
+		err := r.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod)
+		if err == nil {
+			return string(pod.UID)
+		}
+		if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	return ""
+}
+
+// recreatePod is the attack: the run's pod is deleted and created again
+// under its name, with its labels (and, outside this registry, a copy of
+// its TLS Secret). The API server gives the new pod another UID.
+func (r *runRegistry) recreatePod(t *testing.T, ns, stack, runID string) {
+	t.Helper()
+	ctx := context.Background()
+	pod := runnerPod(ns, stack, runID, "")
+	if err := r.client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	pod.UID = uuid.NewUUID()
 	if err := r.client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
