@@ -127,12 +127,19 @@ type StackStatus struct {
 	// +optional
 	Failures int64 `json:"failures,omitempty"`
 
-	// CurrentRun is the ID of the Stack's latest run, recorded before its
-	// runner starts (it is in the runner pod's name and certificate). The
-	// state server accepts a runner's certificate only for this run, and
-	// only while its pod exists.
+	// CurrentRun is the ID of the Stack's run in progress, recorded before
+	// its runner starts (it is in the runner pod's name and certificate)
+	// and cleared once every command of the run returned. The state server
+	// accepts a runner's certificate only for this run, and only from the
+	// runner pod the certificate was issued for, while it exists.
 	// +optional
 	CurrentRun string `json:"currentRun,omitempty"`
+
+	// LastRun is the ID of the Stack's latest run, kept after it ends: its
+	// runner pod's name (<stack>-runner-<id>, or terrace-warm-<id> for
+	// a run that claimed a warm pod) and log.
+	// +optional
+	LastRun string `json:"lastRun,omitempty"`
 
 	// OutputsSecret is the Secret Terrace last wrote the outputs into
 	// (spec.writeOutputsToSecret.name at that time), so a renamed or

@@ -191,7 +191,7 @@ func TestRunLogSaysWhyThereIsNone(t *testing.T) {
 		t.Fatalf("before a run: %v %v", out, err)
 	}
 	stack := at.stack("web")
-	stack.Status.CurrentRun = "r1"
+	stack.Status.LastRun = "r1" // a finished run: currentRun is cleared
 	if err := env.Client.Status().Update(ctx, stack); err != nil {
 		t.Fatal(err)
 	}

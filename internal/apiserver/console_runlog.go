@@ -56,7 +56,7 @@ func (p podLogs) Log(ctx context.Context, namespace, name string, tailLines int6
 	return io.ReadAll(io.LimitReader(stream, maxBodyBytes))
 }
 
-// GetRunLog returns the end of the current run's runner log. Runner pods go
+// GetRunLog returns the end of the latest run's runner log. Runner pods go
 // with their run unless the TerraceConfig retains them, so between runs the
 // answer is usually an empty text and a note saying so.
 func (s *service) GetRunLog(ctx context.Context, req *connect.Request[apiv1.GetRunLogRequest]) (*connect.Response[apiv1.RunLog], error) {
@@ -75,7 +75,12 @@ func (s *service) GetRunLog(ctx context.Context, req *connect.Request[apiv1.GetR
 	if err != nil {
 		return nil, err
 	}
-	out := &apiv1.RunLog{Run: stack.Status.CurrentRun}
+	// The latest run, in progress or not: currentRun is cleared when a run
+	// ends, and was all there was before lastRun.
+	out := &apiv1.RunLog{Run: stack.Status.LastRun}
+	if out.Run == "" {
+		out.Run = stack.Status.CurrentRun
+	}
 	if out.Run == "" {
 		out.Note = "no run has started yet"
 		return connect.NewResponse(out), nil

@@ -225,11 +225,11 @@ func logRunPhases(b *testing.B, e *stackEnv) {
 // logRunnerLog logs what the runner of the first Stack's last run printed
 // (devnode keeps the logs of deleted pods): "serving", then each operation
 // and phase with its duration; a warm runner's log is that of the warm pod
-// its run claimed. Only the run status.currentRun names: a retried run's
+// its run claimed. Only the run status.lastRun names: a retried run's
 // earlier pod would count its tofu twice. It returns the lines it logged.
 func logRunnerLog(b *testing.B, e *stackEnv, warm bool) []string {
 	b.Helper()
-	run := e.getStack(b, "s0").Status.CurrentRun
+	run := e.getStack(b, "s0").Status.LastRun
 	pattern := e.ns + "_" + launcher.PodName("s0", run) + "_*"
 	if warm {
 		pattern = e.ns + "_" + launcher.WarmPodName(run) + "_*"

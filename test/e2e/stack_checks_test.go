@@ -348,8 +348,8 @@ func TestStackPlanPolicyInvalid(t *testing.T) {
 	if msg := stalled(st); !strings.Contains(msg, e.ns+"/policies/broken.rego:4") {
 		t.Errorf("Stalled message does not name the module and line: %q", msg)
 	}
-	if st.Status.CurrentRun != "" {
-		t.Errorf("a run was started with an invalid policy: %s", st.Status.CurrentRun)
+	if st.Status.LastRun != "" {
+		t.Errorf("a run was started with an invalid policy: %s", st.Status.LastRun)
 	}
 }
 

@@ -292,7 +292,7 @@ func slowRunInProgress(t *testing.T, generation string) (e *stackEnv, before *st
 	before, _ = e.stateOf(t, "slow")
 
 	e.updateStack(t, "slow", func(s *terracev1.Stack) { s.Spec.Vars["generation"] = apiextensionsv1.JSON{Raw: []byte(generation)} })
-	run := e.waitApplying(t, first.Status.CurrentRun)
+	run := e.waitApplying(t, first.Status.LastRun)
 	runnerPid = e.runnerPid(t, "slow", run)
 	eventually(t, 60*time.Second, "tofu running under the runner", func() error {
 		if len(descendants(runnerPid)) == 0 {

@@ -193,8 +193,8 @@ func TestTenancyRunCredentialsEndWithTheRun(t *testing.T) {
 		s.Spec.Vars["sleep"] = apiextensionsv1.JSON{Raw: []byte("0")}
 	})
 	st := e.waitStack(t, "victim", stackTimeout, "Ready after the third run", readyAt)
-	if st.Status.CurrentRun == "" || st.Status.CurrentRun == thief.runID {
-		t.Fatalf("status.currentRun after a new run: %q (stolen run %s)", st.Status.CurrentRun, thief.runID)
+	if st.Status.LastRun == "" || st.Status.LastRun == thief.runID || st.Status.CurrentRun != "" {
+		t.Fatalf("status.lastRun after a new run: %q, currentRun %q (stolen run %s); want the new run, and none current once it ended", st.Status.LastRun, st.Status.CurrentRun, thief.runID)
 	}
 	e.assertAllRefused(t, thief, "victim", "its own Stack after a later run")
 }

@@ -150,13 +150,13 @@ func TestTenancyWarmRunners(t *testing.T) {
 	next := e.readyWarmPod(t, warm.Name)
 	e.updateStack(t, "victim", func(s *terracev1.Stack) { s.Spec = stackSpec("victim", "2", "0") })
 	st := e.waitStack(t, "victim", stackTimeout, "Ready after the second run", func(s *terracev1.Stack) error {
-		if s.Status.CurrentRun == runID {
+		if s.Status.LastRun == runID {
 			return fmt.Errorf("still at run %s", runID)
 		}
 		return readyAt(s)
 	})
-	if launcher.WarmPodName(st.Status.CurrentRun) != next.Name {
-		t.Errorf("the second run %s did not claim the replacement warm pod %s", st.Status.CurrentRun, next.Name)
+	if launcher.WarmPodName(st.Status.LastRun) != next.Name {
+		t.Errorf("the second run %s did not claim the replacement warm pod %s", st.Status.LastRun, next.Name)
 	}
 }
 

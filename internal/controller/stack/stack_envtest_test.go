@@ -332,7 +332,7 @@ func TestEnvtestTerminalInputErrorStartsNoRun(t *testing.T) {
 	})
 	st := e.waitFor("web", "Stalled", is(terracev1.StalledCondition, "True", VarsNotFoundReason))
 	if !is(terracev1.ReadyCondition, "False", VarsNotFoundReason)(st) || reconcile.Get(st, terracev1.ReconcilingCondition) != nil ||
-		st.Status.ObservedGeneration != st.Generation || st.Status.Failures != 0 || st.Status.CurrentRun != "" {
+		st.Status.ObservedGeneration != st.Generation || st.Status.Failures != 0 || st.Status.LastRun != "" {
 		t.Fatalf("terminal: %s, status %+v", conditionsText(st), st.Status)
 	}
 	if !strings.Contains(reconcile.Get(st, terracev1.ReadyCondition).Message, "absent") {

@@ -117,7 +117,7 @@ func TestEnvtestAProgramWhoseArtifactDisagreesIsNotDeployed(t *testing.T) {
 	st := e.waitFor("web", "waiting for the Program's status", func(st *terracev1.Stack) bool {
 		return is(terracev1.ReadyCondition, "False", SourceNotReadyReason)(st) && strings.Contains(conditionsText(st), "its status.artifact says "+other)
 	})
-	if st.Status.Release != nil || st.Status.CurrentRun != "" || dialled.Load() != 0 {
-		t.Fatalf("release %+v, run %q, %d connections to the artifact server; want no run at all", st.Status.Release, st.Status.CurrentRun, dialled.Load())
+	if st.Status.Release != nil || st.Status.LastRun != "" || dialled.Load() != 0 {
+		t.Fatalf("release %+v, run %q, %d connections to the artifact server; want no run at all", st.Status.Release, st.Status.LastRun, dialled.Load())
 	}
 }

@@ -170,7 +170,9 @@ func (r *Reconciler) runInRunner(ctx context.Context, s *scope, starting *runner
 		return err
 	}
 	// Every command returned its result: nothing runs in the runner, and
-	// its pod can go without a grace period.
+	// its pod can go without a grace period. The run stops being current
+	// with the final status patch, before its pod goes.
+	s.observed.runFinished = true
 	if idle, ok := sess.(idleMarker); ok {
 		idle.MarkIdle()
 	}
@@ -218,7 +220,8 @@ func failureReason(kind runKind) string {
 // runner pod or a state lock (recover): its reconcile did not settle, or
 // this controller process has not run the Stack yet (the last one may have
 // stopped between the final status patch and removing the pod). A Stack
-// that never ran (no status.currentRun) has no lock to recover: its state
+// whose last run finished every command (status.currentRun cleared: tofu
+// released its lock) or that never ran has no lock to recover: its state
 // was removed with any earlier Stack of its name; should a lock be left
 // all the same (that Stack's finalizer removed by hand), its first run
 // fails on it and the retry, no longer settled, releases it. It may have a

@@ -51,7 +51,7 @@ func TestEnvtestRunnerPodSpecAttacks(t *testing.T) {
 		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != a.reason || !strings.Contains(ready.Message, a.field) {
 			t.Errorf("%s: Ready %+v, want False/%s naming %s", name, ready, a.reason, a.field)
 		}
-		if st.Status.CurrentRun != "" || st.Status.Plan != nil || st.Status.LastAppliedRevision != "" {
+		if st.Status.LastRun != "" || st.Status.Plan != nil || st.Status.LastAppliedRevision != "" {
 			t.Errorf("%s: a run was started: %+v", name, st.Status)
 		}
 		if strings.Contains(conditionsText(st), "do-not-touch") {

@@ -98,6 +98,9 @@ type observations struct {
 	lostPlan string
 	// runStarted: a run was announced (status.currentRun) with progress.
 	runStarted *runAnnouncement
+	// runFinished: every command of the announced run returned its result,
+	// so nothing of it goes on in its runner and it is no longer current.
+	runFinished bool
 	// attempted is the source revision a runner was started for.
 	attempted string
 	tool      runTool

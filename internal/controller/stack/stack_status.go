@@ -48,8 +48,9 @@ func requestedReconcile(stack *terracev1.Stack) (string, bool) {
 // lastRunSettled reports that the last reconcile that started a run also
 // summarized its end (no Reconciling is left: the run's announcement sets
 // it, every settled outcome removes it), so its runner was closed and
-// tofu released the state lock. A controller stopped mid-run, a runner
-// that died, or a transient failure leaves Reconciling set.
+// tofu released the state lock; or that the run finished every command
+// (status.currentRun is cleared then). A controller stopped mid-run, a
+// runner that died, or a transient failure leaves Reconciling set.
 func lastRunSettled(s *scope) bool {
 	return s.stack.Status.CurrentRun == "" || reconcile.Get(s.stack, terracev1.ReconcilingCondition) == nil
 }
@@ -121,10 +122,19 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 }
 
 // recordRun writes what a run did into the status fields that remember it.
+// A run is current from its announcement until every command of it
+// returned (the state server accepts its certificate only meanwhile); a
+// run cut short stays current until the next run, so that its runner,
+// interrupted, may still save the state tofu was writing, and the next
+// run knows to recover from it. lastRun keeps its ID after it ends.
 func recordRun(s *scope) {
 	st, o := &s.stack.Status, &s.observed
 	if o.runStarted != nil {
+		st.LastRun = o.runStarted.id
 		st.CurrentRun = o.runStarted.id
+		if o.runFinished {
+			st.CurrentRun = ""
+		}
 	}
 	if o.attempted != "" {
 		st.LastAttemptedRevision = o.attempted
