@@ -60,6 +60,19 @@ func (l *connectionLimits) forget(c net.Conn) {
 	defer l.mu.Unlock()
 	use := l.conns[c]
 	delete(l.conns, c)
+	l.uncountLocked(use)
+}
+
+// closing gives back the count of the connection of a request answered
+// for the last time on it (Connection: close).
+func (l *connectionLimits) closing(ctx context.Context) {
+	use, _ := ctx.Value(connUseKey{}).(*connUse)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.uncountLocked(use)
+}
+
+func (l *connectionLimits) uncountLocked(use *connUse) {
 	if use == nil || !use.counted {
 		return
 	}

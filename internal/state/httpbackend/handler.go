@@ -214,6 +214,14 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, id, key, err)
 			return
 		}
+		// A connection answered for the last time counts no more: its
+		// client is on a new one while net/http closes it (up to half a
+		// second, to avoid a reset).
+		defer func() {
+			if r.Close || w.Header().Get("Connection") == "close" {
+				conns.closing(r.Context())
+			}
+		}()
 	}
 	key, err = ParsePath(r.URL.EscapedPath())
 	if err != nil {

@@ -92,7 +92,15 @@ func TestConnectionCapsPerRunAndNamespace(t *testing.T) {
 		t.Fatalf("run a's first GET: %d %s", resp.StatusCode, body)
 	}
 	waiting := f.dial(t, runA, urlOf(ns, "a"))
-	waiting.send(t, httpbackend.MethodLock, 100, nil)
+	waiting.send(t, httpbackend.MethodLock, 100, []byte(`{"ID":`))
+	// Once its body is being read, its connection counts.
+	deadline := time.Now().Add(10 * time.Second)
+	for inflightSmall(t) < 100 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never started reading the lock info")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	third := f.dial(t, runA, urlOf(ns, "a"))
 	third.send(t, http.MethodGet, 0, nil)
@@ -124,7 +132,7 @@ func TestConnectionCapsPerRunAndNamespace(t *testing.T) {
 	}
 	_ = waiting.conn.Close()
 	// Its place is given back to run a.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		again := f.dial(t, runA, urlOf(ns, "a"))
 		again.send(t, http.MethodGet, 0, nil)
