@@ -15,9 +15,11 @@ LDFLAGS := -X github.com/terrace-dev/terrace/internal/version.Version=$(VERSION)
 
 all: build
 
+# Static (CGO off), as in the image: `terrace dev` builds the dev cluster's
+# image from these binaries.
 build: ## Build the terrace and terrace-runner binaries into bin/.
-	go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace ./cmd/terrace
-	go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace-runner ./cmd/terrace-runner
+	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace ./cmd/terrace
+	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o $(LOCALBIN)/terrace-runner ./cmd/terrace-runner
 
 # The image: one OCI index of linux/amd64 and linux/arm64, built without a
 # container engine (hack/image, internal/image). One commit gives one digest:

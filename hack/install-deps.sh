@@ -6,8 +6,12 @@
 #   hack/install-deps.sh test   protoc (make generate/verify), PostgreSQL (the
 #                               postgres store's tests), git, chromium (the
 #                               console's browser tests, driven by chromedp)
-#   hack/install-deps.sh demo   git (version stamping); the control plane and
-#                               tofu are built from Go modules by `make tools`
+#   hack/install-deps.sh demo   git (version stamping), and what the dev
+#                               cluster's node runs besides the binaries `make
+#                               tools` builds from Go modules: runc (containers),
+#                               nftables (kube-proxy's and the node's rules),
+#                               iproute2 and util-linux's nsenter (the node's
+#                               namespaces). `test` installs these too.
 #
 # TERRACE_DEPS_DRY_RUN=1 prints the packages it would install and installs none.
 set -euo pipefail
@@ -15,6 +19,11 @@ set -euo pipefail
 profile=${1:-test}
 need=()
 command -v git >/dev/null 2>&1 || need+=(git)
+# The dev cluster's node (demo and the end-to-end tests).
+[ -x /usr/sbin/runc ] || command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 case "$profile" in
   test)
     command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)

@@ -118,7 +118,7 @@ other_group() {
   for plugin in main/bridge ipam/host-local main/loopback meta/portmap; do
     BUILD_DEST="$cni_bin/${plugin#*/}" build "cni-${plugin#*/}" "$CNI_PLUGINS_VERSION" cni "github.com/containernetworking/plugins/plugins/$plugin"
   done
-  build coredns "$COREDNS_VERSION" coredns github.com/coredns/coredns
+  build coredns "$COREDNS_VERSION-dev" coredns .
   build pause "$PAUSE_VERSION" pause .
   if [ -z "${TERRACE_TOFU:-}" ]; then
     build tofu "$OPENTOFU_VERSION" opentofu github.com/opentofu/opentofu/cmd/tofu
@@ -155,7 +155,7 @@ done
 for t in containerd containerd-shim-runc-v2; do
   ln -sfn "$cache/$t-$CONTAINERD_VERSION/$t" "$node_bin/$t"
 done
-ln -sfn "$cache/coredns-$COREDNS_VERSION/coredns" "$node_bin/coredns"
+ln -sfn "$cache/coredns-$COREDNS_VERSION-dev/coredns" "$node_bin/coredns"
 ln -sfn "$cache/pause-$PAUSE_VERSION/pause" "$node_bin/pause"
 
 if [ -d "$here/testprovider" ]; then

@@ -40,13 +40,15 @@ type devOptions struct {
 	demo          bool
 	demoTimeout   time.Duration
 	examplesDir   string
-	crdDir        string
+	installDir    string
 	terraceBinary string
 	nodeName      string
-	podSubnet     string
 	verbose       int
-	// providerMirror is a host directory runners install providers from.
-	providerMirror string
+	// controllerProcess runs the controller in this process instead of
+	// installing it, for debugging; providerMirror is then a host
+	// directory its runners install providers from.
+	controllerProcess bool
+	providerMirror    string
 }
 
 func defaultDevDir() string {
@@ -61,12 +63,13 @@ func newDevCommand() *cobra.Command {
 	var o devOptions
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a local cluster (control plane, devnode, controller) without Docker",
-		Long: "terrace dev starts etcd, kube-apiserver and kube-controller-manager from the binaries `make tools`\n" +
-			"builds, installs the CRDs, and runs a devnode (which runs Terrace's pods as local processes) and\n" +
-			"the Terrace controller in this process, until Ctrl-C. The admin kubeconfig is written to\n" +
-			"<dir>/kubeconfig. With --demo it applies the examples, waits for them and prints the results.\n" +
-			"See docs/dev-cluster.md.",
+		Short: "Run a local single-node cluster (no Docker) with Terrace installed",
+		Long: "terrace dev starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler, and a real node\n" +
+			"(containerd with runc, the kubelet, kube-proxy, CNI bridge networking) in network, mount and PID\n" +
+			"namespaces of its own, from the binaries `make tools` builds; then CoreDNS, and Terrace from\n" +
+			"config/default with the image built from this binary, served by a registry on the node's link.\n" +
+			"It runs until Ctrl-C, and must run as root. The admin kubeconfig is written to <dir>/kubeconfig.\n" +
+			"With --demo it applies the examples, waits for them and prints the results. See docs/dev-cluster.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -75,15 +78,15 @@ func newDevCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.dir, "dir", defaultDevDir(), "directory for the kubeconfig, cluster data, pod files and logs (wiped on start)")
+	f.StringVar(&o.dir, "dir", defaultDevDir(), "directory for the kubeconfig, cluster data, node files and logs (wiped on start)")
 	f.BoolVar(&o.demo, "demo", false, "apply the examples, wait until they are Ready, print the results and exit")
 	f.DurationVar(&o.demoTimeout, "demo-timeout", 10*time.Minute, "how long --demo waits for the examples")
 	f.StringVar(&o.examplesDir, "examples", "examples", "manifests --demo applies (looked up from the current directory upwards)")
-	f.StringVar(&o.crdDir, "crds", filepath.Join("config", "crd", "bases"), "CRD manifests to install (looked up from the current directory upwards)")
-	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary the dev image is built from, with the terrace-runner beside it (if any) and tofu, and pushed to the cluster's loopback registry (default: this binary)")
-	f.StringVar(&o.nodeName, "node-name", "devnode", "name of the Node devnode registers")
-	f.StringVar(&o.podSubnet, "pod-subnet", "", "loopback range for pod addresses, such as 127.0.0.0/24 (default: a random 127.x.y.0/24)")
-	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "directory runner pods install providers from, exclusively [TERRACE_PROVIDER_MIRROR]")
+	f.StringVar(&o.installDir, "install", filepath.Join("config", "default"), "kustomization that installs Terrace (looked up from the current directory upwards)")
+	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary the Terrace image is built from, with the terrace-runner beside it (if any) and tofu (default: this binary)")
+	f.StringVar(&o.nodeName, "node-name", "terrace-dev", "name of the Node (and the node's hostname)")
+	f.BoolVar(&o.controllerProcess, "controller-process", false, "run the controller in this process instead of installing it (for debugging); only the CRDs are installed")
+	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "with --controller-process: directory runner pods install providers from [TERRACE_PROVIDER_MIRROR]")
 	f.IntVarP(&o.verbose, "verbose", "v", 0, "also print the log on stderr, at this verbosity (-v is 1); it is always in <dir>/"+devLogName)
 	f.Lookup("verbose").NoOptDefVal = "1"
 	cmd.AddCommand(newDevLogsCommand(), newDevPodFixtureCommand())
@@ -157,7 +160,6 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	defer closeLog()
-	fmt.Fprintf(out, "terrace dev: starting etcd, kube-apiserver, kube-controller-manager, devnode and the controller (full log: %s)\n", logPath)
 	if o.terraceBinary == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -165,7 +167,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		}
 		o.terraceBinary = self
 	}
-	crds, err := findUpwards(o.crdDir)
+	install, err := findUpwards(o.installDir)
 	if err != nil {
 		return err
 	}
@@ -179,40 +181,53 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	startCtx, cancelStart := context.WithTimeout(ctx, devcluster.StartupTimeout)
-	dev, err := devcluster.StartDev(startCtx, devcluster.DevOptions{
+	opts := devcluster.DevOptions{
 		Dir:           dir,
 		BinDir:        binDir,
-		CRDDirs:       []string{crds},
 		TerraceBinary: o.terraceBinary,
+		Install:       install,
 		NodeName:      o.nodeName,
-		PodSubnet:     o.podSubnet,
 		Log:           log,
-	})
+	}
+	what := "Terrace from " + install
+	if o.controllerProcess {
+		opts.Install = ""
+		opts.CRDDirs = []string{filepath.Join(install, "..", "crd", "bases")}
+		what = "the CRDs, the controller in this process"
+	}
+	fmt.Fprintf(out, "terrace dev: starting the control plane, a node (containerd, kubelet, kube-proxy), CoreDNS and %s (full log: %s)\n", what, logPath)
+	startCtx, cancelStart := context.WithTimeout(ctx, devcluster.StartupTimeout)
+	dev, err := devcluster.StartDev(startCtx, opts)
 	cancelStart()
 	if err != nil {
 		return err
 	}
 	defer func() {
-		fmt.Fprintln(out, "stopping: pods, controller-manager, api server, etcd")
+		fmt.Fprintln(out, "stopping: node and pods, scheduler, controller-manager, api server, etcd")
 		if err := dev.Stop(); err != nil {
 			log.Error(err, "failed to stop cleanly")
 		}
 	}()
 
-	controllerCtx, stopController := context.WithCancel(ctx)
 	controllerDone := make(chan error, 1)
-	go func() { controllerDone <- runDevController(controllerCtx, dev.Cluster.Config, log, o.providerMirror) }()
-	defer func() {
-		stopController()
-		if err := <-controllerDone; err != nil {
-			log.Error(err, "controller stopped with an error")
-		}
-	}()
+	if o.controllerProcess {
+		controllerCtx, stopController := context.WithCancel(ctx)
+		go func() {
+			controllerDone <- runDevController(controllerCtx, dev.Cluster.Config, log, dev.Node.HostIP(), o.providerMirror)
+		}()
+		defer func() {
+			stopController()
+			if err := <-controllerDone; err != nil {
+				log.Error(err, "controller stopped with an error")
+			}
+		}()
+	}
 
-	fmt.Fprintf(out, "terrace dev: ready in %.1fs (node %s, pod addresses %s, logs under %s)\n",
-		time.Since(begin).Seconds(), dev.Node.Name(), dev.Node.PodSubnet(), filepath.Join(dev.NodeDir, "logs"))
-	fmt.Fprintf(out, "image: %s (devnode pulls %s/%s from this registry)\n", dev.Image, devcluster.PublishedRegistry, devcluster.ImageRepository)
+	fmt.Fprintf(out, "terrace dev: ready in %.1fs (node %s at %s, pods %s, logs under %s)\n",
+		time.Since(begin).Seconds(), dev.Node.Name(), dev.Node.IP(), dev.Node.PodCIDR(), dev.Node.LogDir())
+	if dev.Image != "" {
+		fmt.Fprintf(out, "image: %s, built from %s (the node pulls every image from the registry at %s)\n", dev.Image, o.terraceBinary, dev.Registry.NodeHost)
+	}
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", dev.KubeconfigPath)
 
 	if o.demo {
@@ -237,9 +252,9 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 const devControllerNamespace = "terrace-system"
 
 // runDevController runs the Terrace controller in this process against the
-// dev cluster until ctx ends. Its artifact and state servers listen on
-// free loopback ports that runner pods (on 127.x.y.z) reach directly.
-func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, providerMirror string) error {
+// dev cluster until ctx ends. Its artifact and state servers listen on the
+// host's end of the node's link, where runner pods reach them.
+func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, hostIP, providerMirror string) error {
 	ctrl.SetLogger(log.WithName("controller"))
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -249,21 +264,21 @@ func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, pr
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("failed to create namespace %s: %w", devControllerNamespace, err)
 	}
-	ports, err := freeLoopbackPorts(2)
+	ports, err := freePorts(hostIP, 2)
 	if err != nil {
 		return err
 	}
-	opts := operator.LocalOptions(devControllerNamespace, fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1]))
+	opts := operator.LocalOptions(devControllerNamespace, net.JoinHostPort(hostIP, fmt.Sprint(ports[0])), net.JoinHostPort(hostIP, fmt.Sprint(ports[1])))
 	opts.RunnerProviderMirror = providerMirror
 	log.Info("starting the Terrace controller", "namespace", opts.Namespace, "artifactServer", opts.Artifact.BaseURL, "stateServer", opts.State.AdvertisedURL)
 	return operator.Run(ctx, cfg, opts)
 }
 
-// freeLoopbackPorts asks the kernel for n distinct free ports on 127.0.0.1.
-func freeLoopbackPorts(n int) ([]int, error) {
+// freePorts asks the kernel for n distinct free ports on ip.
+func freePorts(ip string, n int) ([]int, error) {
 	var ports []int
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("failed to find a free port: %w", err)
 		}
@@ -281,11 +296,11 @@ func newDevLogsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs POD",
 		Short: "Print the log of a pod's container run by terrace dev",
-		Long: "Reads <dir>/node/logs/<namespace>_<pod>_<uid>/<container>/<restart>.log, which stays after the pod\n" +
+		Long: "Reads <dir>/node/logs/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log, which stays after the pod\n" +
 			"is deleted (until the next terrace dev start). `kubectl logs` works too while the cluster runs.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := devnode.FindLog(filepath.Join(dir, "node"), namespace, args[0], container, previous)
+			path, err := devnode.FindLog(filepath.Join(dir, "node", "logs"), namespace, args[0], container, previous)
 			if err != nil {
 				return err
 			}

@@ -64,6 +64,14 @@ type Options struct {
 	// Profiling serves kube-apiserver's /debug/pprof to admin clients, for
 	// benchmarks that ask where the API server's CPU goes (APIServerProfile).
 	Profiling bool
+
+	// nodeNet, set by StartDev, serves the API server on the host's end of
+	// the node's link (where the node and its pods reach it, through the
+	// kubernetes Service too) instead of loopback, with that Service range,
+	// and adds the scheduler and every controller a node needs.
+	nodeNet *network
+	// nodeBinDir holds kube-scheduler when nodeNet is set.
+	nodeBinDir string
 }
 
 // Cluster is a running control plane.
@@ -134,7 +142,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
 	c.stopProcesses()
-	for _, sub := range []string{"etcd", "pki", "logs", "apiserver", "flexvolume"} {
+	for _, sub := range []string{"etcd", "pki", "logs", "apiserver", "flexvolume", "scheduler"} {
 		if err := os.RemoveAll(filepath.Join(c.Dir, sub)); err != nil {
 			return fmt.Errorf("failed to clear %s: %w", sub, err)
 		}
@@ -142,17 +150,26 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			return fmt.Errorf("failed to create %s: %w", sub, err)
 		}
 	}
-	pki, err := writePKI(filepath.Join(c.Dir, "pki"))
+	apiHosts, svcRange, bindIP := []string{"127.0.0.1", "localhost", serviceIP}, serviceRange, "127.0.0.1"
+	if n := opts.nodeNet; n != nil {
+		apiHosts, svcRange, bindIP = []string{n.HostIP.String(), n.APIServiceIP.String()}, n.ServiceCIDR.String(), n.HostIP.String()
+	}
+	pki, err := writePKI(filepath.Join(c.Dir, "pki"), apiHosts)
 	if err != nil {
 		return err
 	}
 	c.ca, c.CACertPEM = pki.ca, pki.ca.certPEM
-	ports, err := freePorts(4)
+	ports, err := freePorts("127.0.0.1", 4)
 	if err != nil {
 		return err
 	}
-	etcdPort, peerPort, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
-	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	etcdPort, peerPort, kcmPort, schedulerPort := ports[0], ports[1], ports[2], ports[3]
+	apiPorts, err := freePorts(bindIP, 1)
+	if err != nil {
+		return err
+	}
+	apiPort := apiPorts[0]
+	c.APIServerURL = "https://" + net.JoinHostPort(bindIP, strconv.Itoa(apiPort))
 	c.Config = &rest.Config{
 		Host: c.APIServerURL,
 		TLSClientConfig: rest.TLSClientConfig{
@@ -194,22 +211,23 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 
 	f := pki.files
-	api, err := c.launch("kube-apiserver", filepath.Join(opts.BinDir, "kube-apiserver"), []string{
+	apiArgs := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		// Fatal in 1.37 without it when advertising a loopback address.
-		"--endpoint-reconciler-type=none",
+		"--bind-address=" + bindIP,
+		"--advertise-address=" + bindIP,
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + filepath.Join(c.Dir, "apiserver"),
 		"--tls-cert-file=" + f.apiserverCert,
 		"--tls-private-key-file=" + f.apiserverKey,
 		"--client-ca-file=" + f.caCert,
-		"--authorization-mode=RBAC",
+		// The Node authorizer and NodeRestriction confine the kubelet to
+		// its own node's objects, as on any real cluster.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=" + ServiceAccountIssuer,
 		"--service-account-key-file=" + f.serviceAccountPub,
 		"--service-account-signing-key-file=" + f.serviceAccountKey,
-		"--service-cluster-ip-range=" + serviceRange,
+		"--service-cluster-ip-range=" + svcRange,
 		"--allow-privileged=true",
 		// `kubectl logs` reaches devnode's log server with this identity.
 		"--kubelet-client-certificate=" + f.kubeletClientCert,
@@ -217,7 +235,12 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--kubelet-preferred-address-types=InternalIP",
 		"--kubelet-certificate-authority=" + f.caCert,
 		"--profiling=" + strconv.FormatBool(opts.Profiling),
-	})
+	}
+	if opts.nodeNet == nil {
+		// Fatal in 1.37 without it when advertising a loopback address.
+		apiArgs = append(apiArgs, "--endpoint-reconciler-type=none")
+	}
+	api, err := c.launch("kube-apiserver", filepath.Join(opts.BinDir, "kube-apiserver"), apiArgs)
 	if err != nil {
 		return err
 	}
@@ -239,6 +262,12 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		crdsDone <- c.InstallCRDs(ctx, opts.CRDDirs...)
 	}()
 
+	// Without a node, the controllers pods and Deployments need; with one,
+	// every controller a user's workloads and the node's lifecycle need.
+	controllers := "garbagecollector,replicaset,deployment,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher"
+	if opts.nodeNet != nil {
+		controllers = "*"
+	}
 	kcm, err := c.launch("kube-controller-manager", filepath.Join(opts.BinDir, "kube-controller-manager"), []string{
 		"--kubeconfig=" + kcmKubeconfig,
 		"--authentication-kubeconfig=" + kcmKubeconfig,
@@ -247,7 +276,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--secure-port=" + strconv.Itoa(kcmPort),
 		"--tls-cert-file=" + f.controllerManagerCert,
 		"--tls-private-key-file=" + f.controllerManagerKey,
-		"--controllers=garbagecollector,replicaset,deployment,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher",
+		"--controllers=" + controllers,
+		"--service-cluster-ip-range=" + svcRange,
 		"--flex-volume-plugin-dir=" + filepath.Join(c.Dir, "flexvolume"),
 		"--service-account-private-key-file=" + f.serviceAccountKey,
 		"--root-ca-file=" + f.caCert,
@@ -265,6 +295,11 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	// their token volume needs kube-root-ca.crt: wait for both controllers.
 	if err := c.waitControllers(ctx, kcm); err != nil {
 		return err
+	}
+	if opts.nodeNet != nil {
+		if err := c.startScheduler(ctx, opts.nodeBinDir, schedulerPort); err != nil {
+			return err
+		}
 	}
 	if err := <-crdsDone; err != nil {
 		return err
@@ -403,8 +438,8 @@ func pollUntil(ctx context.Context, p *process, cond func(context.Context) (bool
 	}
 }
 
-// freePorts asks the kernel for n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
+// freePorts asks the kernel for n distinct free ports on ip.
+func freePorts(ip string, n int) ([]int, error) {
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
@@ -413,7 +448,7 @@ func freePorts(n int) ([]int, error) {
 	}()
 	ports := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("failed to find a free port: %w", err)
 		}

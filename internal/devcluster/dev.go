@@ -7,141 +7,93 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 
-	"github.com/terrace-dev/terrace/internal/devnode"
+	"github.com/terrace-dev/terrace/internal/devcluster/netpol"
 )
 
-// Tool versions `make tools` builds (hack/tools/build.sh); the cache layout
-// below mirrors that script.
-const (
-	KubernetesVersion = "v1.37.2"
-	OpenTofuVersion   = "v1.12.6"
-)
-
-// ToolsCacheDir is where hack/tools/build.sh puts the binaries:
-// $TERRACE_TOOLS_DIR, else $XDG_CACHE_HOME/terrace/tools, else
-// ~/.cache/terrace/tools.
-func ToolsCacheDir() string {
-	if d := os.Getenv("TERRACE_TOOLS_DIR"); d != "" {
-		return d
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "terrace", "tools")
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "terrace", "tools")
-}
-
-// FindBinDir returns the directory with etcd, kube-apiserver and
-// kube-controller-manager: $KUBEBUILDER_ASSETS, else the `make tools` cache.
-// It builds nothing.
-func FindBinDir() (string, error) {
-	dirs := []string{filepath.Join(ToolsCacheDir(), "kubebuilder-assets-"+KubernetesVersion)}
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		dirs = append([]string{d}, dirs...)
-	}
-	for _, d := range dirs {
-		if hasControlPlane(d) {
-			return d, nil
-		}
-	}
-	return "", fmt.Errorf("no control-plane binaries (etcd, kube-apiserver, kube-controller-manager) in %s: run `make tools` (a cold build takes ~25 minutes) or set KUBEBUILDER_ASSETS", strings.Join(dirs, " or "))
-}
-
-func hasControlPlane(dir string) bool {
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
-		if info, err := os.Stat(filepath.Join(dir, b)); err != nil || info.IsDir() {
-			return false
-		}
-	}
-	return true
-}
-
-// FindTofu returns the tofu binary: $TERRACE_TOFU, tofu on PATH, else the
-// `make tools` cache; empty when there is none.
-func FindTofu() string {
-	if t := os.Getenv("TERRACE_TOFU"); t != "" {
-		return t
-	}
-	if t, err := exec.LookPath("tofu"); err == nil {
-		return t
-	}
-	t := filepath.Join(ToolsCacheDir(), "tofu-"+OpenTofuVersion, "tofu")
-	if _, err := os.Stat(t); err == nil {
-		return t
-	}
-	return ""
-}
-
-// DevOptions configure a dev environment: a control plane and a devnode.
+// DevOptions configure a dev cluster: a control plane and a real node.
 type DevOptions struct {
-	// Dir holds everything: kubeconfig, cluster/ (control plane) and node/
-	// (pods and logs). Both subdirectories are wiped on start. Required.
+	// Dir holds everything: kubeconfig, cluster/ (control plane), node/
+	// (containerd, kubelet, pod logs) and registry/. Wiped on start.
+	// Required.
 	Dir string
 	// BinDir holds the control-plane binaries; FindBinDir when empty.
 	BinDir string
-	// CRDDirs are installed before the node starts.
+	// NodeBinDir holds kubelet, kube-scheduler, kube-proxy, containerd, its
+	// runc shim, coredns and pause; CNIBinDir the CNI plugins. From the
+	// tools cache when empty (hack/tools/build.sh).
+	NodeBinDir, CNIBinDir string
+	// CRDDirs are installed with the control plane.
 	CRDDirs []string
-	// TerraceBinary is the terrace binary built from the checkout. The
-	// dev image is built from it and Tofu, pushed to the cluster's loopback
-	// registry as terrace-dev/terrace:<ImageTags>, and devnode pulls
-	// ghcr.io/terrace-dev/terrace from there. Required.
+	// TerraceBinary is the terrace binary built from the checkout; the
+	// Terrace image is built from it and Tofu and pushed to the cluster's
+	// registry under every tag its manifests or its own version name.
+	// Required when Install is set.
 	TerraceBinary string
 	// Tofu is the image's tofu binary; FindTofu when empty.
 	Tofu string
-	// ImageTags are the tags the dev image is pushed under; DevTag when
-	// empty.
-	ImageTags []string
-	// HostBinary opts in to devnode running terrace-image containers with
-	// TerraceBinary directly, without the image: quicker, for tests that
-	// are not about the image.
-	HostBinary bool
-	// NodeName and PodSubnet are passed to devnode.
-	NodeName, PodSubnet string
-	// PodEnv is added to every pod container's environment.
-	PodEnv []corev1.EnvVar
+	// Install is a kustomization (config/default) applied once the node is
+	// Ready, as `kubectl apply -k` would; StartDev waits until its
+	// Deployments are Available. Nothing is installed when empty.
+	Install string
+	// NodeName is the Node's name (and the node's hostname); "terrace-dev"
+	// when empty.
+	NodeName string
 	// Log receives progress; discarded when unset.
 	Log logr.Logger
 	// Profiling is passed to the control plane (Options.Profiling).
 	Profiling bool
 }
 
-// Dev is a running control plane with a devnode.
+// Dev is a running dev cluster.
 type Dev struct {
 	Cluster *Cluster
-	Node    *devnode.Node
+	Node    *Node
 	// KubeconfigPath is Dir/kubeconfig, an admin kubeconfig.
 	KubeconfigPath string
-	// NodeDir is the devnode's directory (pods/ and logs/).
-	NodeDir string
-	// Registry is the loopback registry holding the dev image, and Image
-	// its reference there (nil and empty with HostBinary).
+	// Registry serves the node's images; Image is the Terrace image's
+	// reference as the manifests name it (empty when nothing was
+	// installed).
 	Registry *Registry
 	Image    string
 
-	lock     *os.File
-	stopNode context.CancelFunc
-	nodeDone chan error
+	lock *os.File
+	// stopEnforcer ends the NetworkPolicy enforcer; enforcerDone closes
+	// when it has.
+	stopEnforcer context.CancelFunc
+	enforcerDone chan struct{}
 }
 
-// StartDev locks opts.Dir (one dev environment per directory), starts the
-// control plane, installs the CRDs and runs a devnode until Stop.
-func StartDev(ctx context.Context, opts DevOptions) (*Dev, error) {
+// StartDev locks opts.Dir (one dev cluster per directory), checks that
+// this machine can run a node, and starts the node's namespaces, the
+// control plane, the registry, the node and the cluster DNS, then installs
+// opts.Install. Whatever fails, what was started is stopped.
+func StartDev(ctx context.Context, opts DevOptions) (d *Dev, err error) {
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
+	if opts.NodeName == "" {
+		opts.NodeName = "terrace-dev"
+	}
 	if opts.BinDir == "" {
-		dir, err := FindBinDir()
-		if err != nil {
+		if opts.BinDir, err = FindBinDir(); err != nil {
 			return nil, err
 		}
-		opts.BinDir = dir
+	}
+	if opts.NodeBinDir == "" {
+		opts.NodeBinDir = filepath.Join(ToolsCacheDir(), "node-bin")
+	}
+	if opts.CNIBinDir == "" {
+		opts.CNIBinDir = filepath.Join(ToolsCacheDir(), "cni-plugins-"+CNIPluginsVersion)
+	}
+	if err := CheckNodeRequirements(opts.NodeBinDir, opts.CNIBinDir); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create %s: %w", opts.Dir, err)
@@ -150,81 +102,98 @@ func StartDev(ctx context.Context, opts DevOptions) (*Dev, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dev{lock: lock, KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig"), NodeDir: filepath.Join(opts.Dir, "node")}
-	if err := os.RemoveAll(d.NodeDir); err != nil {
-		d.unlock()
-		return nil, fmt.Errorf("failed to clear %s: %w", d.NodeDir, err)
+	d = &Dev{lock: lock, KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig")}
+	defer func() {
+		if err != nil {
+			_ = d.Stop()
+			d = nil
+		}
+	}()
+	for _, sub := range []string{"node", "registry"} {
+		if err := os.RemoveAll(filepath.Join(opts.Dir, sub)); err != nil {
+			return d, fmt.Errorf("failed to clear %s: %w", sub, err)
+		}
 	}
-	cluster, err := Start(ctx, Options{BinDir: opts.BinDir, Dir: filepath.Join(opts.Dir, "cluster"), CRDDirs: opts.CRDDirs, Log: opts.Log, Profiling: opts.Profiling})
+	if err := os.MkdirAll(filepath.Join(opts.Dir, "node"), 0o700); err != nil {
+		return d, err
+	}
+	begin := time.Now()
+	sb, err := startSandbox(ctx, filepath.Join(opts.Dir, "node"), opts.NodeName)
 	if err != nil {
-		d.unlock()
-		return nil, err
+		return d, err
 	}
-	d.Cluster = cluster
-	kubeconfig, err := os.ReadFile(cluster.KubeconfigPath)
-	if err == nil {
-		err = os.WriteFile(d.KubeconfigPath, kubeconfig, 0o600)
+	// Until the node owns it, the sandbox is stopped here on failure.
+	d.Node = &Node{name: opts.NodeName, dir: filepath.Join(opts.Dir, "node"), sandbox: sb}
+	opts.Log.Info("node namespaces ready", "link", sb.net.HostIf, "hostIP", sb.net.HostIP, "nodeIP", sb.net.NodeIP, "pods", sb.net.PodCIDR, "services", sb.net.ServiceCIDR)
+
+	if d.Registry, err = StartRegistry(filepath.Join(opts.Dir, "registry"), sb.net.HostIP.String()); err != nil {
+		return d, err
 	}
-	if err != nil {
-		_ = d.Stop()
-		return nil, fmt.Errorf("failed to write %s: %w", d.KubeconfigPath, err)
+	imagesDone := make(chan error, 1)
+	go func() { imagesDone <- d.Registry.pushNodeImages(ctx, opts.NodeBinDir) }()
+
+	net := sb.net
+	if d.Cluster, err = Start(ctx, Options{
+		BinDir: opts.BinDir, Dir: filepath.Join(opts.Dir, "cluster"), CRDDirs: opts.CRDDirs,
+		Log: opts.Log, Profiling: opts.Profiling, nodeNet: &net, nodeBinDir: opts.NodeBinDir,
+	}); err != nil {
+		return d, err
 	}
-	certPEM, keyPEM, err := cluster.IssueServingCertificate("127.0.0.1", "localhost")
-	if err != nil {
-		_ = d.Stop()
-		return nil, err
+	if err := copyFile(d.Cluster.KubeconfigPath, d.KubeconfigPath); err != nil {
+		return d, err
 	}
-	nodeOpts := devnode.Options{
-		NodeName:       opts.NodeName,
-		Dir:            d.NodeDir,
-		ImageDir:       ImageCacheDir(),
-		PodSubnet:      opts.PodSubnet,
-		Env:            opts.PodEnv,
-		ServingCertPEM: certPEM,
-		ServingKeyPEM:  keyPEM,
-		ClientCAPEM:    cluster.CACertPEM,
-		Log:            opts.Log.WithName("devnode"),
+	if err := <-imagesDone; err != nil {
+		return d, fmt.Errorf("failed to push the node's images: %w", err)
 	}
-	if opts.HostBinary {
-		nodeOpts.Binary = opts.TerraceBinary
-	} else if err := d.startRegistry(ctx, opts); err != nil {
-		_ = d.Stop()
-		return nil, err
+	nodeCtx, cancel := context.WithTimeout(ctx, nodeStartTimeout)
+	defer cancel()
+	node, err := startNode(nodeCtx, d.Cluster, sb, nodeOptions{
+		name: opts.NodeName, dir: d.Node.dir, binDir: opts.NodeBinDir, cniBinDir: opts.CNIBinDir,
+		registry: d.Registry.NodeHost, log: opts.Log,
+	})
+	if node != nil {
+		d.Node = node
 	} else {
-		nodeOpts.RegistryRewrites = map[string]string{PublishedRegistry: d.Registry.Host}
+		d.Node.procs = nil
 	}
-	node, err := devnode.New(cluster.Config, nodeOpts)
 	if err != nil {
-		_ = d.Stop()
-		return nil, err
+		return d, err
 	}
-	d.Node = node
-	nodeCtx, stopNode := context.WithCancel(context.Background())
-	d.stopNode, d.nodeDone = stopNode, make(chan error, 1)
-	go func() { d.nodeDone <- node.Run(nodeCtx) }()
-	select {
-	case <-node.Ready():
-	case err := <-d.nodeDone:
-		d.nodeDone <- err
-		_ = d.Stop()
-		return nil, fmt.Errorf("devnode failed to start: %w", err)
-	case <-ctx.Done():
-		_ = d.Stop()
-		return nil, fmt.Errorf("timed out starting devnode: %w", ctx.Err())
+	opts.Log.Info("node ready", "node", opts.NodeName, "after", time.Since(begin).Round(time.Millisecond))
+	d.startEnforcer(opts.Log)
+	progress := func(msg string) { opts.Log.V(1).Info(msg) }
+	if err := installCoreDNS(ctx, d.Cluster.Config, net.DNSServiceIP.String(), progress); err != nil {
+		return d, fmt.Errorf("failed to install the cluster DNS: %w", err)
+	}
+	opts.Log.Info("cluster DNS ready", "after", time.Since(begin).Round(time.Millisecond))
+	if opts.Install != "" {
+		if err := d.install(ctx, opts, progress); err != nil {
+			return d, err
+		}
+		opts.Log.Info("installed", "kustomization", opts.Install, "after", time.Since(begin).Round(time.Millisecond))
 	}
 	return d, nil
 }
 
-// Stop stops the devnode (and with it every pod process), then the control
-// plane, and releases the directory.
+// Stop stops the node (its pods go with its namespaces), the control plane
+// and the registry, and releases the directory. Safe to call more than
+// once.
 func (d *Dev) Stop() error {
 	var errs []error
-	if d.stopNode != nil {
-		d.stopNode()
-		if err := <-d.nodeDone; err != nil {
-			errs = append(errs, fmt.Errorf("devnode: %w", err))
+	if d.stopEnforcer != nil {
+		d.stopEnforcer()
+		<-d.enforcerDone
+		d.stopEnforcer = nil
+	}
+	if d.Node != nil {
+		d.Node.stop()
+		d.Node = nil
+	}
+	if d.Cluster != nil {
+		if err := d.Cluster.Stop(); err != nil {
+			errs = append(errs, err)
 		}
-		d.stopNode = nil
+		d.Cluster = nil
 	}
 	if d.Registry != nil {
 		if err := d.Registry.Stop(); err != nil {
@@ -232,45 +201,88 @@ func (d *Dev) Stop() error {
 		}
 		d.Registry = nil
 	}
-	if d.Cluster != nil {
-		if err := d.Cluster.Stop(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	d.unlock()
-	return errors.Join(errs...)
-}
-
-// startRegistry serves the loopback registry and pushes the dev image.
-func (d *Dev) startRegistry(ctx context.Context, opts DevOptions) error {
-	tofu := opts.Tofu
-	if tofu == "" {
-		if tofu = FindTofu(); tofu == "" {
-			return errors.New("no tofu binary for the dev image: run `make tools` or set TERRACE_TOFU")
-		}
-	}
-	dir := filepath.Join(opts.Dir, "registry")
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("failed to clear %s: %w", dir, err)
-	}
-	reg, err := StartRegistry(dir)
-	if err != nil {
-		return err
-	}
-	d.Registry = reg
-	begin := time.Now()
-	if d.Image, err = reg.PushDevImage(ctx, opts.TerraceBinary, tofu, opts.ImageTags...); err != nil {
-		return err
-	}
-	opts.Log.Info("pushed the dev image", "image", d.Image, "took", time.Since(begin).Round(time.Millisecond).String())
-	return nil
-}
-
-func (d *Dev) unlock() {
 	if d.lock != nil {
 		_ = d.lock.Close()
 		d.lock = nil
 	}
+	return errors.Join(errs...)
+}
+
+// startEnforcer runs the NetworkPolicy enforcer (internal/devcluster/netpol)
+// in this process until Stop: it compiles the cluster's policies to
+// nftables rules and loads them into the node's network namespace, where
+// pod traffic is forwarded. (kube-network-policies, the enforcer kind and
+// others use, queues packets with nftables' queue expression, which this
+// machine's kernel lacks.)
+func (d *Dev) startEnforcer(log logr.Logger) {
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log.WithName("netpol")))
+	d.stopEnforcer, d.enforcerDone = cancel, make(chan struct{})
+	initPid := strconv.Itoa(d.Node.sandbox.init.Process.Pid)
+	go func() {
+		defer close(d.enforcerDone)
+		err := (&netpol.Enforcer{}).Run(ctx, d.Cluster.Config, func(ctx context.Context, ruleset string) error {
+			cmd := exec.CommandContext(ctx, "nsenter", "--target", initPid, "--net", "--", "nft", "-f", "-")
+			cmd.Stdin = strings.NewReader(ruleset)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("failed to load the network policy rules: %v: %s", err, out)
+			}
+			return nil
+		})
+		if err != nil {
+			log.Error(err, "the NetworkPolicy enforcer stopped")
+		}
+	}()
+}
+
+// CheckNodeRequirements says, in one line, the first thing this machine
+// lacks to run the dev cluster's node, and how to get it.
+func CheckNodeRequirements(nodeBinDir, cniBinDir string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("terrace dev runs a real node (containerd, runc, network namespaces) and must run as root: use sudo")
+	}
+	for _, tool := range []string{"nsenter", "ip", "nft", "runc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if _, err := os.Stat("/usr/sbin/" + tool); err != nil {
+				return fmt.Errorf("%s is missing: install Debian's util-linux, iproute2, nftables and runc (hack/install-deps.sh demo)", tool)
+			}
+		}
+	}
+	for _, bin := range []string{"kubelet", "kube-scheduler", "kube-proxy", "containerd", "containerd-shim-runc-v2", "coredns", "pause"} {
+		if _, err := os.Stat(filepath.Join(nodeBinDir, bin)); err != nil {
+			return fmt.Errorf("%s is missing from %s: run `make tools`", bin, nodeBinDir)
+		}
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback", "portmap"} {
+		if _, err := os.Stat(filepath.Join(cniBinDir, plugin)); err != nil {
+			return fmt.Errorf("the CNI plugin %s is missing from %s: run `make tools`", plugin, cniBinDir)
+		}
+	}
+	filesystems, err := os.ReadFile("/proc/filesystems")
+	if err != nil || !strings.Contains(string(filesystems), "overlay") {
+		return errors.New("the kernel has no overlay filesystem, which containerd's snapshotter needs: load it with `modprobe overlay`")
+	}
+	for _, controller := range []string{"cpu", "memory", "pids"} {
+		if _, err := os.Stat(filepath.Join(cgroupFS, controller)); err != nil {
+			if _, err := os.Stat(filepath.Join(cgroupFS, "cgroup.controllers")); err != nil {
+				return fmt.Errorf("no %s cgroup at %s: the kubelet needs the cpu, memory and pids cgroup controllers mounted", controller, cgroupFS)
+			}
+		}
+	}
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		return errors.New("the kernel has no bridge netfilter (br_netfilter), which Service traffic between pods needs: load it with `modprobe br_netfilter`")
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err == nil {
+		err = os.WriteFile(to, data, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to copy %s to %s: %w", from, to, err)
+	}
+	return nil
 }
 
 // lockDir takes an exclusive lock on dir/lock, held while the file is open.

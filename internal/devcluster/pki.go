@@ -133,7 +133,8 @@ type pkiMaterial struct {
 
 // writePKI creates the CA, the serving and client certificates and the
 // service-account signing key under dir.
-func writePKI(dir string) (*pkiMaterial, error) {
+// apiHosts are the API server's addresses besides its DNS names.
+func writePKI(dir string, apiHosts []string) (*pkiMaterial, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create %s: %w", dir, err)
 	}
@@ -141,10 +142,9 @@ func writePKI(dir string) (*pkiMaterial, error) {
 	if err != nil {
 		return nil, err
 	}
-	serving, err := ca.issue("kube-apiserver", nil, []string{
-		"127.0.0.1", "localhost", serviceIP,
+	serving, err := ca.issue("kube-apiserver", nil, append(apiHosts,
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-	}, x509.ExtKeyUsageServerAuth)
+	), x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return nil, err
 	}

@@ -24,11 +24,20 @@ type process struct {
 
 // startProcess runs bin with args, appending stdout and stderr to logPath.
 func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+	return startProcessEnv(name, bin, args, nil, logPath)
+}
+
+// startProcessEnv is startProcess with env added to this process's
+// environment.
+func startProcessEnv(name, bin string, args, env []string, logPath string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("failed to open %s log: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = childProcAttr()

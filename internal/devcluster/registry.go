@@ -3,6 +3,7 @@ package devcluster
 import (
 	"context"
 	"debug/buildinfo"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,32 +38,55 @@ const (
 // Registry is an OCI registry on a loopback port (go-containerregistry's
 // registry package) with its blobs on disk, in this process.
 type Registry struct {
-	// Host is host:port, such as 127.0.0.1:41234.
+	// Host is host:port on loopback, such as 127.0.0.1:41234, where this
+	// machine pushes (go-containerregistry speaks plain HTTP to loopback).
 	Host string
-	srv  *http.Server
-	done chan error
+	// NodeHost is host:port on the host's end of the node's link, where
+	// the node's containerd pulls; empty without a node.
+	NodeHost string
+	srv      *http.Server
+	done     chan error
+	serving  int
 }
 
-// StartRegistry serves a registry on a free 127.0.0.1 port, keeping blobs
-// under dir.
-func StartRegistry(dir string) (*Registry, error) {
+// StartRegistry serves a registry on a free 127.0.0.1 port and, when
+// nodeIP is set, on a free port of that address too, keeping blobs under
+// dir.
+func StartRegistry(dir, nodeIP string) (*Registry, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create %s: %w", dir, err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen for the registry: %w", err)
+	addrs := []string{"127.0.0.1:0"}
+	if nodeIP != "" {
+		addrs = append(addrs, net.JoinHostPort(nodeIP, "0"))
+	}
+	var listeners []net.Listener
+	for _, addr := range addrs {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("failed to listen for the registry: %w", err)
+		}
+		listeners = append(listeners, lis)
 	}
 	handler := registry.New(
 		registry.WithBlobHandler(registry.NewDiskBlobHandler(dir)),
 		registry.Logger(log.New(io.Discard, "", 0)),
 	)
 	r := &Registry{
-		Host: lis.Addr().String(),
-		srv:  &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
-		done: make(chan error, 1),
+		Host:    listeners[0].Addr().String(),
+		srv:     &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
+		done:    make(chan error, len(listeners)),
+		serving: len(listeners),
 	}
-	go func() { r.done <- r.srv.Serve(lis) }()
+	if len(listeners) > 1 {
+		r.NodeHost = listeners[1].Addr().String()
+	}
+	for _, lis := range listeners {
+		go func() { r.done <- r.srv.Serve(lis) }()
+	}
 	return r, nil
 }
 
@@ -71,8 +95,10 @@ func (r *Registry) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := r.srv.Shutdown(ctx)
-	if serveErr := <-r.done; !errors.Is(serveErr, http.ErrServerClosed) {
-		err = errors.Join(err, serveErr)
+	for range r.serving {
+		if serveErr := <-r.done; !errors.Is(serveErr, http.ErrServerClosed) {
+			err = errors.Join(err, serveErr)
+		}
 	}
 	return err
 }
@@ -85,6 +111,11 @@ func (r *Registry) Stop() error {
 // the controller's image defaults may name. It returns the reference of
 // the first tag.
 func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags ...string) (string, error) {
+	for _, bin := range []string{terrace, tofu} {
+		if err := requireStatic(bin); err != nil {
+			return "", err
+		}
+	}
 	if len(tags) == 0 {
 		own, err := binaryVersionTag(ctx, terrace)
 		if err != nil {
@@ -114,6 +145,22 @@ func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags 
 		}
 	}
 	return first, nil
+}
+
+// requireStatic refuses a dynamically linked binary: the image has no C
+// library, so it would fail in every container with "no such file".
+func requireStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked and cannot run in the image: build it with CGO_ENABLED=0 (make build does)", path)
+		}
+	}
+	return nil
 }
 
 // binaryVersionTag is the image tag the terrace binary takes as its own

@@ -11,14 +11,15 @@ import (
 
 // BuildTerrace builds ./cmd/terrace of this checkout into dir, and
 // ./cmd/terrace-runner beside it (the dev image takes the runner pods'
-// binary from there), and returns terrace's path; the progress goes to
-// stderr. Test packages that run the binary (as devnode's pods or as
+// binary from there), static as in the image, and returns terrace's path;
+// the progress goes to stderr. Test packages that run the binary (as devnode's pods or as
 // controller processes) call it from TestMain.
 func BuildTerrace(dir string) (string, error) {
 	begin := time.Now()
 	for _, cmd := range []string{"terrace", "terrace-runner"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "./cmd/"+cmd)
 		build.Dir = RepoRoot()
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			return "", fmt.Errorf("failed to build %s: %w", cmd, err)

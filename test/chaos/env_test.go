@@ -185,7 +185,7 @@ func (e *env) startControlPlane(ctx context.Context) error {
 // this checkout's terrace and tofu.
 func (e *env) startRegistry(ctx context.Context, tofu string) error {
 	var err error
-	if e.reg, err = devcluster.StartRegistry(filepath.Join(e.dir, "registry")); err != nil {
+	if e.reg, err = devcluster.StartRegistry(filepath.Join(e.dir, "registry"), ""); err != nil {
 		return err
 	}
 	e.t.Cleanup(func() { _ = e.reg.Stop() })

@@ -194,7 +194,7 @@ func startSecondCluster(t *testing.T, first *stackEnv) *stackEnv {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), devcluster.StartupTimeout)
 	defer cancel()
-	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
+	dev, err := devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
 		Dir:           dir,
 		BinDir:        tools.KubebuilderAssets,
 		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
@@ -228,7 +228,7 @@ func startSecondCluster(t *testing.T, first *stackEnv) *stackEnv {
 
 // startClusterController runs a Terrace controller against dev until the
 // test ends, on free ports of its own.
-func startClusterController(t *testing.T, dev *devcluster.Dev) {
+func startClusterController(t *testing.T, dev *devcluster.Devnode) {
 	t.Helper()
 	ports := freePorts(t, 2)
 	mgr, err := operator.NewManager(dev.Cluster.Config, operator.LocalOptions(operatorNamespace, ports[0], ports[1]))

@@ -462,9 +462,9 @@ output "note" { value = terraform_data.note.output }
 
 // startOwnDev starts a dev cluster for one test, with the CRDs installed
 // and the dev image in its registry, and stops it when the test ends.
-func startOwnDev(ctx context.Context, t *testing.T, nodeName string) *devcluster.Dev {
+func startOwnDev(ctx context.Context, t *testing.T, nodeName string) *devcluster.Devnode {
 	t.Helper()
-	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
+	dev, err := devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
 		Dir:           t.TempDir(),
 		TerraceBinary: terraceBinary,
 		NodeName:      nodeName,

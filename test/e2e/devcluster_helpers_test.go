@@ -193,3 +193,19 @@ func processesMentioning(s string) []string {
 	}
 	return out
 }
+
+// devLinks lists the host ends of dev clusters' node links (tdev<slot>).
+func devLinks(tb testing.TB) []string {
+	tb.Helper()
+	entries, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "tdev") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

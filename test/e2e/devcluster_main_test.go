@@ -24,7 +24,7 @@ var terraceBinary string
 // on first use and stops when the package's tests end.
 var sharedEnv struct {
 	once sync.Once
-	dev  *devcluster.Dev
+	dev  *devcluster.Devnode
 	err  error
 	pids []int
 	mu   sync.Mutex
@@ -64,7 +64,7 @@ func runMain(m *testing.M) int {
 }
 
 // sharedDev returns the package's dev cluster, starting it on first use.
-func sharedDev(t testing.TB) *devcluster.Dev {
+func sharedDev(t testing.TB) *devcluster.Devnode {
 	t.Helper()
 	sharedEnv.once.Do(func() {
 		tools, err := testenv.FindTools()
@@ -79,7 +79,7 @@ func sharedDev(t testing.TB) *devcluster.Dev {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), devcluster.StartupTimeout)
 		defer cancel()
-		sharedEnv.dev, sharedEnv.err = devcluster.StartDev(ctx, devcluster.DevOptions{
+		sharedEnv.dev, sharedEnv.err = devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
 			Dir:           dir,
 			BinDir:        tools.KubebuilderAssets,
 			CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},

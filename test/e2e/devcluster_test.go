@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/devnode"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
@@ -390,8 +391,8 @@ func startTerraceDev(tb testing.TB, dir string) *devProcess {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(terraceBinary, "dev", "--dir", dir, "--crds", filepath.Join(testenv.RepoRoot(), "config", "crd", "bases"))
-	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+tools.KubebuilderAssets)
+	cmd := exec.Command(terraceBinary, "dev", "--dir", dir, "--install", filepath.Join(testenv.RepoRoot(), "config", "default"))
+	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+tools.KubebuilderAssets, "TERRACE_TOFU="+tools.Tofu)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -416,7 +417,7 @@ func startTerraceDev(tb testing.TB, dir string) *devProcess {
 			_ = cmd.Process.Kill()
 		}
 	})
-	timeout := time.After(90 * time.Second)
+	timeout := time.After(devcluster.StartupTimeout)
 	for p.kubeconfig == "" {
 		select {
 		case line, ok := <-lines:
@@ -427,7 +428,7 @@ func startTerraceDev(tb testing.TB, dir string) *devProcess {
 				p.kubeconfig = k
 			}
 		case <-timeout:
-			tb.Fatalf("terrace dev not ready after 90 s:\n%s", p.stderr.String())
+			tb.Fatalf("terrace dev not ready after %s:\n%s", devcluster.StartupTimeout, p.stderr.String())
 		}
 	}
 	p.startup = time.Since(begin)
@@ -451,8 +452,10 @@ func (p *devProcess) interrupt(tb testing.TB) {
 }
 
 // TestTerraceDevStartsAndLeavesNothingBehind runs the real command as a
-// user would and checks that Ctrl-C stops every process it started, pods
-// included. How fast it starts is BenchmarkTerraceDevStartup's to say.
+// user would: a real node, Terrace installed from config/default. It checks
+// that the controller runs from the image as the manifests say, and that
+// Ctrl-C stops every process it started, containers included, and removes
+// the node's link. How fast it starts is BenchmarkTerraceDevStartup's to say.
 func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 	dir := t.TempDir()
 	dev := startTerraceDev(t, dir)
@@ -462,7 +465,6 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 		t.Errorf("kubeconfig at %s, want %s", kubeconfig, filepath.Join(dir, "kubeconfig"))
 	}
 
-	// A pod gives devnode a child process to clean up.
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -489,12 +491,23 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 		return nil
 	})
 
+	controller, err := cs.AppsV1().Deployments("terrace-system").Get(ctx, "terrace-controller", metav1.GetOptions{})
+	if err != nil || controller.Status.AvailableReplicas < 1 {
+		t.Fatalf("terrace dev returned before the controller from config/default was Available: %v, %+v", err, controller.Status)
+	}
+	links := devLinks(t)
+	// The pods' containers are children of containerd's shims, which the
+	// node's init adopts: all of them descend from terrace dev.
 	children := descendants(cmd.Process.Pid)
-	// etcd, kube-apiserver, kube-controller-manager and the pod's process.
-	if len(children) < 4 {
-		t.Fatalf("expected at least 4 child processes, found %v", children)
+	// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the
+	// node's init, containerd, kubelet, kube-proxy, and the pods' processes.
+	if len(children) < 10 {
+		t.Fatalf("expected at least 10 processes under terrace dev, found %v", children)
 	}
 	dev.interrupt(t)
+	if left := devLinks(t); len(left) >= len(links) {
+		t.Errorf("the node's link outlived terrace dev: before %v, after %v", links, left)
+	}
 	for _, pid := range children {
 		if alive(pid) {
 			t.Errorf("child process %d outlived terrace dev", pid)
@@ -510,7 +523,7 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 
 // TestTerraceDevDemoAppliesExamplesAndReportsResults runs `terrace dev
 // --demo` over the repository's examples, as `make demo` does: the
-// in-process controller must make the Program and Stack Ready, and the
+// controller installed from config/default must make the Program and Stack Ready, and the
 // terminal must show progress and results only (under 40 lines), with the
 // full log in a file whose path it prints.
 func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
@@ -523,7 +536,7 @@ func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
 	dir := t.TempDir()
 	root := testenv.RepoRoot()
 	cmd := exec.CommandContext(ctx, terraceBinary, "dev", "--demo", "--demo-timeout=150s", "--dir", dir,
-		"--examples", filepath.Join(root, "examples"), "--crds", filepath.Join(root, "config", "crd", "bases"))
+		"--examples", filepath.Join(root, "examples"), "--install", filepath.Join(root, "config", "default"))
 	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+tools.KubebuilderAssets, "TERRACE_TOFU="+tools.Tofu)
 	var terminal testenv.SyncBuffer // stdout and stderr interleaved, as a user sees them
 	cmd.Stdout, cmd.Stderr = &terminal, &terminal
@@ -555,7 +568,7 @@ func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the full log: %v", err)
 	}
-	for _, want := range []string{"starting the Terrace controller", "Starting EventSource"} {
+	for _, want := range []string{"node ready", "cluster DNS ready", "pushed the Terrace image"} {
 		if !strings.Contains(string(logText), want) {
 			t.Errorf("the full log lacks %q", want)
 		}

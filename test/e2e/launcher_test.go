@@ -34,7 +34,7 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	defer cancel()
 	tofu := testenv.RequireTofu(t)
 
-	dev, err := devcluster.StartDev(ctx, devcluster.DevOptions{
+	dev, err := devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
 		Dir:           t.TempDir(),
 		TerraceBinary: terraceBinary,
 		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},

@@ -61,7 +61,7 @@ type controller struct {
 // stackEnv is what a Stack test needs: the dev cluster, clients, a
 // controller and a namespace of its own.
 type stackEnv struct {
-	dev *devcluster.Dev
+	dev *devcluster.Devnode
 	cs  kubernetes.Interface
 	c   client.Client
 	ns  string
@@ -133,7 +133,7 @@ func (e *stackEnv) installOperatorConfig(t testing.TB) {
 
 // startController runs the controller until stopController or the end of
 // the package's tests.
-func startController(t testing.TB, dev *devcluster.Dev) *controller {
+func startController(t testing.TB, dev *devcluster.Devnode) *controller {
 	t.Helper()
 	ports := freePorts(t, 2)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
@@ -155,7 +155,7 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 }
 
 // restartController stops the running controller and starts a new one.
-func restartController(t *testing.T, dev *devcluster.Dev) {
+func restartController(t *testing.T, dev *devcluster.Devnode) {
 	t.Helper()
 	stackCtl.mu.Lock()
 	defer stackCtl.mu.Unlock()
