@@ -521,6 +521,36 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 	}
 }
 
+// TestTerraceDevKilledLeavesNothingBehind kills terrace dev with SIGKILL,
+// which it cannot handle: the node's init dies with it (Pdeathsig), and with
+// the init the kernel ends every process of the node's PID namespace,
+// containers included, and the network namespace with the node's link.
+func TestTerraceDevKilledLeavesNothingBehind(t *testing.T) {
+	dir := t.TempDir()
+	dev := startTerraceDev(t, dir)
+	links := devLinks(t)
+	children := descendants(dev.cmd.Process.Pid)
+	if err := dev.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-dev.exited
+	eventually(t, 15*time.Second, "every process of the dev cluster to end", func() error {
+		var left []int
+		for _, pid := range children {
+			if alive(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%d of %d processes are still running: %v", len(left), len(children), left)
+		}
+		if now := devLinks(t); len(now) >= len(links) {
+			return fmt.Errorf("the node's link is still there: %v", now)
+		}
+		return nil
+	})
+}
+
 // TestTerraceDevDemoAppliesExamplesAndReportsResults runs `terrace dev
 // --demo` over the repository's examples, as `make demo` does: the
 // controller installed from config/default must make the Program and Stack Ready, and the
