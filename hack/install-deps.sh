@@ -23,7 +23,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 [ -x /usr/sbin/runc ] || command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need+=(iproute2)
-command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v nsenter >/dev/null 2>&1 || [ -x /usr/bin/nsenter ] || need+=(util-linux)
 case "$profile" in
   test)
     command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
