@@ -96,15 +96,16 @@ vet:
 	go vet ./...
 
 deps: ## Install the Debian packages the tests need (protoc, PostgreSQL) unless present.
-	@bash hack/install-deps.sh test
+	@hack/phase.sh deps bash hack/install-deps.sh test
 
 deps-demo:
 	@bash hack/install-deps.sh demo
 
+# Each step is a phase (hack/phase.sh): .ci/run prints their times at its end.
 test: deps ## The whole suite: verify, unit, envtest and end-to-end tests, with the tools from `make tools`.
-	hack/tools/build.sh >/dev/null
-	$(MAKE) verify
-	env $$(hack/tools/build.sh --env) go test ./... -count=1 -timeout 45m
+	hack/phase.sh tools hack/tools/build.sh >/dev/null
+	hack/phase.sh verify $(MAKE) verify
+	hack/phase.sh go-test env $$(hack/tools/build.sh --env) go test ./... -count=1 -timeout 45m
 
 test-e2e: deps ## The end-to-end tier alone: dev cluster, runner pods, real tofu.
 	hack/tools/build.sh >/dev/null
