@@ -144,8 +144,11 @@ func openDevLog(dir string, verbose int) (logr.Logger, string, func(), error) {
 	}
 	// The file keeps the run logs (V(1)) whatever the terminal shows.
 	log := devLogger(w, max(verbose, 1))
-	// client-go and controller-runtime internals log through klog.
+	// client-go and controller-runtime internals log through klog and
+	// controller-runtime's own logger (whose first use, unset, prints a
+	// warning with a stack trace on the terminal).
 	klog.SetLogger(log)
+	ctrl.SetLogger(log)
 	return log, path, func() { _ = f.Close() }, nil
 }
 

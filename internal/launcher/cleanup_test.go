@@ -204,13 +204,7 @@ func TestRunsShareOneWatch(t *testing.T) {
 // TestRunsListNothing: runs share the launcher's one watch of runner pods;
 // starting and closing runs lists nothing, whatever the namespace holds.
 func TestRunsListNothing(t *testing.T) {
-	log := &requestLog{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
-	counted, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log, counted := countedClient(t)
 	f := newFixture(t, func(o *Options) { o.Client = counted })
 	for _, id := range []string{"r1", "r2", "r3"} {
 		spec := f.spec(id)
@@ -234,4 +228,58 @@ func TestRunsListNothing(t *testing.T) {
 	if n := len(log.calls) - log.count("LIST") - log.count("WATCH"); n != 3*3 {
 		t.Errorf("%d other requests for three runs, want 3 a run:\n%s", n, strings.Join(log.calls, "\n"))
 	}
+}
+
+// TestRunsWatchOnlyTheListedNamespaces: restricted to namespaces (the
+// controller's --watch-namespaces, where the namespaced install mode binds
+// its rights), the shared watch of runner pods is made in each of them and
+// never cluster-wide, where the controller may not list pods at all; a run
+// still starts and learns of its pod's death, and a namespace outside the
+// list is answered with an error, not an empty list.
+func TestRunsWatchOnlyTheListedNamespaces(t *testing.T) {
+	log, counted := countedClient(t)
+	f := newFixture(t, func(o *Options) { o.Client = counted })
+	other := env.Namespace(t)
+	opts := f.launcher.opts
+	opts.Namespaces = []string{f.stack.Namespace, other}
+	restricted, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restricted.Stop)
+	f.launcher.Stop()
+	f.launcher = restricted
+
+	run := f.startReady(f.spec("r1"))
+	if err := f.cs.CoreV1().Pods(f.stack.Namespace).Delete(context.Background(), run.Pod().Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if term := waitDone(t, run); term.Reason != "Deleted" {
+		t.Errorf("reason = %s, want Deleted", term.Reason)
+	}
+	if _, err := restricted.ActiveRuns(context.Background(), "kube-system"); err == nil || !strings.Contains(err.Error(), "--watch-namespaces") {
+		t.Errorf("ActiveRuns of an unwatched namespace: %v, want an error naming --watch-namespaces", err)
+	}
+
+	if all := log.count("LIST /api/v1/pods") + log.count("WATCH /api/v1/pods"); all != 0 {
+		t.Errorf("%d cluster-wide Lists or watches of pods:\n%s", all, strings.Join(log.calls, "\n"))
+	}
+	for _, ns := range opts.Namespaces {
+		if n := log.count("LIST /api/v1/namespaces/"+ns+"/pods") + log.count("WATCH /api/v1/namespaces/"+ns+"/pods"); n < 1 {
+			t.Errorf("no watch of runner pods in %s:\n%s", ns, strings.Join(log.calls, "\n"))
+		}
+	}
+}
+
+// countedClient is a client of the test API server whose requests log records.
+func countedClient(t *testing.T) (*requestLog, kubernetes.Interface) {
+	t.Helper()
+	log := &requestLog{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
+	counted, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log, counted
 }

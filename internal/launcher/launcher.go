@@ -79,6 +79,10 @@ type Options struct {
 	// StartTimeout bounds creating the pod until the runner answers over
 	// mutual TLS (image pulls included); 5 minutes by default.
 	StartTimeout time.Duration
+	// Namespaces, when set, are the only namespaces whose runner pods are
+	// watched (the controller's --watch-namespaces): one watch per
+	// namespace, none cluster-wide. Empty watches every namespace.
+	Namespaces []string
 }
 
 // RunSpec describes one run's runner pod. Settings that a TerraceConfig can
@@ -163,7 +167,7 @@ func New(opts Options) (*Launcher, error) {
 			Validity: opts.Authority.Options().MaxLeafValidity,
 		})
 	}
-	return &Launcher{opts: opts, controller: cert, pods: newPodWatch(opts.Client), active: map[string]bool{}}, nil
+	return &Launcher{opts: opts, controller: cert, pods: newPodWatch(opts.Client, opts.Namespaces), active: map[string]bool{}}, nil
 }
 
 // Stop ends the launcher's watch on runner pods; runs still open no longer

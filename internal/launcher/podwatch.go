@@ -20,21 +20,24 @@ const byStackIndex = "terrace.dev/stack"
 // podWatch is the launcher's one informer on runner pods, shared by every
 // run: a run costs no List and no watch of its own, and Cleanup and
 // ActiveRuns read the cache instead of listing by label selector, which
-// would grow with the namespace. It starts with the first use.
+// would grow with the namespace. It starts with the first use. Restricted
+// to namespaces (the controller's --watch-namespaces), it is one informer
+// per namespace, so no List or watch is ever made cluster-wide.
 type podWatch struct {
-	client kubernetes.Interface
+	client     kubernetes.Interface
+	namespaces []string // empty: every namespace
 
-	once     sync.Once
-	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	done     chan struct{}
+	once      sync.Once
+	informers map[string]cache.SharedIndexInformer // by namespace; metav1.NamespaceAll when every namespace
+	cancel    context.CancelFunc
+	done      chan struct{}
 
 	mu   sync.Mutex
 	runs map[string]*Run // namespace/pod name → the run that owns the pod
 }
 
-func newPodWatch(client kubernetes.Interface) *podWatch {
-	return &podWatch{client: client, runs: map[string]*Run{}, done: make(chan struct{})}
+func newPodWatch(client kubernetes.Interface, namespaces []string) *podWatch {
+	return &podWatch{client: client, namespaces: namespaces, runs: map[string]*Run{}, done: make(chan struct{})}
 }
 
 // runnerPodSelector matches every runner pod Terrace makes, in any namespace.
@@ -42,33 +45,58 @@ func runnerPodSelector() string {
 	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunner}).String()
 }
 
-// start starts the informer once.
+// start starts the informers once.
 func (w *podWatch) start() {
 	w.once.Do(func() {
-		factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = runnerPodSelector() }),
-			informers.WithTransform(stripManagedFields))
-		w.informer = factory.Core().V1().Pods().Informer()
-		if err := w.informer.AddIndexers(cache.Indexers{byStackIndex: indexByStack}); err != nil {
-			panic("launcher: cannot index runner pods: " + err.Error()) // only fails once started
+		namespaces := w.namespaces
+		if len(namespaces) == 0 {
+			namespaces = []string{metav1.NamespaceAll}
 		}
-		_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { w.dispatch(asPod(obj), false) },
-			UpdateFunc: func(_, obj any) { w.dispatch(asPod(obj), false) },
-			DeleteFunc: func(obj any) { w.dispatch(asPod(obj), true) },
-		})
+		w.informers = make(map[string]cache.SharedIndexInformer, len(namespaces))
+		for _, ns := range namespaces {
+			factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
+				informers.WithNamespace(ns),
+				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = runnerPodSelector() }),
+				informers.WithTransform(stripManagedFields))
+			informer := factory.Core().V1().Pods().Informer()
+			if err := informer.AddIndexers(cache.Indexers{byStackIndex: indexByStack}); err != nil {
+				panic("launcher: cannot index runner pods: " + err.Error()) // only fails once started
+			}
+			_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { w.dispatch(asPod(obj), false) },
+				UpdateFunc: func(_, obj any) { w.dispatch(asPod(obj), false) },
+				DeleteFunc: func(obj any) { w.dispatch(asPod(obj), true) },
+			})
+			w.informers[ns] = informer
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		w.mu.Lock()
 		w.cancel = cancel
 		w.mu.Unlock()
+		var running sync.WaitGroup
+		for _, informer := range w.informers {
+			running.Go(func() { informer.RunWithContext(ctx) })
+		}
 		go func() {
-			defer close(w.done)
-			w.informer.RunWithContext(ctx)
+			running.Wait()
+			close(w.done)
 		}()
 	})
 }
 
-// stop ends the informer, if it started.
+// informerFor is the informer holding namespace's runner pods.
+func (w *podWatch) informerFor(namespace string) (cache.SharedIndexInformer, error) {
+	w.start()
+	if all, ok := w.informers[metav1.NamespaceAll]; ok {
+		return all, nil
+	}
+	if informer, ok := w.informers[namespace]; ok {
+		return informer, nil
+	}
+	return nil, fmt.Errorf("namespace %s is not one the controller watches (--watch-namespaces)", namespace)
+}
+
+// stop ends the informers, if they started.
 func (w *podWatch) stop() {
 	w.mu.Lock()
 	cancel := w.cancel
@@ -103,7 +131,11 @@ func (w *podWatch) register(run *Run) {
 	w.mu.Lock()
 	w.runs[key] = run
 	w.mu.Unlock()
-	if obj, exists, _ := w.informer.GetStore().GetByKey(key); exists {
+	informer, err := w.informerFor(run.pod.Namespace)
+	if err != nil {
+		return // no pod of it can be seen; creating one there is refused first
+	}
+	if obj, exists, _ := informer.GetStore().GetByKey(key); exists {
 		run.observe(asPod(obj), false)
 	}
 }
@@ -118,7 +150,11 @@ func (w *podWatch) replace(warm, claimed *Run) {
 	}
 	w.mu.Unlock()
 	warm.cancel(errClaimed)
-	obj, exists, _ := w.informer.GetStore().GetByKey(key)
+	var obj any
+	exists := false
+	if informer, err := w.informerFor(claimed.pod.Namespace); err == nil {
+		obj, exists, _ = informer.GetStore().GetByKey(key)
+	}
 	if !exists {
 		claimed.observe(nil, true)
 		return
@@ -148,10 +184,14 @@ func (w *podWatch) dispatch(pod *corev1.Pod, deleted bool) {
 }
 
 // synced waits until the cache holds every runner pod that existed when
-// the informer started.
+// the informers started.
 func (w *podWatch) synced(ctx context.Context) error {
 	w.start()
-	if !cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
+	hasSynced := make([]cache.InformerSynced, 0, len(w.informers))
+	for _, informer := range w.informers {
+		hasSynced = append(hasSynced, informer.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), hasSynced...) {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("failed to read the runner pods: %w", err)
 		}
@@ -166,7 +206,11 @@ func (w *podWatch) stackPods(ctx context.Context, namespace, stack string) ([]*c
 	if err := w.synced(ctx); err != nil {
 		return nil, err
 	}
-	objs, err := w.informer.GetIndexer().ByIndex(byStackIndex, namespace+"/"+StackLabelValue(stack))
+	informer, err := w.informerFor(namespace)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the runner pods of Stack %s/%s: %w", namespace, stack, err)
+	}
+	objs, err := informer.GetIndexer().ByIndex(byStackIndex, namespace+"/"+StackLabelValue(stack))
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the runner pods of Stack %s/%s: %w", namespace, stack, err)
 	}
@@ -179,9 +223,17 @@ func (w *podWatch) namespacePods(ctx context.Context, namespace string) ([]*core
 		return nil, err
 	}
 	if namespace == "" {
-		return podsOf(w.informer.GetStore().List()), nil
+		var all []*corev1.Pod
+		for _, informer := range w.informers {
+			all = append(all, podsOf(informer.GetStore().List())...)
+		}
+		return all, nil
 	}
-	objs, err := w.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	informer, err := w.informerFor(namespace)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the runner pods of namespace %s: %w", namespace, err)
+	}
+	objs, err := informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the runner pods of namespace %s: %w", namespace, err)
 	}

@@ -14,9 +14,11 @@ import (
 // TokenReview of its bearer token) and authorizes for GET on the
 // non-resource URL /metrics (a SubjectAccessReview): the ClusterRole
 // terrace-metrics-reader (config/rbac/metrics_reader_role.yaml) grants
-// that, bound to Prometheus's ServiceAccount. The filter's reviews need:
-// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// that, bound to Prometheus's ServiceAccount. The filter's reviews are
+// cluster-scoped, so they go into the ClusterRole that is always bound
+// cluster-wide (ClusterScopeRole, rbac.go):
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create,roleName=terrace-controller-cluster
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create,roleName=terrace-controller-cluster
 
 // MetricsReaderRole is the ClusterRole whose binding lets a scraper read
 // the controller's metrics.

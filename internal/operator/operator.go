@@ -47,6 +47,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // to Start. Tests use it to run the real controller against envtest.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	ctx := context.Background()
+	// A wrong namespace list stops the controller before it touches anything.
+	namespaces, err := opts.WatchedNamespaces()
+	if err != nil {
+		return nil, err
+	}
 	mgrScheme := scheme.New()
 	// The CA comes first: the metrics server serves its certificate.
 	caSecret, authority, serving, err := loadPKI(ctx, cfg, mgrScheme, opts)
@@ -64,7 +69,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace: opts.Namespace,
 		// Nothing reads managedFields (patches are merge patches): leaving
 		// them out of the cache keeps a large namespace's Stacks smaller.
-		Cache: cache.Options{SyncPeriod: &syncPeriod, DefaultTransform: cache.TransformStripManagedFields()},
+		// In the namespaced install mode every watch and cached list is
+		// made in the watched namespaces only (one informer per namespace
+		// and kind), where the controller's RoleBindings are.
+		Cache: cache.Options{SyncPeriod: &syncPeriod, DefaultTransform: cache.TransformStripManagedFields(), DefaultNamespaces: cacheNamespaces(namespaces)},
 		// Secrets hold state, plans and credentials: never cache them all in
 		// the controller's memory; read them directly when needed.
 		// Secrets are read when needed, never cached wholesale; so are the
@@ -80,6 +88,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create manager: %w", err)
+	}
+	if namespaces != nil {
+		mgr.GetLogger().Info("watching only the listed namespaces (--watch-namespaces)", "namespaces", namespaces)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
@@ -106,7 +117,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	// A runner's certificate works only while its run is its Stack's current run.
-	runnerPods, err := httpbackend.NewRunnerPodCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper())
+	runnerPods, err := httpbackend.NewRunnerPodCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), namespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +147,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
 	}
-	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.defaultRunnerImage()})
+	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.defaultRunnerImage(), Namespaces: namespaces})
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +228,19 @@ func loadPKI(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, opts Opti
 		Identity: pki.ControllerIdentity, DNSNames: opts.ServingDNSNames(), IPAddresses: ips,
 	})
 	return caSecret, authority, serving, nil
+}
+
+// cacheNamespaces restricts the manager's cache to namespaces; nil (every
+// namespace) leaves it cluster-wide.
+func cacheNamespaces(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	out := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		out[ns] = cache.Config{}
+	}
+	return out
 }
 
 func ptr[T any](v T) *T { return &v }

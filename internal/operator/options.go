@@ -70,6 +70,13 @@ type Options struct {
 	// or a unix socket directory) a namespace's TerraceConfig may name,
 	// besides the operator config's own server (config.PostgresHostPolicy).
 	PostgresAllowedHosts []string
+	// WatchNamespaces, when set, are the only namespaces the controller
+	// watches, lists and acts in, Namespace always among them: the cache
+	// of the manager, the runner pod watches and so every reconciler. Empty
+	// means every namespace. The namespaced install mode grants the
+	// controller's rights in exactly these namespaces (docs/security.md,
+	// Install modes); WatchedNamespaces checks and completes the list.
+	WatchNamespaces []string
 
 	// Artifact configures the Program artifact server.
 	Artifact artifactserver.ServerOptions
@@ -160,6 +167,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "longest time between full resyncs of the cache")
 	fs.StringVar(&o.RunnerProviderMirror, "runner-provider-mirror", o.RunnerProviderMirror, "directory in runner pods that providers are installed from, exclusively")
 	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", o.MaxConcurrentRuns, "how many Stacks may run at once")
+	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "the only namespaces the controller watches and acts in (the namespaced install mode, with the controller's rights bound in these namespaces only); --namespace is always added; empty: every namespace. kube-system, kube-public and kube-node-lease are refused")
 	fs.StringSliceVar(&o.PostgresAllowedHosts, "postgres-allowed-hosts", o.PostgresAllowedHosts, "PostgreSQL servers (host, host:port, or a unix socket directory) a namespace's TerraceConfig may name, besides the TCP server of the operator namespace's config; unix sockets only when listed")
 	o.Artifact.BindFlags(fs)
 	o.State.BindFlags(fs)

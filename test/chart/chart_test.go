@@ -67,13 +67,13 @@ func decode(t *testing.T, manifest string) []*unstructured.Unstructured {
 	return objs
 }
 
-// kustomizeDefault renders config/default as `kubectl kustomize` does.
-func kustomizeDefault(t *testing.T) []*unstructured.Unstructured {
+// kustomize renders config/<dir> as `kubectl kustomize` does.
+func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	resources, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), "config", "default"))
+	resources, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), "config", dir))
 	if err != nil {
-		t.Fatalf("failed to render config/default: %v", err)
+		t.Fatalf("failed to render config/%s: %v", dir, err)
 	}
 	data, err := resources.AsYaml()
 	if err != nil {
@@ -90,6 +90,10 @@ func TestChartLintsClean(t *testing.T) {
 			"runner":  map[string]any{"image": "registry.example.com/terrace:v1", "binary": "terraform"},
 			"state":   map[string]any{"backend": "postgres", "postgres": map[string]any{"connectionSecretName": "pg"}, "encryptionKeySecretName": "key"},
 			"api":     map[string]any{"enabled": true, "replicas": 2},
+		},
+		"namespaced": {
+			"rbac":            map[string]any{"namespaced": true},
+			"watchNamespaces": []any{"team-a", "team-b"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -118,10 +122,23 @@ func key(o *unstructured.Unstructured) string {
 // TestChartInstallsWhatConfigDefaultInstalls: with default values the chart
 // and config/default install the same objects with the same specs; only
 // labels differ (the chart adds Helm's), and the chart leaves the namespace
-// to `helm install --create-namespace`.
+// to `helm install --create-namespace`. So do the namespaced mode's values
+// and config/namespaced, for the namespace that overlay opts in.
 func TestChartInstallsWhatConfigDefaultInstalls(t *testing.T) {
+	t.Run("all namespaces", func(t *testing.T) { sameAsKustomize(t, nil, "default") })
+	t.Run("namespaced", func(t *testing.T) {
+		sameAsKustomize(t, map[string]any{
+			"rbac":            map[string]any{"namespaced": true},
+			"watchNamespaces": []any{"team-a"},
+		}, "namespaced")
+	})
+}
+
+// sameAsKustomize compares the chart rendered with vals with config/<dir>.
+func sameAsKustomize(t *testing.T, vals map[string]any, dir string) {
+	t.Helper()
 	chartObjs := map[string]*unstructured.Unstructured{}
-	for _, o := range render(t, nil) {
+	for _, o := range render(t, vals) {
 		chartObjs[key(o)] = o
 	}
 	for _, crd := range loadChart(t).CRDObjects() {
@@ -130,13 +147,13 @@ func TestChartInstallsWhatConfigDefaultInstalls(t *testing.T) {
 		}
 	}
 	kustomized := map[string]*unstructured.Unstructured{}
-	for _, o := range kustomizeDefault(t) {
+	for _, o := range kustomize(t, dir) {
 		if o.GetKind() != "Namespace" {
 			kustomized[key(o)] = o
 		}
 	}
 	if a, b := keys(chartObjs), keys(kustomized); a != b {
-		t.Fatalf("the chart installs\n  %s\nconfig/default installs\n  %s", a, b)
+		t.Fatalf("the chart installs\n  %s\nconfig/%s installs\n  %s", a, dir, b)
 	}
 	for k, want := range kustomized {
 		got := chartObjs[k]
@@ -170,7 +187,7 @@ func TestChartInstallsWhatConfigDefaultInstalls(t *testing.T) {
 		if !same {
 			a, _ := yaml.Marshal(got.Object)
 			b, _ := yaml.Marshal(want.Object)
-			t.Errorf("%s differs: run make generate after changing config/, and change the chart with it\nchart:\n%s\nconfig/default:\n%s", k, a, b)
+			t.Errorf("%s differs: run make generate after changing config/, and change the chart with it\nchart:\n%s\nconfig/%s:\n%s", k, a, dir, b)
 		}
 	}
 }

@@ -209,3 +209,24 @@ func devLinks(tb testing.TB) []string {
 	}
 	return out
 }
+
+// devClusterLogs returns the last lines of what a stopped dev cluster in dir
+// logged that explains a slow or failed run: the kubelet, and the
+// controller's and runner pods' containers (their logs stay on disk).
+func devClusterLogs(dir string) string {
+	var b strings.Builder
+	paths, _ := filepath.Glob(filepath.Join(dir, "node", "logs", "pods", "*", "*", "*.log"))
+	paths = append([]string{filepath.Join(dir, "node", "logs", "kubelet.log")}, paths...)
+	for _, path := range paths {
+		if strings.Contains(path, "kube-system_") {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", path, min(len(lines), 30), strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
+	return b.String()
+}

@@ -571,7 +571,7 @@ func TestTerraceDevDemoAppliesExamplesAndReportsResults(t *testing.T) {
 	var terminal testenv.SyncBuffer // stdout and stderr interleaved, as a user sees them
 	cmd.Stdout, cmd.Stderr = &terminal, &terminal
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("terrace dev --demo failed: %v\n%s", err, terminal.String())
+		t.Fatalf("terrace dev --demo failed: %v\n%s\n%s", err, terminal.String(), devClusterLogs(dir))
 	}
 	out := terminal.String()
 	logPath := filepath.Join(dir, "terrace-dev.log")

@@ -43,3 +43,32 @@ controller makes a Role in each namespace that runs one.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The namespaced mode's namespaces, comma-separated: the release namespace
+first, then watchNamespaces in order, each once; empty in the all-namespaces
+mode. Fails on what the controller would refuse at its start (a system
+namespace) and on watchNamespaces without rbac.namespaced, which would
+restrict nothing the values promise.
+*/}}
+{{- define "terrace.watchedNamespaces" -}}
+{{- $system := list "kube-system" "kube-public" "kube-node-lease" }}
+{{- if .Values.rbac.namespaced }}
+{{- if has .Release.Namespace $system }}
+{{- fail (printf "rbac.namespaced: the release namespace %s is a system namespace; install Terrace in a namespace of its own (e.g. terrace-system)" .Release.Namespace) }}
+{{- end }}
+{{- $out := list .Release.Namespace }}
+{{- range $ns := .Values.watchNamespaces }}
+{{- if has $ns $system }}
+{{- fail (printf "watchNamespaces: %s is a system namespace: the namespaced mode keeps the controller's rights out of kube-system, kube-public and kube-node-lease" $ns) }}
+{{- end }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" (toString $ns)) }}
+{{- fail (printf "watchNamespaces: %q is not a namespace name" (toString $ns)) }}
+{{- end }}
+{{- $out = append $out $ns }}
+{{- end }}
+{{- join "," (uniq $out) }}
+{{- else if .Values.watchNamespaces }}
+{{- fail "watchNamespaces is set but rbac.namespaced is false: set rbac.namespaced=true to bind the controller's rights in those namespaces only, or leave watchNamespaces empty for the all-namespaces mode" }}
+{{- end }}
+{{- end }}

@@ -34,7 +34,7 @@ const (
 // to be bound looks again: the API binds it within its create request.
 const valuesBindingRecheck = 2 * time.Second
 
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create,roleName=terrace-controller-cluster
 
 // checkVarsAccess lets the controller read a varsFrom object for a Stack
 // only when the Stack's runner ServiceAccount may get it itself: a Stack

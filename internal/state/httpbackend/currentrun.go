@@ -146,16 +146,23 @@ func runnerPodMetadata() *metav1.PartialObjectMetadata {
 }
 
 // NewRunnerPodCache watches the metadata of Terrace's runner pods, and
-// nothing else, in every namespace. Add it to the manager (it runs on every
-// replica) and pass it as StackRuns.Pods.
+// nothing else, in namespaces (every namespace when empty: the controller's
+// --watch-namespaces). Add it to the manager (it runs on every replica) and
+// pass it as StackRuns.Pods.
 //
 // Its one informer is registered here, so it starts and syncs with the
 // cache. Left to the first read, it started under the first run after each
 // controller start, whose fetch then waited about 100 ms for the sync (the
 // poll period of client-go's WaitForCacheSync). A read of anything else
 // fails instead of starting an informer of its own.
-func NewRunnerPodCache(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (*RunnerPodCache, error) {
+func NewRunnerPodCache(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper, namespaces []string) (*RunnerPodCache, error) {
 	opts := cache.Options{Scheme: scheme, Mapper: mapper, ReaderFailOnMissingInformer: true}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	opts.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{launcher.LabelManagedBy: launcher.ManagedByTerrace, launcher.LabelComponent: launcher.ComponentRunner})
 	opts.DefaultTransform = cache.TransformStripManagedFields()
 	c, err := cache.New(cfg, opts)

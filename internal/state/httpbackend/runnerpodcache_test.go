@@ -36,7 +36,7 @@ func TestRunnerPodCacheWatchesFromItsStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pods, err := httpbackend.NewRunnerPodCache(env.Config, env.Scheme, nil)
+	pods, err := httpbackend.NewRunnerPodCache(env.Config, env.Scheme, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,5 +59,29 @@ func TestRunnerPodCacheWatchesFromItsStart(t *testing.T) {
 	var notCached *cache.ErrResourceNotCached
 	if err := pods.Get(ctx, client.ObjectKey{Namespace: ns, Name: "x"}, &corev1.Secret{}); !errors.As(err, &notCached) {
 		t.Errorf("reading a Secret through the runner pod cache: %v, want it refused as not cached", err)
+	}
+
+	// With the controller's --watch-namespaces, the cache holds the runner
+	// pods of those namespaces only: a runner pod elsewhere is never seen,
+	// so no run there can be current.
+	watched := env.Namespace(t)
+	inWatched := pod.DeepCopy()
+	inWatched.Namespace, inWatched.ResourceVersion = watched, ""
+	if err := env.Client.Create(ctx, inWatched); err != nil {
+		t.Fatal(err)
+	}
+	restricted, err := httpbackend.NewRunnerPodCache(env.Config, env.Scheme, nil, []string{watched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = restricted.Start(ctx) }()
+	if !restricted.WaitForCacheSync(ctx) {
+		t.Fatal("the restricted cache did not sync")
+	}
+	if err := restricted.Get(ctx, client.ObjectKeyFromObject(inWatched), meta); err != nil {
+		t.Errorf("a runner pod in the watched namespace: %v", err)
+	}
+	if err := restricted.Get(ctx, client.ObjectKeyFromObject(pod), meta); err == nil {
+		t.Errorf("the cache restricted to %s read the runner pod in %s", watched, ns)
 	}
 }
