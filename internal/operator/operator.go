@@ -191,6 +191,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			AllowCrossNamespaceRefs: opts.AllowCrossNamespaceRefs,
 			SourceArtifactHosts:     artifactHosts,
 			MaxConcurrentReconciles: opts.MaxConcurrentRuns,
+			MaxConcurrentRuns:       opts.MaxConcurrentRuns,
+			MaxRunsPerNamespace:     opts.MaxRunsPerNamespace,
+			MaxRunTimeout:           opts.MaxRunTimeout,
 			MaxStateBytes:           opts.maxStateBytes(),
 		},
 	}

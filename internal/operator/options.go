@@ -62,8 +62,17 @@ type Options struct {
 	// RunnerProviderMirror is a directory, inside runner pods, that
 	// providers are installed from exclusively (offline clusters, tests).
 	RunnerProviderMirror string
-	// MaxConcurrentRuns bounds Stack reconciles (each may hold a run).
+	// MaxConcurrentRuns bounds the runs going on at once, across all
+	// namespaces, and is the Stack controller's number of workers (a run
+	// holds a slot, not a worker).
 	MaxConcurrentRuns int
+	// MaxRunsPerNamespace bounds one namespace's runs at once; 0 is one
+	// less than MaxConcurrentRuns (at least 1), so that no namespace holds
+	// every slot. Queued runs get freed slots namespace by namespace.
+	MaxRunsPerNamespace int
+	// MaxRunTimeout is the longest spec.timeout a Stack may set (a longer
+	// one is refused, RunTimeoutTooLong); 0 sets no limit.
+	MaxRunTimeout time.Duration
 	// SyncPeriod bounds how long the cache may go without a full resync.
 	SyncPeriod time.Duration
 	// PostgresAllowedHosts are the PostgreSQL servers ("host", "host:port"
@@ -83,6 +92,10 @@ type Options struct {
 	// State configures the Terraform http state server.
 	State httpbackend.Options
 }
+
+// DefaultMaxRunTimeout is --max-run-timeout's default: how long one run
+// may hold one of the shared run slots.
+const DefaultMaxRunTimeout = 2 * time.Hour
 
 // defaultRunnerImage is the runner image when no TerraceConfig names one.
 func (o Options) defaultRunnerImage() string {
@@ -121,6 +134,7 @@ func DefaultOptions() Options {
 		Image:             version.ImageReference(),
 		SyncPeriod:        10 * time.Hour,
 		MaxConcurrentRuns: 4,
+		MaxRunTimeout:     DefaultMaxRunTimeout,
 		Artifact:          artifactserver.ServerOptions{ListenAddress: artifactserver.DefaultListenAddress, CacheBytes: artifactserver.DefaultCacheBytes},
 		State:             httpbackend.DefaultOptions(),
 	}
@@ -166,7 +180,9 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RunnerImage, "runner-image", o.RunnerImage, "runner image used when no TerraceConfig names one (default: --image)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "longest time between full resyncs of the cache")
 	fs.StringVar(&o.RunnerProviderMirror, "runner-provider-mirror", o.RunnerProviderMirror, "directory in runner pods that providers are installed from, exclusively")
-	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", o.MaxConcurrentRuns, "how many Stacks may run at once")
+	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", o.MaxConcurrentRuns, "how many Stacks may run at once, across all namespaces (also the Stack controller's workers)")
+	fs.IntVar(&o.MaxRunsPerNamespace, "max-runs-per-namespace", o.MaxRunsPerNamespace, "how many Stacks of one namespace may run at once; more wait (RunQueued) and freed slots go to namespaces with waiting runs in turn (0: one less than --max-concurrent-runs, at least 1)")
+	fs.DurationVar(&o.MaxRunTimeout, "max-run-timeout", o.MaxRunTimeout, "the longest spec.timeout a Stack may set: a Stack above it is refused (Stalled, RunTimeoutTooLong) and a destroy run is cut to it; 0 sets no limit")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "the only namespaces the controller watches and acts in (the namespaced install mode, with the controller's rights bound in these namespaces only); --namespace is always added; empty: every namespace. kube-system, kube-public and kube-node-lease are refused")
 	fs.StringSliceVar(&o.PostgresAllowedHosts, "postgres-allowed-hosts", o.PostgresAllowedHosts, "PostgreSQL servers (host, host:port, or a unix socket directory) a namespace's TerraceConfig may name, besides the TCP server of the operator namespace's config; unix sockets only when listed")
 	o.Artifact.BindFlags(fs)

@@ -60,7 +60,8 @@ func startControllerProcess(b *testing.B) *controllerProcess {
 		"--kubeconfig", dev.KubeconfigPath, "--namespace", operatorNamespace, "--leader-elect=false",
 		// Plain HTTP on loopback: the benchmark reads the metrics without a token.
 		"--metrics-addr", ports[2], "--metrics-secure=false", "--health-addr", "0", "--server-ips", "127.0.0.1", "--image", local.Image,
-		"--max-concurrent-runs", strconv.Itoa(benchConcurrency), "--source-artifact-hosts", fluxArtifactHost,
+		// The benchmark's Stacks share one namespace: all of its runs at once.
+		"--max-concurrent-runs", strconv.Itoa(benchConcurrency), "--max-runs-per-namespace", strconv.Itoa(benchConcurrency), "--source-artifact-hosts", fluxArtifactHost,
 		"--artifact-bind-address", ports[0], "--artifact-base-url", local.Artifact.BaseURL,
 		"--state-server-bind-address", ports[1], "--state-server-advertised-url", local.State.AdvertisedURL,
 		// The in-process controller's client limits (the dev cluster's config).

@@ -43,8 +43,18 @@ type Options struct {
 	// SourceArtifactHosts are the hosts Flux artifacts are downloaded
 	// from (source-controller's Service); nil allows none.
 	SourceArtifactHosts *artifact.HostAllowlist
-	// MaxConcurrentReconciles bounds parallel runs.
+	// MaxConcurrentReconciles is the number of reconcile workers (0: 4).
 	MaxConcurrentReconciles int
+	// MaxConcurrentRuns bounds the runs going on at once, across all
+	// namespaces (0: MaxConcurrentReconciles). A run holds one of these
+	// slots, not a worker (stack_runscheduler.go).
+	MaxConcurrentRuns int
+	// MaxRunsPerNamespace bounds one namespace's share of them (0: all
+	// but one, at least one), so that no tenant holds every slot.
+	MaxRunsPerNamespace int
+	// MaxRunTimeout is the longest spec.timeout a Stack may ask for
+	// (0: no limit); a Stack above it is refused (RunTimeoutTooLong).
+	MaxRunTimeout time.Duration
 	// DependencyRequeue is how often a Stack waiting on dependencies looks again.
 	DependencyRequeue time.Duration
 	// MaxStateBytes is the state server's limit on a state: a plan whose
@@ -70,6 +80,10 @@ type Reconciler struct {
 
 	// sources watches the Flux source kinds Stacks name (set up by SetupWithManager).
 	sources *sourceWatches
+	// scheduler shares the run slots among namespaces and keeps runs off
+	// the workers (set up by SetupWithManager; nil runs each run in its
+	// reconcile, at once).
+	scheduler *runScheduler
 	// cleanedHere holds the Stacks whose earlier processes' leftovers
 	// (runner pods, a lock) this process has dealt with.
 	cleanedHere sync.Map
@@ -90,7 +104,13 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	stack := &terracev1.Stack{}
 	if err := r.Client.Get(ctx, req.NamespacedName, stack); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.scheduler.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if outcome, done := r.scheduler.collect(stack); done {
+		return outcome, nil // the Stack's run goes on, or just ended
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("stack", klog.KObj(stack))
 	ctx = ctrl.LoggerInto(ctx, log)
@@ -103,6 +123,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if p := recover(); p != nil {
 			retErr = fmt.Errorf("internal error (panic): %v", p)
 			log.Error(retErr, "reconcile panicked", "stack", string(debug.Stack()))
+		}
+		if errors.Is(retErr, errRunDetached) {
+			result, retErr = ctrl.Result{}, nil // the run's goroutine finishes
+			return
 		}
 		result, retErr = r.finish(ctx, s, retErr, time.Since(started))
 	}()
@@ -126,6 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, runSteps(ctx, s,
+		r.checkRunTimeout,
 		r.checkDependencies,
 		r.resolveSource,
 		r.resolveConfig,

@@ -64,7 +64,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 
 // executeDestroy runs a destroy run.
 func (r *Reconciler) executeDestroy(ctx context.Context, s *scope) error {
-	return r.execute(ctx, s, runDestroy)
+	return r.startRun(ctx, s, runDestroy)
 }
 
 // destroy is the step of destroy runs: `destroy` with the Stack's current

@@ -16,7 +16,6 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
-	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/stackview"
@@ -72,7 +71,7 @@ func (r *Reconciler) reconcileRun(ctx context.Context, s *scope) error {
 	case runAwaitApproval:
 		return nil
 	}
-	return r.execute(ctx, s, kind)
+	return r.startRun(ctx, s, kind)
 }
 
 // execute runs one run of kind in a new runner pod: open the stores,
@@ -86,10 +85,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	}
 	recover, sweep := r.mayHaveDeadRun(s)
 	s.run = &runScope{kind: kind, id: r.newRunID(s), stores: stores, recover: recover, sweep: sweep, previous: s.stack.Status.CurrentRun}
-	timeout := launcher.DefaultRunTimeout
-	if t := s.stack.Spec.Timeout; t != nil && t.Duration > 0 {
-		timeout = t.Duration
-	}
+	timeout := r.runTimeout(s)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	starting := r.startRunner(ctx, s)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlsource "sigs.k8s.io/controller-runtime/pkg/source"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
@@ -66,7 +67,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	workers := r.Options.MaxConcurrentReconciles
 	if workers <= 0 {
-		workers = 4
+		workers = defaultWorkers
+	}
+	r.scheduler = newRunScheduler(r.Options)
+	if err := mgr.Add(r.scheduler); err != nil {
+		return err
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("stack").
@@ -79,6 +84,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.stacksForPolicyConfigMap),
 			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		WatchesRawSource(ctrlsource.Channel(r.scheduler.wakeups, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: newRetryLimiter(mgr.GetClient())}).
 		Build(r)
 	if err != nil {

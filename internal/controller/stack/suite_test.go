@@ -127,7 +127,7 @@ func startSuiteManager(ctx context.Context) error {
 	r := &Reconciler{
 		Client: hookedClient{mgr.GetClient()}, APIReader: mgr.GetAPIReader(), Recorder: suite.events,
 		Configs: resolver, Runs: suite.runs, Stores: backends, Programs: artifactserver.NewPrograms(artifactserver.DefaultCacheBytes),
-		Options: Options{OperatorNamespace: suiteOperatorNS, StateServerURL: suite.stateURL, MaxConcurrentReconciles: 4, DependencyRequeue: time.Second, MaxStateBytes: suiteMaxStateBytes},
+		Options: Options{OperatorNamespace: suiteOperatorNS, StateServerURL: suite.stateURL, MaxConcurrentReconciles: 4, DependencyRequeue: time.Second, MaxStateBytes: suiteMaxStateBytes, MaxRunTimeout: suiteMaxRunTimeout},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

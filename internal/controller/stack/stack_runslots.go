@@ -1,0 +1,232 @@
+package stack
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// runSlots shares the controller's run slots among namespaces (issue 44,
+// item 5). A run holds a slot from its start to its final status; at most
+// total runs hold one at once, at most perNamespace of them of one
+// namespace, so that one tenant can never hold every slot. A run that
+// finds no slot for it waits in its namespace's queue (first come, first
+// served within a namespace); a slot that frees goes to the namespaces
+// with waiting runs in turn (round robin), not to whichever Stack asked
+// first: a namespace with a hundred waiting Stacks gets one slot in turn
+// like a namespace with one.
+//
+// A freed slot is reserved for the waiter it went to until that Stack's
+// reconcile comes to take it (it is woken at once); a reservation not
+// taken within reservationTTL (the Stack no longer needs a run, or was
+// deleted) goes to the next waiter. A waiter that stops asking (its Stack
+// requeues every queuedRecheck while it waits) leaves the queue after
+// waiterTTL.
+//
+// runSlots is not safe for concurrent use: runScheduler holds its lock.
+type runSlots struct {
+	total, perNamespace       int
+	reservationTTL, waiterTTL time.Duration
+
+	holders  map[types.NamespacedName]bool
+	reserved map[types.NamespacedName]time.Time // → when the reservation lapses
+	waiting  map[string][]slotWaiter            // namespace → its waiters, in order
+	// ring holds the namespaces with waiters, in the order they first
+	// waited; next is the one whose turn is next.
+	ring []string
+	next int
+}
+
+// slotWaiter is a Stack waiting for a slot.
+type slotWaiter struct {
+	key      types.NamespacedName
+	lastSeen time.Time
+}
+
+// slotAnswer is what acquire said.
+type slotAnswer struct {
+	granted bool
+	// For a waiter: the slots taken (held or reserved) in all and by its
+	// namespace, the limits, and how many of its namespace's Stacks wait
+	// before it.
+	inUse, namespaceInUse int
+	total, perNamespace   int
+	ahead                 int
+}
+
+func newRunSlots(total, perNamespace int, reservationTTL, waiterTTL time.Duration) *runSlots {
+	if total < 1 {
+		total = 1
+	}
+	if perNamespace < 1 || perNamespace > total {
+		perNamespace = total
+	}
+	return &runSlots{
+		total: total, perNamespace: perNamespace, reservationTTL: reservationTTL, waiterTTL: waiterTTL,
+		holders: map[types.NamespacedName]bool{}, reserved: map[types.NamespacedName]time.Time{},
+		waiting: map[string][]slotWaiter{},
+	}
+}
+
+// defaultRunsPerNamespace is one namespace's share of total slots when the
+// operator sets none: all but one, so that another namespace always finds
+// a slot no namespace can take (with a single slot, that one).
+func defaultRunsPerNamespace(total int) int {
+	return max(1, total-1)
+}
+
+// acquire gives key a slot, or queues it. It returns the Stacks a slot
+// was reserved for meanwhile (lapsed reservations and waiters passed on),
+// to be woken.
+func (q *runSlots) acquire(key types.NamespacedName, now time.Time) (slotAnswer, []types.NamespacedName) {
+	wake := q.sweep(now)
+	switch {
+	case q.holders[key]:
+	case !q.reserved[key].IsZero():
+		delete(q.reserved, key)
+		q.holders[key] = true
+	case q.inUse() < q.total && q.namespaceInUse(key.Namespace) < q.perNamespace:
+		// Every free slot a waiter could take was reserved for one by
+		// sweep: what is free now is nobody's turn.
+		q.holders[key] = true
+	default:
+		return q.wait(key, now), wake
+	}
+	q.dropWaiter(key)
+	return slotAnswer{granted: true}, wake
+}
+
+// release frees key's slot (or its reservation) and passes what is free
+// on to the waiters, whom it returns to be woken.
+func (q *runSlots) release(key types.NamespacedName, now time.Time) []types.NamespacedName {
+	delete(q.holders, key)
+	delete(q.reserved, key)
+	return q.sweep(now)
+}
+
+// wait queues key (or refreshes its place) and says where it stands.
+func (q *runSlots) wait(key types.NamespacedName, now time.Time) slotAnswer {
+	ns := key.Namespace
+	ahead := -1
+	for i, w := range q.waiting[ns] {
+		if w.key == key {
+			q.waiting[ns][i].lastSeen = now
+			ahead = i
+		}
+	}
+	if ahead < 0 {
+		if len(q.waiting[ns]) == 0 {
+			q.ring = append(q.ring, ns)
+		}
+		ahead = len(q.waiting[ns])
+		q.waiting[ns] = append(q.waiting[ns], slotWaiter{key: key, lastSeen: now})
+	}
+	return slotAnswer{inUse: q.inUse(), namespaceInUse: q.namespaceInUse(ns), total: q.total, perNamespace: q.perNamespace, ahead: ahead}
+}
+
+// sweep drops lapsed reservations and waiters that stopped asking, then
+// reserves every free slot a waiter may take, namespaces in turn. It
+// returns the Stacks it reserved a slot for.
+func (q *runSlots) sweep(now time.Time) []types.NamespacedName {
+	for key, until := range q.reserved {
+		if now.After(until) {
+			delete(q.reserved, key)
+		}
+	}
+	for ns, ws := range q.waiting {
+		kept := ws[:0]
+		for _, w := range ws {
+			if now.Sub(w.lastSeen) <= q.waiterTTL {
+				kept = append(kept, w)
+			}
+		}
+		q.setWaiting(ns, kept)
+	}
+	var woken []types.NamespacedName
+	for q.inUse() < q.total {
+		i, ok := q.nextTurn()
+		if !ok {
+			break
+		}
+		ns := q.ring[i]
+		w := q.waiting[ns][0]
+		q.reserved[w.key] = now.Add(q.reservationTTL)
+		woken = append(woken, w.key)
+		q.next = i + 1
+		q.setWaiting(ns, q.waiting[ns][1:])
+	}
+	return woken
+}
+
+// nextTurn is the ring index of the next namespace, from q.next on, that
+// has a waiter and room under its cap.
+func (q *runSlots) nextTurn() (int, bool) {
+	for n := range len(q.ring) {
+		i := (q.next + n) % len(q.ring)
+		if q.namespaceInUse(q.ring[i]) < q.perNamespace {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// setWaiting stores ns's waiters, taking ns out of the ring when none is
+// left (the turn stays with the namespace after it).
+func (q *runSlots) setWaiting(ns string, ws []slotWaiter) {
+	if len(ws) > 0 {
+		q.waiting[ns] = ws
+		return
+	}
+	delete(q.waiting, ns)
+	for i, r := range q.ring {
+		if r == ns {
+			q.ring = append(q.ring[:i], q.ring[i+1:]...)
+			if i < q.next {
+				q.next--
+			}
+			break
+		}
+	}
+	if q.next >= len(q.ring) {
+		q.next = 0
+	}
+}
+
+func (q *runSlots) dropWaiter(key types.NamespacedName) {
+	ws := q.waiting[key.Namespace]
+	for i, w := range ws {
+		if w.key == key {
+			q.setWaiting(key.Namespace, append(ws[:i:i], ws[i+1:]...))
+			return
+		}
+	}
+}
+
+func (q *runSlots) inUse() int { return len(q.holders) + len(q.reserved) }
+
+func (q *runSlots) namespaceInUse(ns string) int {
+	n := 0
+	for key := range q.holders {
+		if key.Namespace == ns {
+			n++
+		}
+	}
+	for key := range q.reserved {
+		if key.Namespace == ns {
+			n++
+		}
+	}
+	return n
+}
+
+// message says why a run waits, and what it waits for.
+func (a slotAnswer) message(namespace string) string {
+	var why string
+	if a.namespaceInUse >= a.perNamespace {
+		why = fmt.Sprintf("namespace %s already has %d runs going, the most one namespace may run at once (--max-runs-per-namespace=%d)", namespace, a.namespaceInUse, a.perNamespace)
+	} else {
+		why = fmt.Sprintf("all %d run slots are taken (--max-concurrent-runs=%d)", a.inUse, a.total)
+	}
+	return fmt.Sprintf("run queued: %s; it starts when a slot frees, namespaces with queued runs taking turns (%d of this namespace's queued Stacks before it)", why, a.ahead)
+}
