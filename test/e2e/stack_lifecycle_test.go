@@ -183,6 +183,10 @@ const slowModule = `
 variable "generation" { type = number }
 resource "terraform_data" "slow" {
   input = var.generation
+  # A new generation replaces the resource, so every apply runs the
+  # provisioner: the tests catch tofu mid-apply (an in-place update of input
+  # alone takes no time).
+  triggers_replace = var.generation
   provisioner "local-exec" {
     command = "sleep 6"
   }
