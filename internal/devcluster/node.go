@@ -112,7 +112,8 @@ func startNode(ctx context.Context, c *Cluster, sb *sandbox, opts nodeOptions) (
 	kubelet, err := n.start("kubelet", filepath.Join(opts.binDir, "kubelet"), []string{
 		"--config=" + n.path("config/kubelet.yaml"),
 		"--kubeconfig=" + n.path("config/kubelet.kubeconfig"),
-		"--root-dir=" + n.path("kubelet"),
+		"--root-dir=" + kubeletRootDir, // n.path("kubelet"), bound there
+
 		"--hostname-override=" + n.name,
 		"--node-ip=" + sb.net.NodeIP.String(),
 		"--v=1",

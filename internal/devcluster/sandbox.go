@@ -67,6 +67,9 @@ func startSandbox(ctx context.Context, dir, hostname string) (*sandbox, error) {
 }
 
 func launchSandbox(ctx context.Context, dir, hostname string, n network, nodeEnd string) (*sandbox, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "kubelet"), 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create the kubelet's directory: %w", err)
+	}
 	s := &sandbox{net: n, hostname: hostname, initDone: make(chan struct{}), logPath: filepath.Join(dir, "sandbox-init.log")}
 	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -83,6 +86,7 @@ func launchSandbox(ctx context.Context, dir, hostname string, n network, nodeEnd
 		envSandboxPodCIDR+"="+n.PodCIDR.String(),
 		envSandboxSvcCIDR+"="+n.ServiceCIDR.String(),
 		envSandboxBlock+"="+n.block().String(),
+		envSandboxKubeletDir+"="+filepath.Join(dir, "kubelet"),
 	)
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{

@@ -24,7 +24,16 @@ const (
 	envSandboxPodCIDR  = "TERRACE_SANDBOX_POD_CIDR"
 	envSandboxSvcCIDR  = "TERRACE_SANDBOX_SERVICE_CIDR"
 	envSandboxBlock    = "TERRACE_SANDBOX_BLOCK" // the slot's /16
+	// envSandboxKubeletDir is bound at kubeletRootDir in the namespace.
+	envSandboxKubeletDir = "TERRACE_SANDBOX_KUBELET_DIR"
 )
+
+// kubeletRootDir is the kubelet's root in the node's mount namespace: a
+// short path, because the kubelet listens on unix sockets under it (whose
+// paths may not exceed 107 bytes) and the dev cluster's directory can be
+// long (a test's temporary directory is named after the test). The files
+// are in the dev cluster's directory, bound here.
+const kubeletRootDir = "/run/kubelet"
 
 func init() {
 	// Any program that links this package (terrace, the e2e tests) can be
@@ -106,7 +115,18 @@ func sandboxMounts() error {
 	if err := syscall.Mount("tmpfs", "/run", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=755"); err != nil {
 		return fmt.Errorf("failed to mount a tmpfs on /run: %w", err)
 	}
-	return os.MkdirAll("/run/netns", 0o755)
+	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+		return err
+	}
+	if dir := os.Getenv(envSandboxKubeletDir); dir != "" {
+		if err := os.MkdirAll(kubeletRootDir, 0o700); err != nil {
+			return err
+		}
+		if err := syscall.Mount(dir, kubeletRootDir, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("failed to bind %s at %s: %w", dir, kubeletRootDir, err)
+		}
+	}
+	return nil
 }
 
 // sandboxNetwork configures the node's side: loopback, eth0 on the link,
