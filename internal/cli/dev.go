@@ -348,6 +348,7 @@ func newDevPodFixtureCommand() *cobra.Command {
 		listen, grpcListen string
 		files              []string
 		say                []string
+		dial               string
 		exitCode           int
 		whoami, ignoreTerm bool
 	)
@@ -359,6 +360,18 @@ func newDevPodFixtureCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, line := range say {
 				fmt.Fprintln(cmd.OutOrStdout(), line)
+			}
+			if dial != "" {
+				// A connection attempt, for NetworkPolicy tests: exit 0 when
+				// it connects, 3 when it does not within 3 s.
+				conn, err := net.DialTimeout("tcp", dial, 3*time.Second)
+				if err != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "cannot reach %s: %v\n", dial, err)
+					os.Exit(3)
+				}
+				_ = conn.Close()
+				fmt.Fprintf(cmd.OutOrStdout(), "connected to %s\n", dial)
+				return nil
 			}
 			if listen == "" {
 				if exitCode != 0 {
@@ -394,6 +407,7 @@ func newDevPodFixtureCommand() *cobra.Command {
 	f.StringArrayVar(&files, "file", nil, "NAME=PATH served at /file/NAME")
 	f.StringArrayVar(&say, "say", nil, "line to print first")
 	f.IntVar(&exitCode, "exit", 0, "exit with this code after printing (without --listen)")
+	f.StringVar(&dial, "dial", "", "connect to HOST:PORT once and exit: 0 if it connected, 3 if not")
 	f.BoolVar(&whoami, "whoami", false, "ask the API server who this pod is (KUBECONFIG) before serving")
 	f.BoolVar(&ignoreTerm, "ignore-sigterm", false, "keep serving after SIGTERM")
 	return cmd
