@@ -303,7 +303,11 @@ func (e *Executor) commandError(what string, ctx context.Context, err error) err
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("%s %s interrupted: %w", e.cfg.Binary, what, ctxErr)
 	}
-	return &CommandError{Op: e.cfg.Binary + " " + what, Message: e.redactor.String(strings.TrimSpace(err.Error()))}
+	msg := e.redactor.String(strings.TrimSpace(err.Error()))
+	if oom := oomExplanation(err, cgroupRoot); oom != "" {
+		msg += ": " + oom
+	}
+	return &CommandError{Op: e.cfg.Binary + " " + what, Message: msg}
 }
 
 // CommandError is a tofu command that exited with an error. Message is

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/scheme"
+)
+
+// TestRunnerKilledByTheOOMKillerEndsInAClearCondition runs a Stack whose
+// runner pod has a memory limit tofu cannot live in, on the real node: the
+// kernel's OOM killer ends tofu inside the container's cgroup, and the Stack
+// says so and what to raise, instead of "signal: killed".
+func TestRunnerKilledByTheOOMKillerEndsInAClearCondition(t *testing.T) {
+	dev := startTerraceDev(t, t.TempDir())
+	defer dev.interrupt(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", dev.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := "oom"
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&terracev1.Program{
+			ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: ns},
+			Spec:       terracev1.ProgramSpec{Files: map[string]terracev1.ProgramFile{"main.tf": `resource "terraform_data" "x" { input = 1 }`}},
+		},
+		&terracev1.Stack{
+			ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: ns},
+			Spec: terracev1.StackSpec{
+				Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "small"}},
+				ApprovePlan: terracev1.ApprovePlanAuto,
+				Runner: &terracev1.RunnerPodTemplate{Resources: &corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("6Mi")},
+				}},
+			},
+		},
+	} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 2*time.Minute, "the Stack to say its runner ran out of memory", func() error {
+		var s terracev1.Stack
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "small"}, &s); err != nil {
+			return err
+		}
+		ready := reconcile.Get(&s, terracev1.ReadyCondition)
+		if ready == nil || ready.Status != metav1.ConditionFalse {
+			return fmt.Errorf("Ready is %+v", ready)
+		}
+		for _, want := range []string{"out-of-memory killer", "6 MiB", "spec.runner.resources.limits.memory"} {
+			if !strings.Contains(ready.Message, want) {
+				return fmt.Errorf("Ready=False says %q, without %q", ready.Message, want)
+			}
+		}
+		return nil
+	})
+}
