@@ -14,7 +14,6 @@ package devcluster
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,13 +24,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 const (
@@ -159,12 +155,12 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		return err
 	}
 	c.ca, c.CACertPEM = pki.ca, pki.ca.certPEM
-	ports, err := freePorts("127.0.0.1", 4)
+	ports, err := FreePorts("127.0.0.1", 4)
 	if err != nil {
 		return err
 	}
 	etcdPort, peerPort, kcmPort, schedulerPort := ports[0], ports[1], ports[2], ports[3]
-	apiPorts, err := freePorts(bindIP, 1)
+	apiPorts, err := FreePorts(bindIP, 1)
 	if err != nil {
 		return err
 	}
@@ -376,115 +372,4 @@ func (c *Cluster) stopProcesses() {
 		c.procs[i].stop(stopGrace)
 	}
 	c.procs = nil
-}
-
-// getter probes a health endpoint: nil when healthy.
-type getter func(ctx context.Context) error
-
-func plainGetter(url string) getter {
-	return clientGetter(&http.Client{Timeout: 2 * time.Second}, url)
-}
-
-func clientGetter(client *http.Client, url string) getter {
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s answered %s", url, resp.Status)
-		}
-		return nil
-	}
-}
-
-func waitReady(ctx context.Context, p *process, probe getter) error {
-	var last error
-	err := pollUntil(ctx, p, func(ctx context.Context) (bool, error) {
-		last = probe(ctx)
-		return last == nil, nil
-	}, p.name+" to become ready")
-	if err != nil && last != nil && !p.exited() {
-		return fmt.Errorf("%w (last probe: %v); last log lines:\n%s", err, last, p.lastLogLines(25))
-	}
-	return err
-}
-
-// pollUntil runs cond every 100 ms until it is true, fails, the process
-// exits or ctx ends.
-func pollUntil(ctx context.Context, p *process, cond func(context.Context) (bool, error), what string) error {
-	ticker := time.NewTicker(100 * time.Millisecond)
-	defer ticker.Stop()
-	for {
-		ok, err := cond(ctx)
-		if err != nil {
-			return fmt.Errorf("failed while waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return p.crashError()
-		case <-ctx.Done():
-			return fmt.Errorf("timed out waiting for %s: %w", what, ctx.Err())
-		case <-ticker.C:
-		}
-	}
-}
-
-// freePorts asks the kernel for n distinct free ports on ip.
-func freePorts(ip string, n int) ([]int, error) {
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("failed to find a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func certPool(certs ...*x509.Certificate) *x509.CertPool {
-	pool := x509.NewCertPool()
-	for _, c := range certs {
-		pool.AddCert(c)
-	}
-	return pool
-}
-
-func writeKubeconfig(path, server string, caPEM []byte, user keyPair, userName string) error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["terrace-dev"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos[userName] = &clientcmdapi.AuthInfo{ClientCertificateData: user.certPEM, ClientKeyData: user.keyPEM}
-	cfg.Contexts["terrace-dev"] = &clientcmdapi.Context{Cluster: "terrace-dev", AuthInfo: userName, Namespace: corev1.NamespaceDefault}
-	cfg.CurrentContext = "terrace-dev"
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return fmt.Errorf("failed to write kubeconfig %s: %w", path, err)
-	}
-	return os.Chmod(path, 0o600)
-}
-
-// IssueServingCertificate returns a PEM certificate and key for a TLS server
-// on the given hosts, signed by the cluster CA. devnode's log server uses one
-// so the API server (given --kubelet-certificate-authority) can verify it.
-func (c *Cluster) IssueServingCertificate(hosts ...string) (certPEM, keyPEM []byte, err error) {
-	kp, err := c.ca.issue(hosts[0], nil, hosts, x509.ExtKeyUsageServerAuth)
-	if err != nil {
-		return nil, nil, err
-	}
-	return kp.certPEM, kp.keyPEM, nil
 }

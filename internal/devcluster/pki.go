@@ -14,6 +14,10 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // certLifetime is long enough for any dev session; the PKI is recreated on
@@ -208,4 +212,35 @@ func writePKI(dir string, apiHosts []string) (*pkiMaterial, error) {
 		}
 	}
 	return &pkiMaterial{files: files, ca: ca, admin: admin, kcm: kcm}, nil
+}
+
+func certPool(certs ...*x509.Certificate) *x509.CertPool {
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	return pool
+}
+
+func writeKubeconfig(path, server string, caPEM []byte, user keyPair, userName string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["terrace-dev"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[userName] = &clientcmdapi.AuthInfo{ClientCertificateData: user.certPEM, ClientKeyData: user.keyPEM}
+	cfg.Contexts["terrace-dev"] = &clientcmdapi.Context{Cluster: "terrace-dev", AuthInfo: userName, Namespace: corev1.NamespaceDefault}
+	cfg.CurrentContext = "terrace-dev"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("failed to write kubeconfig %s: %w", path, err)
+	}
+	return os.Chmod(path, 0o600)
+}
+
+// IssueServingCertificate returns a PEM certificate and key for a TLS server
+// on the given hosts, signed by the cluster CA. devnode's log server uses one
+// so the API server (given --kubelet-certificate-authority) can verify it.
+func (c *Cluster) IssueServingCertificate(hosts ...string) (certPEM, keyPEM []byte, err error) {
+	kp, err := c.ca.issue(hosts[0], nil, hosts, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kp.certPEM, kp.keyPEM, nil
 }
