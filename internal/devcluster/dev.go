@@ -123,7 +123,6 @@ func StartDev(ctx context.Context, opts DevOptions) (d *Dev, err error) {
 	if err != nil {
 		return d, err
 	}
-	// Until the node owns it, the sandbox is stopped here on failure.
 	d.Node = &Node{name: opts.NodeName, dir: filepath.Join(opts.Dir, "node"), sandbox: sb}
 	opts.Log.Info("node namespaces ready", "link", sb.net.HostIf, "hostIP", sb.net.HostIP, "nodeIP", sb.net.NodeIP, "pods", sb.net.PodCIDR, "services", sb.net.ServiceCIDR)
 
@@ -148,16 +147,9 @@ func StartDev(ctx context.Context, opts DevOptions) (d *Dev, err error) {
 	}
 	nodeCtx, cancel := context.WithTimeout(ctx, nodeStartTimeout)
 	defer cancel()
-	node, err := startNode(nodeCtx, d.Cluster, sb, nodeOptions{
-		name: opts.NodeName, dir: d.Node.dir, binDir: opts.NodeBinDir, cniBinDir: opts.CNIBinDir,
-		registry: d.Registry.NodeHost, log: opts.Log,
-	})
-	if node != nil {
-		d.Node = node
-	} else {
-		d.Node.procs = nil
-	}
-	if err != nil {
+	if err := d.Node.start(nodeCtx, d.Cluster, nodeOptions{
+		binDir: opts.NodeBinDir, cniBinDir: opts.CNIBinDir, registry: d.Registry.NodeHost, log: opts.Log,
+	}); err != nil {
 		return d, err
 	}
 	opts.Log.Info("node ready", "node", opts.NodeName, "after", time.Since(begin).Round(time.Millisecond))

@@ -33,10 +33,6 @@ type Node struct {
 }
 
 type nodeOptions struct {
-	name string
-	// dir receives the node's configuration, containerd's content and
-	// snapshots, the kubelet's root and the pods' logs.
-	dir string
 	// binDir holds kubelet, kube-proxy, containerd and its shim;
 	// cniBinDir the CNI plugins.
 	binDir, cniBinDir string
@@ -76,22 +72,23 @@ func (n *Node) Pids() []int {
 	return pids
 }
 
-// startNode starts containerd, the kubelet and kube-proxy in the sandbox
-// and waits until the Node is Ready.
-func startNode(ctx context.Context, c *Cluster, sb *sandbox, opts nodeOptions) (*Node, error) {
-	n := &Node{name: opts.name, dir: opts.dir, sandbox: sb}
+// start starts containerd, the kubelet and kube-proxy in the node's sandbox
+// and waits until the Node is Ready. What it started is in n.procs, for
+// stop, whether it succeeded or not.
+func (n *Node) start(ctx context.Context, c *Cluster, opts nodeOptions) error {
+	sb := n.sandbox
 	for _, sub := range []string{"config", "logs", "containerd", "kubelet", "cni/net.d", "cni/ipam", "containerd/certs.d/_default"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o700); err != nil {
-			return nil, fmt.Errorf("failed to create the node's %s directory: %w", sub, err)
+			return fmt.Errorf("failed to create the node's %s directory: %w", sub, err)
 		}
 	}
 	if err := n.writeRuntimeConfig(opts); err != nil {
-		return nil, err
+		return err
 	}
 	path := "PATH=" + opts.binDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	containerd, err := n.start("containerd", filepath.Join(opts.binDir, "containerd"), []string{"--config", n.path("config/containerd.toml")}, path)
+	containerd, err := n.startProcess("containerd", filepath.Join(opts.binDir, "containerd"), []string{"--config", n.path("config/containerd.toml")}, path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The socket is in the sandbox's own /run, seen here through its init.
 	socket := filepath.Join("/proc", strconv.Itoa(sb.init.Process.Pid), "root", "run/containerd/containerd.sock")
@@ -99,17 +96,17 @@ func startNode(ctx context.Context, c *Cluster, sb *sandbox, opts nodeOptions) (
 		_, err := os.Stat(socket)
 		return err == nil, nil
 	}, "containerd's socket"); err != nil {
-		return nil, err
+		return err
 	}
 	opts.log.Info("containerd ready")
 
 	if err := n.writeKubeletConfig(c, opts); err != nil {
-		return nil, err
+		return err
 	}
 	if err := sb.makeCgroupRoot(); err != nil {
-		return nil, err
+		return err
 	}
-	kubelet, err := n.start("kubelet", filepath.Join(opts.binDir, "kubelet"), []string{
+	kubelet, err := n.startProcess("kubelet", filepath.Join(opts.binDir, "kubelet"), []string{
 		"--config=" + n.path("config/kubelet.yaml"),
 		"--kubeconfig=" + n.path("config/kubelet.kubeconfig"),
 		"--root-dir=" + kubeletRootDir, // n.path("kubelet"), bound there
@@ -119,13 +116,13 @@ func startNode(ctx context.Context, c *Cluster, sb *sandbox, opts nodeOptions) (
 		"--v=1",
 	}, path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	proxyKubeconfig := n.path("config/kube-proxy.kubeconfig")
 	if err := c.writeClientKubeconfig(proxyKubeconfig, "system:kube-proxy"); err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := n.start("kube-proxy", filepath.Join(opts.binDir, "kube-proxy"), []string{
+	if _, err := n.startProcess("kube-proxy", filepath.Join(opts.binDir, "kube-proxy"), []string{
 		"--kubeconfig=" + proxyKubeconfig,
 		"--proxy-mode=nftables",
 		"--cluster-cidr=" + sb.net.PodCIDR.String(),
@@ -137,17 +134,17 @@ func startNode(ctx context.Context, c *Cluster, sb *sandbox, opts nodeOptions) (
 		"--metrics-bind-address=127.0.0.1:10249",
 		"--healthz-bind-address=127.0.0.1:10256",
 	}, path); err != nil {
-		return nil, err
+		return err
 	}
 	if err := n.waitReady(ctx, c, kubelet); err != nil {
-		return nil, err
+		return err
 	}
-	return n, nil
+	return nil
 }
 
 func (n *Node) path(rel string) string { return filepath.Join(n.dir, rel) }
 
-func (n *Node) start(name, bin string, args []string, env ...string) (*process, error) {
+func (n *Node) startProcess(name, bin string, args []string, env ...string) (*process, error) {
 	p, err := n.sandbox.command(name, bin, args, env, filepath.Join(n.dir, "logs", name+".log"))
 	if err != nil {
 		return nil, err
