@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -143,62 +142,6 @@ type DependencyReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// RunnerPodTemplate holds the parts of the runner pod a Stack may set,
-// within the runner policy of its TerraceConfigs. Every Secret, ConfigMap
-// and PersistentVolumeClaim it names (volumes, projected sources, env,
-// envFrom), and a projected token for another audience, must be one the
-// runner's ServiceAccount may get (create serviceaccounts/token for a
-// token); otherwise the Stack stalls with RunnerObjectForbidden and no pod
-// is made.
-type RunnerPodTemplate struct {
-	// Image of the runner; defaults to the TerraceConfig's, then the controller's own.
-	// +optional
-	Image string `json:"image,omitempty"`
-
-	// Env adds environment variables to the runner container.
-	// +optional
-	Env []corev1.EnvVar `json:"env,omitempty"`
-
-	// EnvFrom adds environment variables from Secrets or ConfigMaps.
-	// +optional
-	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
-
-	// Resources of the runner container.
-	// +optional
-	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
-
-	// NodeSelector for the runner pod.
-	// +optional
-	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-
-	// Tolerations for the runner pod.
-	// +optional
-	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
-
-	// Affinity for the runner pod.
-	// +optional
-	Affinity *corev1.Affinity `json:"affinity,omitempty"`
-
-	// Volumes added to the runner pod.
-	// +optional
-	Volumes []corev1.Volume `json:"volumes,omitempty"`
-
-	// VolumeMounts added to the runner container.
-	// +optional
-	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
-
-	// Labels added to the runner pod. Keys of terrace.dev, kubernetes.io,
-	// k8s.io and service meshes' domains are refused.
-	// +optional
-	Labels map[string]string `json:"labels,omitempty"`
-
-	// Annotations added to the runner pod. Keys of terrace.dev,
-	// kubernetes.io and k8s.io (AppArmor, seccomp...), container
-	// runtimes', Multus' and service meshes' are refused.
-	// +optional
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
 // OutputsSecret says where to write the Stack's outputs.
 type OutputsSecret struct {
 	// Name of the Secret, in the Stack's namespace, owned by the Stack.
@@ -219,52 +162,6 @@ type OutputsSecret struct {
 	// Annotations added to the Secret.
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-// StackBackend is a tofu backend block the Stack's state is kept in instead
-// of Terrace's state server: for state that must stay where it is.
-type StackBackend struct {
-	// Type of the backend: s3, gcs, azurerm, pg, http, consul, kubernetes…
-	// The local backend is refused: a runner pod's disk is gone after its run.
-	// +required
-	// +kubebuilder:validation:Pattern="^[a-z][a-z0-9_]{0,31}$"
-	// +kubebuilder:validation:XValidation:rule="self != 'local'",message="the local backend keeps state in the runner pod, which is gone after the run: name a remote backend"
-	Type string `json:"type"`
-
-	// Config holds the backend block's attributes. Anyone who can read the
-	// Stack sees them: put secrets in credentials.
-	// +optional
-	// +kubebuilder:validation:MaxProperties=64
-	Config map[string]apiextensionsv1.JSON `json:"config,omitempty"`
-
-	// Credentials set environment variables of tofu from Secret keys in the
-	// Stack's namespace, which the runner's ServiceAccount must be allowed to get.
-	// +optional
-	// +kubebuilder:validation:MaxItems=32
-	// +listType=map
-	// +listMapKey=env
-	Credentials []BackendCredential `json:"credentials,omitempty"`
-}
-
-// BackendCredential is one environment variable of tofu taken from a Secret key.
-type BackendCredential struct {
-	// Env is the variable's name, e.g. PG_CONN_STR or AWS_SECRET_ACCESS_KEY.
-	// TF_* variables other than TF_HTTP_* are Terrace's own and refused.
-	// +required
-	// +kubebuilder:validation:Pattern="^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-	// +kubebuilder:validation:XValidation:rule="!self.startsWith('TF_') || self.startsWith('TF_HTTP_')",message="TF_* variables other than TF_HTTP_* are set by Terrace"
-	Env string `json:"env"`
-
-	// SecretKeyRef names the Secret (in the Stack's namespace) and its key.
-	// +required
-	// +kubebuilder:validation:XValidation:rule="size(self.key) > 0",message="secretKeyRef.key is required"
-	SecretKeyRef SecretKeyReference `json:"secretKeyRef"`
-
-	// AsFile writes the value to a file (mode 0600) in the run's work
-	// directory and sets env to the file's path instead, for variables
-	// that name a file (GOOGLE_APPLICATION_CREDENTIALS, AWS_SHARED_CREDENTIALS_FILE).
-	// +optional
-	AsFile bool `json:"asFile,omitempty"`
 }
 
 // StackSpec is one deployment of a module.
