@@ -9,12 +9,17 @@
 #
 #   eval "$(hack/postgres.sh start)"; go test ./internal/state/...; hack/postgres.sh stop "$TERRACE_TEST_POSTGRES_DIR"
 #
+# TERRACE_POSTGRES_LISTEN=IP:PORT also listens on that TCP address (trusting
+# every client that reaches it: give it an address only this machine's pods
+# reach, such as the dev node's link) and prints TERRACE_TEST_POSTGRES_TCP_URL.
+#
 # TERRACE_POSTGRES_DURABLE=1 keeps PostgreSQL's crash safety (fsync,
 # synchronous commit), which the test server otherwise turns off for speed.
 #
 # PostgreSQL refuses to run as root: as root the server runs as the
 # "postgres" user the Debian package creates. It listens on no TCP port, only
-# on a socket inside DIR, so several can run side by side.
+# on a socket inside DIR (unless TERRACE_POSTGRES_LISTEN says otherwise), so
+# several can run side by side.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -67,13 +72,23 @@ start)
   if [ "${TERRACE_POSTGRES_DURABLE:-}" = 1 ]; then
     durability=""
   fi
-  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-k $dir -c listen_addresses='' $durability -c max_connections=200" \
-    start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
-  if ! as_owner "$bin/psql" -h "$dir" -U terrace -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='terrace'" | grep -q 1; then
-    as_owner "$bin/createdb" -h "$dir" -U terrace terrace
+  listen="-c listen_addresses=''" port=5432
+  if [ -n "${TERRACE_POSTGRES_LISTEN:-}" ]; then
+    port="${TERRACE_POSTGRES_LISTEN##*:}"
+    listen="-c listen_addresses=${TERRACE_POSTGRES_LISTEN%:*} -p $port"
+    grep -q '^host all all 0.0.0.0/0 trust' "$dir/data/pg_hba.conf" \
+      || echo 'host all all 0.0.0.0/0 trust' >>"$dir/data/pg_hba.conf"
   fi
-  echo "TERRACE_TEST_POSTGRES_URL='postgres://terrace@/terrace?host=$dir&sslmode=disable'"
+  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-k $dir $listen $durability -c max_connections=200" \
+    start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+  if ! as_owner "$bin/psql" -h "$dir" -p "$port" -U terrace -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='terrace'" | grep -q 1; then
+    as_owner "$bin/createdb" -h "$dir" -p "$port" -U terrace terrace
+  fi
+  echo "TERRACE_TEST_POSTGRES_URL='postgres://terrace@/terrace?host=$dir&port=$port&sslmode=disable'"
+  if [ -n "${TERRACE_POSTGRES_LISTEN:-}" ]; then
+    echo "TERRACE_TEST_POSTGRES_TCP_URL='postgres://terrace@$TERRACE_POSTGRES_LISTEN/terrace?sslmode=disable'"
+  fi
   echo "TERRACE_TEST_POSTGRES_DIR='$dir'"
   ;;
 stop)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/devnode"
+	"github.com/terrace-dev/terrace/internal/image"
 	"github.com/terrace-dev/terrace/internal/operator"
 )
 
@@ -37,8 +38,9 @@ type devOptions struct {
 	nodeName      string
 	verbose       int
 	// controllerProcess runs the controller in this process instead of
-	// installing it, for debugging; providerMirror is then a host
-	// directory its runners install providers from.
+	// installing it, for debugging. providerMirror is a host directory
+	// baked into the image, which the controller's runners then install
+	// providers from.
 	controllerProcess bool
 	providerMirror    string
 }
@@ -78,7 +80,7 @@ func newDevCommand() *cobra.Command {
 	f.StringVar(&o.terraceBinary, "terrace-binary", "", "terrace binary the Terrace image is built from, with the terrace-runner beside it (if any) and tofu (default: this binary)")
 	f.StringVar(&o.nodeName, "node-name", "terrace-dev", "name of the Node (and the node's hostname)")
 	f.BoolVar(&o.controllerProcess, "controller-process", false, "run the controller in this process instead of installing it (for debugging); only the CRDs are installed")
-	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "with --controller-process: directory runner pods install providers from [TERRACE_PROVIDER_MIRROR]")
+	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "with --controller-process: a provider mirror directory baked into the image, from which runner pods install providers [TERRACE_PROVIDER_MIRROR]")
 	f.IntVarP(&o.verbose, "verbose", "v", 0, "also print the log on stderr, at this verbosity (-v is 1); it is always in <dir>/"+devLogName)
 	f.Lookup("verbose").NoOptDefVal = "1"
 	cmd.AddCommand(newDevLogsCommand(), newDevPodFixtureCommand())
@@ -188,6 +190,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if o.controllerProcess {
 		opts.Install = ""
 		opts.CRDDirs = []string{filepath.Join(install, "..", "crd", "bases")}
+		opts.ProviderMirror = o.providerMirror
 		what = "the CRDs, the controller in this process"
 	}
 	fmt.Fprintf(out, "terrace dev: starting the control plane, a node (containerd, kubelet, kube-proxy), CoreDNS and %s (full log: %s)\n", what, logPath)
@@ -208,7 +211,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if o.controllerProcess {
 		controllerCtx, stopController := context.WithCancel(ctx)
 		go func() {
-			controllerDone <- runDevController(controllerCtx, dev.Cluster.Config, log, dev.Node.HostIP(), o.providerMirror)
+			controllerDone <- runDevController(controllerCtx, dev.Cluster.Config, log, dev.Node.HostIP(), o.providerMirror != "")
 		}()
 		defer func() {
 			stopController()
@@ -249,7 +252,7 @@ const devControllerNamespace = "terrace-system"
 // runDevController runs the Terrace controller in this process against the
 // dev cluster until ctx ends. Its artifact and state servers listen on the
 // host's end of the node's link, where runner pods reach them.
-func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, hostIP, providerMirror string) error {
+func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, hostIP string, providerMirror bool) error {
 	ctrl.SetLogger(log.WithName("controller"))
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -264,7 +267,9 @@ func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, ho
 		return err
 	}
 	opts := operator.LocalOptions(devControllerNamespace, net.JoinHostPort(hostIP, fmt.Sprint(ports[0])), net.JoinHostPort(hostIP, fmt.Sprint(ports[1])))
-	opts.RunnerProviderMirror = providerMirror
+	if providerMirror {
+		opts.RunnerProviderMirror = image.ProviderMirrorDir
+	}
 	log.Info("starting the Terrace controller", "namespace", opts.Namespace, "artifactServer", opts.Artifact.BaseURL, "stateServer", opts.State.AdvertisedURL)
 	return operator.Run(ctx, cfg, opts)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,13 +33,20 @@ type DevOptions struct {
 	NodeBinDir, CNIBinDir string
 	// CRDDirs are installed with the control plane.
 	CRDDirs []string
-	// TerraceBinary is the terrace binary built from the checkout; the
-	// Terrace image is built from it and Tofu and pushed to the cluster's
-	// registry under every tag its manifests or its own version name.
-	// Required when Install is set.
+	// TerraceBinary is the terrace binary built from the checkout; when
+	// set, the Terrace image is built from it and Tofu and pushed to the
+	// cluster's registry under DevTag, its own version and every tag the
+	// manifests name. Required when Install is set.
 	TerraceBinary string
 	// Tofu is the image's tofu binary; FindTofu when empty.
 	Tofu string
+	// ProviderMirror, when set, is a provider mirror directory baked into
+	// the image (image.ProviderMirrorDir), as an air-gapped cluster's
+	// runner image would carry one.
+	ProviderMirror string
+	// ImageTags are more tags the image is pushed under, such as those of
+	// manifests the caller applies itself (ManifestImageTags).
+	ImageTags []string
 	// Install is a kustomization (config/default) applied once the node is
 	// Ready, as `kubectl apply -k` would; StartDev waits until its
 	// Deployments are Available. Nothing is installed when empty.
@@ -159,10 +167,10 @@ func StartDev(ctx context.Context, opts DevOptions) (d *Dev, err error) {
 		return d, fmt.Errorf("failed to install the cluster DNS: %w", err)
 	}
 	opts.Log.Info("cluster DNS ready", "after", time.Since(begin).Round(time.Millisecond))
+	if err := d.install(ctx, opts, progress); err != nil {
+		return d, err
+	}
 	if opts.Install != "" {
-		if err := d.install(ctx, opts, progress); err != nil {
-			return d, err
-		}
 		opts.Log.Info("installed", "kustomization", opts.Install, "after", time.Since(begin).Round(time.Millisecond))
 	}
 	// Building the images held their layers (a few hundred MB) in memory;
@@ -297,3 +305,26 @@ func lockDir(dir string) (*os.File, error) {
 
 // StartupTimeout is a generous bound for StartDev on a loaded machine.
 const StartupTimeout = 2 * time.Minute
+
+// Reach lets the node and its pods reach ip, an address of this host
+// outside the cluster, such as another dev cluster's API server (the
+// host's end of that cluster's link): a route to it over the link, and an
+// exception in the hermetic rules. Every other address stays unreachable.
+func (d *Dev) Reach(ip string) error {
+	if net.ParseIP(ip).To4() == nil {
+		return fmt.Errorf("%q is not an IPv4 address", ip)
+	}
+	n := d.Node.sandbox.net
+	target := strconv.Itoa(d.Node.sandbox.init.Process.Pid)
+	for _, step := range [][]string{
+		{"ip", "route", "replace", ip + "/32", "via", n.HostIP.String(), "dev", "eth0"},
+		{"nft", "insert", "rule", "inet", hermeticTable, "forward", "ip", "saddr", n.PodCIDR.String(), "ip", "daddr", ip, "accept"},
+		{"nft", "insert", "rule", "inet", hermeticTable, "output", "ip", "daddr", ip, "accept"},
+	} {
+		args := append([]string{"--target", target, "--net", "--"}, step...)
+		if out, err := exec.Command("nsenter", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("failed to run %s in the node's network: %v: %s", strings.Join(step, " "), err, out)
+		}
+	}
+	return nil
+}

@@ -198,7 +198,7 @@ func (d *Devnode) startRegistry(ctx context.Context, opts DevnodeOptions) error 
 	}
 	d.Registry = reg
 	begin := time.Now()
-	if d.Image, err = reg.PushDevImage(ctx, opts.TerraceBinary, tofu, opts.ImageTags...); err != nil {
+	if d.Image, err = reg.PushDevImage(ctx, DevImage{Terrace: opts.TerraceBinary, Tofu: tofu}, opts.ImageTags...); err != nil {
 		return err
 	}
 	opts.Log.Info("pushed the dev image", "image", d.Image, "took", time.Since(begin).Round(time.Millisecond).String())

@@ -58,6 +58,18 @@ func (n *Node) HostIP() string { return n.sandbox.net.HostIP.String() }
 // and, under pods/, every container's log.
 func (n *Node) LogDir() string { return filepath.Join(n.dir, "logs") }
 
+// PodsCPU is the CPU time every pod of the node has used so far (the
+// cpuacct controller of the kubelet's cgroupRoot, which holds every pod's
+// cgroup), or 0 when it cannot be read.
+func (n *Node) PodsCPU() time.Duration {
+	data, err := os.ReadFile(filepath.Join(cgroupFS, "cpuacct", n.sandbox.cgroupRoot(), "cpuacct.usage"))
+	if err != nil {
+		return 0
+	}
+	ns, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return time.Duration(ns)
+}
+
 // Pids lists the node's processes still running, the sandbox's init first.
 func (n *Node) Pids() []int {
 	var pids []int

@@ -103,31 +103,39 @@ func (r *Registry) Stop() error {
 	return err
 }
 
-// PushDevImage builds the image of the host's platform from the terrace
-// binary (with the terrace-runner beside it, if of the same build) and tofu
+// DevImage is what the dev image is built from: static terrace and tofu
+// binaries of the host's platform (a terrace-runner beside terrace of the
+// same build goes in too) and, optionally, a provider mirror directory baked
+// in at image.ProviderMirrorDir.
+type DevImage struct {
+	Terrace, Tofu  string
+	ProviderMirror string
+}
+
+// PushDevImage builds the image of the host's platform from src
 // (uncompressed layers: it never leaves the machine) and pushes it to the
-// registry as <host>/terrace-dev/terrace:<tag> for each tag; with
-// no tags, as DevTag, as the binary's own version and as latest, the tags
-// the controller's image defaults may name. It returns the reference of
-// the first tag.
-func (r *Registry) PushDevImage(ctx context.Context, terrace, tofu string, tags ...string) (string, error) {
-	for _, bin := range []string{terrace, tofu} {
+// registry as <host>/terrace-dev/terrace:<tag> for each tag; with no tags,
+// as DevTag, as the binary's own version and as latest, the tags the
+// controller's image defaults may name. It returns the reference of the
+// first tag.
+func (r *Registry) PushDevImage(ctx context.Context, src DevImage, tags ...string) (string, error) {
+	for _, bin := range []string{src.Terrace, src.Tofu} {
 		if err := requireStatic(bin); err != nil {
 			return "", err
 		}
 	}
 	if len(tags) == 0 {
-		own, err := binaryVersionTag(ctx, terrace)
+		own, err := binaryVersionTag(ctx, src.Terrace)
 		if err != nil {
 			return "", err
 		}
 		tags = []string{DevTag, own, "latest"}
 	}
-	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: terrace, Tofu: tofu}
+	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: src.Terrace, Tofu: src.Tofu, ProviderMirror: src.ProviderMirror}
 	// The lean runner binary beside terrace (make build puts it there),
 	// if it was built from the same source; else the image links
 	// terrace-runner to terrace.
-	if runner := filepath.Join(filepath.Dir(terrace), runnerbin.Name); sameBuild(terrace, runner) {
+	if runner := filepath.Join(filepath.Dir(src.Terrace), runnerbin.Name); sameBuild(src.Terrace, runner) {
 		p.Runner = runner
 	}
 	img, err := image.BuildImage(image.Options{Version: tags[0], CompressionLevel: image.Uncompressed}, p)

@@ -136,6 +136,10 @@ func sandboxMounts() error {
 // route lookup), and the hermetic rule: pods may reach pods, the node and
 // the host's end of the link, nothing else. There is no default route, so
 // the node itself reaches nothing beyond the link either.
+// hermeticTable is the nftables table of the hermetic rules (Dev.Reach adds
+// exceptions to it).
+const hermeticTable = "terrace-dev-hermetic"
+
 func sandboxNetwork() error {
 	link, nodeAddr, hostIP := os.Getenv(envSandboxLink), os.Getenv(envSandboxNodeAddr), os.Getenv(envSandboxHostIP)
 	pods, svcs, block := os.Getenv(envSandboxPodCIDR), os.Getenv(envSandboxSvcCIDR), os.Getenv(envSandboxBlock)
@@ -163,7 +167,7 @@ func sandboxNetwork() error {
 			return fmt.Errorf("failed to set %s: %w (the kernel needs br_netfilter)", path, err)
 		}
 	}
-	rules := fmt.Sprintf(`table inet terrace-dev-hermetic {
+	rules := fmt.Sprintf(`table inet %[4]s {
 	chain forward {
 		type filter hook forward priority filter - 10; policy accept;
 		ip saddr %[1]s ip daddr { %[1]s, %[2]s } accept
@@ -175,7 +179,7 @@ func sandboxNetwork() error {
 		meta l4proto { tcp, udp, icmp } counter drop comment "node traffic bound off the dev cluster"
 	}
 }
-`, pods, linkNet, block)
+`, pods, linkNet, block, hermeticTable)
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {

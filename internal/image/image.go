@@ -39,6 +39,9 @@ const (
 	WorkDir = "/workspace"
 	// CABundle is where Go (and most tools) look for trusted roots on Linux.
 	CABundle = "/etc/ssl/certs/ca-certificates.crt"
+	// ProviderMirrorDir holds the providers of Platform.ProviderMirror, a
+	// filesystem mirror for runners (--runner-provider-mirror).
+	ProviderMirrorDir = "/usr/share/terrace/providers"
 )
 
 // OCI annotation keys the image's config labels carry.
@@ -61,6 +64,12 @@ type Platform struct {
 	// which then behaves as it: what `terrace dev` does with a terrace
 	// binary that has no terrace-runner beside it.
 	Runner string
+	// ProviderMirror is a host directory laid out as tofu's filesystem
+	// mirror (<host>/<namespace>/<type>/...), copied to ProviderMirrorDir
+	// in a layer of its own: how an air-gapped cluster (or the dev
+	// cluster's tests) gives runners providers without a registry.
+	// Optional.
+	ProviderMirror string
 }
 
 // String is the platform in os/arch form.
@@ -150,11 +159,23 @@ func buildImage(opts Options, p Platform, base v1.Layer) (v1.Image, error) {
 	}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img,
-		mutate.Addendum{Layer: base, History: history(created, "users, CA bundle, /tmp, "+WorkDir)},
-		mutate.Addendum{Layer: tofu, History: history(created, "tofu")},
-		mutate.Addendum{Layer: terrace, History: history(created, "terrace "+opts.Version)},
-	)
+	layers := []mutate.Addendum{
+		{Layer: base, History: history(created, "users, CA bundle, /tmp, "+WorkDir)},
+		{Layer: tofu, History: history(created, "tofu")},
+	}
+	if p.ProviderMirror != "" {
+		files, err := treeFiles(p.ProviderMirror, strings.TrimPrefix(ProviderMirrorDir, "/"))
+		if err != nil {
+			return nil, err
+		}
+		mirror, err := files.withParents().layer(created, opts.level())
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, mutate.Addendum{Layer: mirror, History: history(created, "provider mirror")})
+	}
+	layers = append(layers, mutate.Addendum{Layer: terrace, History: history(created, "terrace "+opts.Version)})
+	img, err = mutate.Append(img, layers...)
 	if err != nil {
 		return nil, fmt.Errorf("failed to add layers: %w", err)
 	}

@@ -6,8 +6,10 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -101,6 +103,41 @@ func (files layerFiles) layer(modTime time.Time, level int) (v1.Layer, error) {
 		tarball.WithMediaType(types.OCILayer),
 		tarball.WithCompressedCaching,
 	)
+}
+
+// treeFiles lists the regular files and directories under the host
+// directory root as entries under name, readable by everyone and owned by
+// root; symbolic links are followed (a provider mirror may link to a build
+// cache), anything else is refused.
+func treeFiles(root, name string) (layerFiles, error) {
+	var files layerFiles
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		target := path.Join(name, filepath.ToSlash(rel))
+		info, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.IsDir():
+			files = append(files, entry{name: target, dir: true, mode: 0o755})
+		case info.Mode().IsRegular():
+			files = append(files, entry{name: target, mode: 0o644 | int64(info.Mode().Perm()&0o111), hostPath: p})
+		default:
+			return fmt.Errorf("%s is neither a file nor a directory", p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", root, err)
+	}
+	return files, nil
 }
 
 // withParents adds the directories leading to each entry that no entry

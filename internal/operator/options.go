@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -192,13 +193,19 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 // LocalOptions are the options of a controller running outside the cluster
 // next to its runners, as `terrace dev` and the end-to-end tests run it: no
 // leader election, no metrics or health ports, and side servers on the given
-// loopback addresses (host:port) that runner processes reach directly.
+// addresses (IP:port; the IPs go into their certificate) that runner pods
+// reach directly, such as the host's end of the dev node's link.
 func LocalOptions(namespace, artifactAddr, stateAddr string) Options {
 	o := DefaultOptions()
 	o.Namespace = namespace
 	o.MetricsAddr, o.HealthAddr = "0", "0"
 	o.LeaderElection = false
-	o.ServerIPs = []string{"127.0.0.1"}
+	o.ServerIPs = nil
+	for _, addr := range []string{artifactAddr, stateAddr} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && !slices.Contains(o.ServerIPs, host) {
+			o.ServerIPs = append(o.ServerIPs, host)
+		}
+	}
 	o.Image = "ghcr.io/terrace-dev/terrace:dev"
 	o.Artifact.ListenAddress, o.Artifact.BaseURL = artifactAddr, "https://"+artifactAddr
 	o.State.ListenAddress, o.State.AdvertisedURL = stateAddr, "https://"+stateAddr

@@ -189,7 +189,7 @@ func (e *env) startRegistry(ctx context.Context, tofu string) error {
 		return err
 	}
 	e.t.Cleanup(func() { _ = e.reg.Stop() })
-	if _, err := e.reg.PushDevImage(ctx, terraceBinary, tofu); err != nil {
+	if _, err := e.reg.PushDevImage(ctx, devcluster.DevImage{Terrace: terraceBinary, Tofu: tofu}); err != nil {
 		return fmt.Errorf("failed to push the dev image: %w", err)
 	}
 	return nil

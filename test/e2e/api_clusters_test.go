@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -23,14 +21,13 @@ import (
 	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/operator"
 	"github.com/terrace-dev/terrace/internal/scheme"
-	"github.com/terrace-dev/terrace/internal/testenv"
 	terraceclient "github.com/terrace-dev/terrace/pkg/client"
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 
 // TestInstallationsAPIOnASecondCluster is issue 14's "second dev control
-// plane": a second dev cluster (its own control plane, devnode, registry,
-// ports and directory) with its own Terrace controller is registered in the
+// plane": a second dev cluster (its own control plane, node, registry,
+// ports, pod and Service ranges, and directory) with its own Terrace controller is registered in the
 // operator namespace's TerraceConfig as `second` (only the operator
 // registers clusters: issue 44 item 3). An installation created through
 // the API server of the first cluster with cluster: second, with the
@@ -180,38 +177,18 @@ func newNames(before, after []string) []string {
 // namespace of first's name.
 func startSecondCluster(t *testing.T, first *stackEnv) *stackEnv {
 	t.Helper()
-	tools, err := testenv.FindTools()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "terrace-e2e-second-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	subnet := "127.250.250.0/24"
-	if first.dev.Node.PodSubnet() == subnet {
-		subnet = "127.250.251.0/24"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), devcluster.StartupTimeout)
 	defer cancel()
-	dev, err := devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
-		Dir:           dir,
-		BinDir:        tools.KubebuilderAssets,
-		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-		TerraceBinary: terraceBinary,
-		NodeName:      "e2e-devnode-second",
-		PodSubnet:     subnet,
-	})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		t.Fatalf("failed to start the second dev cluster: %v", err)
+	dev := startOwnDev(ctx, t, "e2e-second")
+	if dev.Node.PodCIDR() == first.dev.Node.PodCIDR() {
+		t.Fatalf("both dev clusters have pods in %s", dev.Node.PodCIDR())
 	}
-	t.Cleanup(func() {
-		if err := dev.Stop(); err != nil {
-			t.Errorf("failed to stop the second dev cluster: %v", err)
-		}
-		_ = os.RemoveAll(dir)
-	})
+	// The first cluster's API server pod calls this cluster's API server,
+	// on the host's end of this cluster's link: the one address outside
+	// its own cluster the first node lets its pods reach.
+	if err := first.dev.Reach(dev.Node.HostIP()); err != nil {
+		t.Fatal(err)
+	}
 	cs, err := kubernetes.NewForConfig(dev.Cluster.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -228,9 +205,9 @@ func startSecondCluster(t *testing.T, first *stackEnv) *stackEnv {
 
 // startClusterController runs a Terrace controller against dev until the
 // test ends, on free ports of its own.
-func startClusterController(t *testing.T, dev *devcluster.Devnode) {
+func startClusterController(t *testing.T, dev *devcluster.Dev) {
 	t.Helper()
-	ports := freePorts(t, 2)
+	ports := hostPorts(t, dev, 2)
 	mgr, err := operator.NewManager(dev.Cluster.Config, operator.LocalOptions(operatorNamespace, ports[0], ports[1]))
 	if err != nil {
 		t.Fatalf("failed to create the second cluster's controller: %v", err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -289,7 +290,7 @@ func TestManifestRBACRunsAStack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	dev := startOwnDev(ctx, t, "deploy-devnode")
+	dev := startOwnDev(ctx, t, "deploy-rbac")
 	admin := dev.Cluster.Config
 
 	// Everything but the Deployment for real (it would run a second
@@ -348,7 +349,7 @@ func TestManifestRBACRunsAStack(t *testing.T) {
 		return "controller log lines mentioning forbidden:\n" + lastLines(strings.Join(lines, "\n"), 6)
 	}
 
-	ports := freePorts(t, 2)
+	ports := hostPorts(t, dev, 2)
 	opts := operator.LocalOptions(ns, ports[0], ports[1])
 	opts.LeaderElection = true
 	mgr, err := operator.NewManager(asController, opts)
@@ -460,27 +461,6 @@ output "note" { value = terraform_data.note.output }
 	}
 }
 
-// startOwnDev starts a dev cluster for one test, with the CRDs installed
-// and the dev image in its registry, and stops it when the test ends.
-func startOwnDev(ctx context.Context, t *testing.T, nodeName string) *devcluster.Devnode {
-	t.Helper()
-	dev, err := devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
-		Dir:           t.TempDir(),
-		TerraceBinary: terraceBinary,
-		NodeName:      nodeName,
-		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-	})
-	if err != nil {
-		t.Fatalf("failed to start the dev cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := dev.Stop(); err != nil {
-			t.Errorf("failed to stop the dev cluster: %v", err)
-		}
-	})
-	return dev
-}
-
 // dryRunCreate has the API server validate and admit the Deployment, and a
 // pod of its template (the namespace enforces the restricted Pod Security
 // level), without running them.
@@ -568,72 +548,52 @@ func assertIdentity(ctx context.Context, t *testing.T, cfg *rest.Config, user st
 	}
 }
 
-// devnodeAddresses adapts the controller's addresses, and nothing else, to
-// devnode, which has no cluster DNS or Service traffic and shares the
-// host's ports between pods: every server binds the pod's own IP, and the
-// controller advertises its pod IP (in its certificate) instead of the
-// Service name. Only the leader launches runners, so runners reach it.
-func devnodeAddresses(c *corev1.Container) {
-	c.Env = append([]corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}, c.Env...)
-	for i, a := range c.Args {
-		if flag, port, ok := strings.Cut(a, "=:"); ok {
-			c.Args[i] = flag + "=$(POD_IP):" + port
-		}
-	}
-	c.Args = append(c.Args,
-		"--server-ips=$(POD_IP)",
-		"--artifact-base-url=https://$(POD_IP):9443",
-		"--state-server-advertised-url=https://$(POD_IP):9444",
-	)
-}
-
-// TestDeployRunsTheControllerFromTheImage installs config/default on a dev
-// cluster with the image pointed at the cluster's registry, as a user
-// points it at theirs: the Deployment's two replicas run from that image
-// under devnode with leader election, and a Stack goes Ready through them,
-// its runner pod running from the same image. No controller runs in the
-// test process.
+// TestDeployRunsTheControllerFromTheImage installs config/default, as
+// rendered and unchanged, on a dev cluster whose registry serves the image
+// built from this checkout under the tags the manifests name: the
+// Deployment's two replicas run from that image on the real node with
+// leader election, and a Stack goes Ready through them, its runner pod
+// running from the same image and reaching the controller through its
+// Service. No controller runs in the test process.
 func TestDeployRunsTheControllerFromTheImage(t *testing.T) {
 	d := renderDefault(t)
 	runControllerFromImage(t, d.objects, d.controller)
 }
 
 // runControllerFromImage installs objects (a rendering of config/default or
-// of the Helm chart, whose controller Deployment is controller) on a dev
-// cluster of its own with the image pointed at the dev registry, waits for
-// two controller pods running from that image with one leader, and applies
-// a Stack through them whose runner pods run from the same image.
+// of the Helm chart, whose controller Deployment is controller) unchanged on
+// a dev cluster of its own that serves the image under the tags they name,
+// waits for two controller pods running from that image with one leader,
+// and applies a Stack through them whose runner pods run from the same
+// image.
 func runControllerFromImage(t *testing.T, objects []*unstructured.Unstructured, controller *appsv1.Deployment) {
 	t.Helper()
 	ns := controller.Namespace
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	dev := startOwnDev(ctx, t, "deploy-image-devnode")
+	rendered, err := json.Marshal(objects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := devcluster.ManifestImageTags(rendered)
+	if len(tags) != 1 {
+		t.Fatalf("the manifests name the Terrace image with tags %v, want one", tags)
+	}
+	dev := startOwnDev(ctx, t, "deploy-image", tags...)
+	image := devcluster.PublishedRegistry + "/" + devcluster.ImageRepository + ":" + tags[0]
 	admin := dev.Cluster.Config
 	cs := kubernetes.NewForConfigOrDie(admin)
 	c, err := client.New(admin, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pushed, err := remoteDigest(dev.Image)
+	pushed, err := remoteDigest(dev.Registry.Host + "/" + devcluster.ImageRepository + ":" + tags[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	var install []devcluster.Applied
 	for _, o := range objects {
-		if o.GetKind() == "Deployment" {
-			dep := controller.DeepCopy()
-			ctr := &dep.Spec.Template.Spec.Containers[0]
-			ctr.Image = dev.Image // kustomize edit set image, in effect
-			devnodeAddresses(ctr)
-			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dep)
-			if err != nil {
-				t.Fatal(err)
-			}
-			o = &unstructured.Unstructured{Object: obj}
-			o.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
-		}
 		install = append(install, devcluster.Applied{Object: o.DeepCopy(), Source: "the rendered manifests"})
 	}
 	env := &stackEnv{dev: dev, cs: cs, c: c}
@@ -643,8 +603,9 @@ func runControllerFromImage(t *testing.T, objects []*unstructured.Unstructured, 
 	}
 
 	selector := metav1.FormatLabelSelector(controller.Spec.Selector)
-	// The pod's image is <registry>/terrace-dev/terrace:dev; its id names the digest.
-	wantImageID := dev.Image[:strings.LastIndex(dev.Image, ":")] + "@" + pushed
+	// The pod's image is ghcr.io/terrace-dev/terrace:<tag>, pulled from the
+	// dev registry; its id names the digest.
+	wantImageID := image[:strings.LastIndex(image, ":")] + "@" + pushed
 	var podNames []string
 	eventually(t, 3*time.Minute, "two controller pods Ready from the registry image", func() error {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -675,9 +636,9 @@ func runControllerFromImage(t *testing.T, objects []*unstructured.Unstructured, 
 		}
 		return nil
 	})
-	// The Lease's holder is <hostname>_<uuid>, and every devnode pod shares
-	// the host's name: the leader is the pod whose reconcilers started
-	// (they run only on the elected leader).
+	// The Lease's holder is <hostname>_<uuid>, the pod's name: the leader is
+	// that pod, and the only one whose reconcilers started (they run only
+	// on the elected leader).
 	eventually(t, time.Minute, "one controller pod to hold the leader Lease", func() error {
 		lease, err := cs.CoordinationV1().Leases(ns).Get(ctx, "terrace-controller-leader", metav1.GetOptions{})
 		if err != nil {

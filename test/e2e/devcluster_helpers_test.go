@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,30 @@ import (
 // this checkout as terrace-dev/terrace:dev to its loopback registry, and
 // devnode pulls ghcr.io from there.
 const terraceImage = "ghcr.io/terrace-dev/terrace:dev"
+
+// linkListener listens on a free port of the host's end of the shared dev
+// node's link: the host address runner pods reach (the dev node's network
+// reaches nothing else on the host).
+func linkListener(t testing.TB) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(sharedDev(t).Node.HostIP(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// newLinkServer starts an HTTP test server on the link (linkListener),
+// closed when the test ends.
+func newLinkServer(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	_ = srv.Listener.Close()
+	srv.Listener = linkListener(t)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
 
 // eventually polls cond every 100 ms until it returns nil or timeout
 // passes, then fails the test with cond's last error.
@@ -171,6 +196,40 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
+}
+
+// containerPid returns the host PID of the first process of a container
+// (containerd://<id>) on the dev node: the process in the container's
+// cgroup whose parent is not (the shim is outside it).
+func containerPid(containerID string) (int, error) {
+	id := strings.TrimPrefix(containerID, "containerd://")
+	if id == "" || id == containerID {
+		return 0, fmt.Errorf("container id %q is not containerd's", containerID)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	in := map[int]bool{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup")); err == nil && strings.Contains(string(cg), id) {
+			in[pid] = true
+		}
+	}
+	for pid := range in {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			continue
+		}
+		if ppid, _ := parseStat(string(stat)); !in[ppid] {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process in the cgroup of container %s", id)
 }
 
 // processesMentioning lists live processes whose command line contains s.

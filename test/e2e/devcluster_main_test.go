@@ -1,6 +1,7 @@
-// Package e2e runs Terrace end to end on the dev cluster: a real control
-// plane (internal/devcluster), real pods run as processes by devnode, and
-// the terrace binary built once for the whole package.
+// Package e2e runs Terrace end to end on the dev cluster (internal/devcluster):
+// a real control plane and a real node (containerd, runc, the kubelet,
+// kube-proxy, CoreDNS) in namespaces of its own, running the Terrace image
+// built once from this checkout for the whole package.
 package e2e
 
 import (
@@ -16,18 +17,17 @@ import (
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
-// terraceBinary is built from this checkout in TestMain; devnode runs it
-// for every terrace-image container.
+// terraceBinary is built from this checkout in TestMain; the dev clusters
+// build their Terrace image from it.
 var terraceBinary string
 
 // sharedEnv is one dev cluster for the tests that only need pods; it starts
 // on first use and stops when the package's tests end.
 var sharedEnv struct {
 	once sync.Once
-	dev  *devcluster.Devnode
+	dev  *devcluster.Dev
+	dir  string
 	err  error
-	pids []int
-	mu   sync.Mutex
 }
 
 func TestMain(m *testing.M) {
@@ -63,8 +63,9 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// sharedDev returns the package's dev cluster, starting it on first use.
-func sharedDev(t testing.TB) *devcluster.Devnode {
+// sharedDev returns the package's dev cluster (devOptions), starting it on
+// first use.
+func sharedDev(t testing.TB) *devcluster.Dev {
 	t.Helper()
 	sharedEnv.once.Do(func() {
 		tools, err := testenv.FindTools()
@@ -72,21 +73,15 @@ func sharedDev(t testing.TB) *devcluster.Devnode {
 			sharedEnv.err = err
 			return
 		}
-		dir, err := os.MkdirTemp("", "terrace-e2e-dev-")
-		if err != nil {
+		if sharedEnv.dir, err = os.MkdirTemp("", "terrace-e2e-dev-"); err != nil {
 			sharedEnv.err = err
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), devcluster.StartupTimeout)
 		defer cancel()
-		sharedEnv.dev, sharedEnv.err = devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
-			Dir:           dir,
-			BinDir:        tools.KubebuilderAssets,
-			CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-			TerraceBinary: terraceBinary,
-			NodeName:      "e2e-devnode",
-			Profiling:     os.Getenv("TERRACE_BENCH_PROFILE") != "",
-		})
+		opts := devOptions(tools, sharedEnv.dir, "e2e-node")
+		opts.Profiling = os.Getenv("TERRACE_BENCH_PROFILE") != ""
+		sharedEnv.dev, sharedEnv.err = devcluster.StartDev(ctx, opts)
 	})
 	if sharedEnv.err != nil {
 		t.Fatalf("failed to start the dev cluster: %v", sharedEnv.err)
@@ -94,33 +89,73 @@ func sharedDev(t testing.TB) *devcluster.Devnode {
 	return sharedEnv.dev
 }
 
-// rememberPids records processes that must be gone once the shared cluster stops.
-func rememberPids(pids ...int) {
-	sharedEnv.mu.Lock()
-	defer sharedEnv.mu.Unlock()
-	sharedEnv.pids = append(sharedEnv.pids, pids...)
+// devOptions start a dev cluster in dir with the CRDs installed and the
+// Terrace image of this checkout in its registry, under DevTag, its version
+// and tags, with the test provider's mirror baked in (as an air-gapped
+// cluster's runner image carries its providers); the tests run or install
+// the controller themselves.
+func devOptions(tools testenv.Tools, dir, nodeName string, tags ...string) devcluster.DevOptions {
+	return devcluster.DevOptions{
+		Dir:            dir,
+		BinDir:         tools.KubebuilderAssets,
+		CRDDirs:        []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
+		TerraceBinary:  terraceBinary,
+		Tofu:           tools.Tofu,
+		ProviderMirror: tools.ProviderMirror,
+		ImageTags:      tags,
+		NodeName:       nodeName,
+	}
+}
+
+// startOwnDev starts a dev cluster for one test, as sharedDev does (the
+// CRDs installed, the Terrace image in its registry, under tags too) and
+// stops it when the test ends.
+func startOwnDev(ctx context.Context, t *testing.T, nodeName string, tags ...string) *devcluster.Dev {
+	t.Helper()
+	tools, err := testenv.FindTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "terrace-e2e-"+nodeName+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := devcluster.StartDev(ctx, devOptions(tools, dir, nodeName, tags...))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("failed to start the dev cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := dev.Stop(); err != nil {
+			t.Errorf("failed to stop the dev cluster: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dev
 }
 
 // stopSharedDev stops the shared cluster and checks that none of its
-// processes, control plane or pods, outlived it.
+// processes, control plane, node or containers, outlived it.
 func stopSharedDev() error {
 	dev := sharedEnv.dev
 	if dev == nil {
 		return nil
 	}
 	pids := append(dev.Cluster.Pids(), dev.Node.Pids()...)
-	pids = append(pids, sharedEnv.pids...)
-	dir := filepath.Dir(dev.NodeDir)
+	if len(pids) > len(dev.Cluster.Pids()) {
+		// Shims and containers are descendants of the node's init.
+		pids = append(pids, descendants(dev.Node.Pids()[0])...)
+	}
 	if err := dev.Stop(); err != nil {
 		return fmt.Errorf("failed to stop the dev cluster: %w", err)
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	defer func() { _ = os.RemoveAll(sharedEnv.dir) }()
 	for _, pid := range pids {
 		if alive(pid) {
 			return fmt.Errorf("process %d outlived the dev cluster", pid)
 		}
 	}
-	if left := processesMentioning(dir); len(left) > 0 {
+	if left := processesMentioning(sharedEnv.dir); len(left) > 0 {
 		return fmt.Errorf("processes outlived the dev cluster: %v", left)
 	}
 	return nil

@@ -69,8 +69,7 @@ func publishModule(t *testing.T, h *artifactHost, files map[string]string) fluxA
 	h.mu.Lock()
 	h.files["/gitrepository/greeting.tar.gz"] = data
 	h.mu.Unlock()
-	base := strings.Replace(h.srv.URL, "127.0.0.1", fluxArtifactHost, 1)
-	return fluxArtifact{URL: base + "/gitrepository/greeting.tar.gz", Digest: digest, Revision: "main@sha1:" + strings.TrimPrefix(digest, "sha256:")[:40]}
+	return fluxArtifact{URL: h.srv.URL + "/gitrepository/greeting.tar.gz", Digest: digest, Revision: "main@sha1:" + strings.TrimPrefix(digest, "sha256:")[:40]}
 }
 
 // tofuControllerState applies module with vars using real tofu and the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,32 +17,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/scheme"
-	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
-// TestLauncherRunsRealRunnerPods launches runner pods on a dev cluster of
-// its own (real control plane, devnode running the terrace binary, so the
-// node's only processes are this test's runners), calls Health over mutual
-// TLS, and checks that killing the runner process is noticed at once.
+// TestLauncherRunsRealRunnerPods launches runner pods on the dev node from
+// this process, calls Health over mutual TLS at the pod's address, and
+// checks that killing the runner process is noticed at once.
 func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	tofu := testenv.RequireTofu(t)
-
-	dev, err := devcluster.StartDevnode(ctx, devcluster.DevnodeOptions{
-		Dir:           t.TempDir(),
-		TerraceBinary: terraceBinary,
-		CRDDirs:       []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")},
-		PodEnv:        []corev1.EnvVar{{Name: "TERRACE_RUNNER_BINARY_PATH", Value: tofu}},
-	})
-	if err != nil {
-		t.Fatalf("failed to start the dev cluster: %v", err)
-	}
-	t.Cleanup(func() { _ = dev.Stop() })
+	dev := sharedDev(t)
 
 	cs, err := kubernetes.NewForConfig(dev.Cluster.Config)
 	if err != nil {
@@ -62,9 +47,12 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	}
 	stack := &terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns.Name},
-		Spec: terracev1.StackSpec{Source: terracev1.StackSource{
-			URL: "https://example.com/m.tar.gz", Digest: "sha256:" + strings.Repeat("0", 64),
-		}},
+		Spec: terracev1.StackSpec{
+			Source: terracev1.StackSource{URL: "https://example.com/m.tar.gz", Digest: "sha256:" + strings.Repeat("0", 64)},
+			// The launcher under test starts its runs, not the package's
+			// controller.
+			Suspend: true,
+		},
 	}
 	if err := crc.Create(ctx, stack); err != nil {
 		t.Fatal(err)
@@ -99,8 +87,12 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Logf("runner %s ready at %s in %s", run.Pod(), run.PodIP(), run.StartDuration())
-	if ip := net.ParseIP(run.PodIP()); ip == nil || !ip.IsLoopback() {
-		t.Errorf("pod IP %q is not a devnode loopback address", run.PodIP())
+	_, pods, err := net.ParseCIDR(dev.Node.PodCIDR())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := net.ParseIP(run.PodIP()); ip == nil || !pods.Contains(ip) {
+		t.Errorf("pod IP %q is not in the node's pod range %s", run.PodIP(), pods)
 	}
 	callCtx, callCancel := context.WithTimeout(run.Context(), 10*time.Second)
 	defer callCancel()
@@ -109,12 +101,9 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	}
 
 	// Kill the runner process: the run must learn it within seconds.
-	pids := dev.Node.Pids()
-	if len(pids) != 1 {
-		t.Fatalf("devnode runs %d processes, want the one runner", len(pids))
-	}
+	runnerPid := launchedRunnerPid(t, ctx, cs, ns.Name, run.Pod().Name)
 	killed := time.Now()
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(runnerPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -147,6 +136,7 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 	if err := second.Client().Health(second.Context()); err != nil {
 		t.Fatalf("second Health: %v", err)
 	}
+	secondPid := launchedRunnerPid(t, ctx, cs, ns.Name, second.Pod().Name)
 	if err := second.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -154,9 +144,29 @@ func TestLauncherRunsRealRunnerPods(t *testing.T) {
 		_, err := cs.CoreV1().Pods(ns.Name).Get(ctx, second.Pod().Name, metav1.GetOptions{})
 		return err
 	})
-	if pids := dev.Node.Pids(); len(pids) != 0 {
-		t.Errorf("processes still running after Close: %v", pids)
+	if alive(secondPid) {
+		t.Errorf("runner process %d still runs after Close", secondPid)
 	}
+}
+
+// launchedRunnerPid is the host PID of the running runner container of pod.
+func launchedRunnerPid(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod string) int {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range p.Status.ContainerStatuses {
+		if st.State.Running != nil {
+			pid, err := containerPid(st.ContainerID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
+	}
+	t.Fatalf("pod %s has no running container: %+v", pod, p.Status.ContainerStatuses)
+	return 0
 }
 
 func launcherWaitGone(t *testing.T, ctx context.Context, get func(context.Context) error) {

@@ -3,7 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,23 +20,46 @@ import (
 )
 
 // sharedPostgres is one real PostgreSQL for the tests that need it,
-// started on first use and stopped when the package's tests end.
+// started on first use and stopped when the package's tests end. The
+// controller reaches it through its unix socket (url); runner pods, for a
+// Stack's own pg backend, on the host's end of the node's link (tcpURL).
 var sharedPostgres struct {
-	once sync.Once
-	url  string
-	stop func()
-	err  error
+	once        sync.Once
+	url, tcpURL string
+	stop        func()
+	err         error
 }
 
-func postgresURL(t testing.TB) string {
+func startSharedPostgres(t testing.TB) {
 	t.Helper()
 	sharedPostgres.once.Do(func() {
-		sharedPostgres.url, sharedPostgres.stop, sharedPostgres.err = pgtest.StartIn(sharedPostgresDir())
+		if url := os.Getenv(pgtest.EnvURL); url != "" {
+			sharedPostgres.url, sharedPostgres.tcpURL = url, url
+			return
+		}
+		var srv *pgtest.Server
+		srv, sharedPostgres.err = pgtest.StartListening(sharedPostgresDir(), hostPorts(t, sharedDev(t), 1)[0])
+		if sharedPostgres.err == nil {
+			sharedPostgres.url, sharedPostgres.tcpURL, sharedPostgres.stop = srv.URL, srv.TCPURL, srv.Stop
+		}
 	})
 	if sharedPostgres.err != nil {
 		t.Fatal(sharedPostgres.err)
 	}
+}
+
+// postgresURL connects to the shared PostgreSQL from this host.
+func postgresURL(t testing.TB) string {
+	t.Helper()
+	startSharedPostgres(t)
 	return sharedPostgres.url
+}
+
+// postgresRunnerURL connects to the shared PostgreSQL from runner pods.
+func postgresRunnerURL(t testing.TB) string {
+	t.Helper()
+	startSharedPostgres(t)
+	return sharedPostgres.tcpURL
 }
 
 func stopSharedPostgres() {
@@ -52,7 +75,7 @@ func stopSharedPostgres() {
 func TestStackStateMovesWithTheConfiguredBackend(t *testing.T) {
 	e := newStackEnv(t)
 	url := postgresURL(t)
-	path := filepath.Join(t.TempDir(), "managed.txt")
+	path := e.managedFile(t)
 	e.program(t, "files", map[string]string{"main.tf": fileModule})
 	e.create(t, fileStack("moving", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionDisabled))
 	e.waitStack(t, "moving", stackTimeout, "Ready on Secrets", readyAt)

@@ -22,9 +22,10 @@ const clockTick = 10 * time.Millisecond
 
 // cpuTimes is CPU time by part: the control plane's processes by name, the
 // controller process when the benchmark started one, "test process" (this
-// process: devnode, and the controller when it runs here) and "runner
-// pods" (the runners and the tofu they start: reaped children of this
-// process, and those still running).
+// process: the registry, the NetworkPolicy enforcer, and the controller
+// when it runs here), "node" (containerd, the kubelet, kube-proxy and the
+// runc shims) and "pods" (every container of the node, from its cgroup:
+// the runners and the tofu they start, and CoreDNS).
 type cpuTimes map[string]time.Duration
 
 // procCPU reads a process's own CPU time and that of its reaped children.
@@ -67,15 +68,31 @@ func sampleCPU(e *stackEnv) cpuTimes {
 			t["controller process"] = self + children
 		}
 	}
-	if self, children, ok := procCPU(os.Getpid()); ok {
+	if self, _, ok := procCPU(os.Getpid()); ok {
 		t["test process"] = self
-		t["runner pods"] = children
 	}
-	for _, pid := range e.dev.Node.Pids() {
-		if self, children, ok := procCPU(pid); ok {
-			t["runner pods"] += self + children
+	// The node's processes are its init, containerd, the kubelet and
+	// kube-proxy (each forked by nsenter) and their descendants (the shims
+	// reparent to the init), outside the pods' cgroups, which count the
+	// containers; the time of those that ended is lost (shims of finished
+	// pods, little).
+	seen := map[int]bool{}
+	for _, top := range e.dev.Node.Pids() {
+		for _, pid := range append([]int{top}, descendants(top)...) {
+			if seen[pid] {
+				continue
+			}
+			seen[pid] = true
+			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+			if strings.Contains(string(cg), "kubepods") {
+				continue
+			}
+			if self, _, ok := procCPU(pid); ok {
+				t["node"] += self
+			}
 		}
 	}
+	t["pods"] = e.dev.Node.PodsCPU()
 	return t
 }
 

@@ -20,8 +20,9 @@ import (
 	"github.com/terrace-dev/terrace/internal/scheme"
 )
 
-// The benchmark runs the controller inside the test process, with devnode
-// and the runners' supervisor: that process's RSS is not the controller's.
+// The benchmark runs the controller inside the test process, with the dev
+// cluster's registry and NetworkPolicy enforcer: that process's RSS is not
+// the controller's.
 // TERRACE_BENCH_CONTROLLER=process runs the built `terrace controller` as
 // a process of its own instead, with the options startController uses, so
 // the benchmark can report the controller's own peak RSS (VmHWM of its
@@ -54,14 +55,14 @@ func startControllerProcess(b *testing.B) *controllerProcess {
 		b.Fatal(err)
 	}
 	(&stackEnv{dev: dev, c: c}).installOperatorConfig(b)
-	ports := freePorts(b, 3)
+	ports := hostPorts(b, dev, 3)
 	local := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	args := []string{"controller",
 		"--kubeconfig", dev.KubeconfigPath, "--namespace", operatorNamespace, "--leader-elect=false",
-		// Plain HTTP on loopback: the benchmark reads the metrics without a token.
-		"--metrics-addr", ports[2], "--metrics-secure=false", "--health-addr", "0", "--server-ips", "127.0.0.1", "--image", local.Image,
+		// Plain HTTP on the link: the benchmark reads the metrics without a token.
+		"--metrics-addr", ports[2], "--metrics-secure=false", "--health-addr", "0", "--server-ips", dev.Node.HostIP(), "--image", local.Image,
 		// The benchmark's Stacks share one namespace: all of its runs at once.
-		"--max-concurrent-runs", strconv.Itoa(benchConcurrency), "--max-runs-per-namespace", strconv.Itoa(benchConcurrency), "--source-artifact-hosts", fluxArtifactHost,
+		"--max-concurrent-runs", strconv.Itoa(benchConcurrency), "--max-runs-per-namespace", strconv.Itoa(benchConcurrency), "--source-artifact-hosts", dev.Node.HostIP(),
 		"--artifact-bind-address", ports[0], "--artifact-base-url", local.Artifact.BaseURL,
 		"--state-server-bind-address", ports[1], "--state-server-advertised-url", local.State.AdvertisedURL,
 		// The in-process controller's client limits (the dev cluster's config).

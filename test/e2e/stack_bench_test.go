@@ -94,6 +94,10 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	directCPU = childrenCPU() - directCPU
 	e := newStackEnv(b)
 	defer e.removeStacks(b) // before the next iteration, with -benchtime Nx too
+	var logs *podLogCollector
+	if n == 1 {
+		logs = collectPodLogs(b, e.cs, e.ns, "runner")
+	}
 	e.prepareBench(b, warm)
 	e.programReady(b)
 	calls, kinds := controllerRequests.Load(), requestKinds.snapshot()
@@ -144,7 +148,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		}
 	}
 	if n == 1 {
-		reportTofuShare(b, logRunnerLog(b, e, warm > 0), terrace, direct)
+		reportTofuShare(b, logRunnerLog(b, e, logs, warm > 0), terrace, direct)
 		logRunPhases(b, e)
 	}
 }
@@ -223,34 +227,26 @@ func logRunPhases(b *testing.B, e *stackEnv) {
 }
 
 // logRunnerLog logs what the runner of the first Stack's last run printed
-// (devnode keeps the logs of deleted pods): "serving", then each operation
-// and phase with its duration; a warm runner's log is that of the warm pod
-// its run claimed. Only the run status.lastRun names: a retried run's
-// earlier pod would count its tofu twice. It returns the lines it logged.
-func logRunnerLog(b *testing.B, e *stackEnv, warm bool) []string {
+// (from logs, which followed the namespace's runner pods): "serving", then
+// each operation and phase with its duration; a warm runner's log is that
+// of the warm pod its run claimed. Only the run status.lastRun names: a
+// retried run's earlier pod would count its tofu twice. It returns the
+// lines it logged.
+func logRunnerLog(b *testing.B, e *stackEnv, logs *podLogCollector, warm bool) []string {
 	b.Helper()
 	run := e.getStack(b, "s0").Status.LastRun
-	pattern := e.ns + "_" + launcher.PodName("s0", run) + "_*"
+	pod := launcher.PodName("s0", run)
 	if warm {
-		pattern = e.ns + "_" + launcher.WarmPodName(run) + "_*"
+		pod = launcher.WarmPodName(run)
 	}
-	files, _ := filepath.Glob(filepath.Join(e.dev.NodeDir, "logs", pattern, "runner", "*.log"))
-	var logged []string
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			b.Fatal(err)
+	var kept []string
+	for _, line := range strings.Split(logs.get(pod), "\n") {
+		if strings.Contains(line, "serving") || strings.Contains(line, "claimed") || strings.Contains(line, "operation") || strings.Contains(line, "phase") {
+			kept = append(kept, line)
 		}
-		var kept []string
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.Contains(line, "serving") || strings.Contains(line, "claimed") || strings.Contains(line, "operation") || strings.Contains(line, "phase") {
-				kept = append(kept, line)
-			}
-		}
-		b.Logf("runner log %s:\n%s", filepath.Base(filepath.Dir(filepath.Dir(f))), strings.Join(kept, "\n"))
-		logged = append(logged, kept...)
 	}
-	return logged
+	b.Logf("runner log of pod %s:\n%s", pod, strings.Join(kept, "\n"))
+	return kept
 }
 
 // directApplies runs tofu init && apply n times, parallel at most par, and

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -36,10 +35,7 @@ output "host_port" { value = var.host_port }
 func TestStackHealthChecks(t *testing.T) {
 	e := newStackEnv(t)
 	var healthy atomic.Bool
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := linkListener(t)
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" || !healthy.Load() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)

@@ -102,8 +102,8 @@ type fluxArtifact struct {
 }
 
 // artifactHost serves module tarballs over HTTP, as source-controller
-// serves its artifacts. Its URLs name it fluxArtifactHost, the one host
-// the tests' controller downloads Flux artifacts from.
+// serves its artifacts, on the node's link: the one host the tests'
+// controller lets runners download Flux artifacts from.
 type artifactHost struct {
 	srv   *httptest.Server
 	mu    sync.Mutex
@@ -112,7 +112,7 @@ type artifactHost struct {
 
 func newArtifactHost(t testing.TB) *artifactHost {
 	h := &artifactHost{files: map[string][]byte{}}
-	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h.srv = newLinkServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		data, ok := h.files[r.URL.Path]
 		h.mu.Unlock()
@@ -122,7 +122,6 @@ func newArtifactHost(t testing.TB) *artifactHost {
 		}
 		_, _ = w.Write(data)
 	}))
-	t.Cleanup(h.srv.Close)
 	return h
 }
 
@@ -148,8 +147,7 @@ output "release" { value = terraform_data.release.output }
 	if kind != "GitRepository" {
 		revision = "latest@" + digest
 	}
-	base := strings.Replace(h.srv.URL, "127.0.0.1", fluxArtifactHost, 1)
-	return fluxArtifact{URL: base + path, Digest: digest, Revision: revision}
+	return fluxArtifact{URL: h.srv.URL + path, Digest: digest, Revision: revision}
 }
 
 // createFluxSource creates a Flux source object, with status.artifact when

@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +21,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/devcluster"
+	"github.com/terrace-dev/terrace/internal/image"
 	"github.com/terrace-dev/terrace/internal/operator"
 	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/scheme"
@@ -30,11 +30,6 @@ import (
 
 // operatorNamespace holds the controller's CA and the default TerraceConfig.
 const operatorNamespace = "terrace-system"
-
-// fluxArtifactHost is the host the tests' controller allows Flux
-// artifacts from (--source-artifact-hosts): a name for the loopback
-// address, so a URL on 127.0.0.1 is a host the controller refuses.
-const fluxArtifactHost = "localhost"
 
 // controllerLog collects everything every controller started by the tests
 // logs (runner lines included), to check that no secret ever reaches it.
@@ -61,7 +56,7 @@ type controller struct {
 // stackEnv is what a Stack test needs: the dev cluster, clients, a
 // controller and a namespace of its own.
 type stackEnv struct {
-	dev *devcluster.Devnode
+	dev *devcluster.Dev
 	cs  kubernetes.Interface
 	c   client.Client
 	ns  string
@@ -115,12 +110,12 @@ func (e *stackEnv) installOperatorConfig(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Runner pods run tofu from the image, as in a cluster; only the test
-	// provider comes from the host.
+	// Runner pods run tofu from the image, as in a cluster, and install
+	// the test provider from the mirror baked into it (devOptions).
 	testenv.RequireTofu(t)
 	var env []corev1.EnvVar
-	if _, err := os.Stat(tools.ProviderMirror); err == nil {
-		env = append(env, corev1.EnvVar{Name: "TERRACE_PROVIDER_MIRROR", Value: tools.ProviderMirror})
+	if tools.ProviderMirror != "" {
+		env = append(env, corev1.EnvVar{Name: "TERRACE_PROVIDER_MIRROR", Value: image.ProviderMirrorDir})
 	}
 	cfg := &terracev1.TerraceConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName, Namespace: operatorNamespace},
@@ -133,14 +128,15 @@ func (e *stackEnv) installOperatorConfig(t testing.TB) {
 
 // startController runs the controller until stopController or the end of
 // the package's tests.
-func startController(t testing.TB, dev *devcluster.Devnode) *controller {
+func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	t.Helper()
-	ports := freePorts(t, 2)
+	ports := hostPorts(t, dev, 2)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	opts.MaxConcurrentRuns = 8
-	// Flux artifacts come from the tests' artifactHost, as from
-	// source-controller; every other host stays refused (tenancy tests).
-	opts.SourceArtifactHosts = []string{fluxArtifactHost}
+	// Flux artifacts come from the tests' artifact server on the node's
+	// link, as from source-controller's Service; every other host stays
+	// refused (tenancy tests).
+	opts.SourceArtifactHosts = []string{dev.Node.HostIP()}
 	// Namespace configs of these tests may use the shared PostgreSQL, as an
 	// operator would allow its database server.
 	opts.PostgresAllowedHosts = []string{sharedPostgresHost(t)}
@@ -155,7 +151,7 @@ func startController(t testing.TB, dev *devcluster.Devnode) *controller {
 }
 
 // restartController stops the running controller and starts a new one.
-func restartController(t *testing.T, dev *devcluster.Devnode) {
+func restartController(t *testing.T, dev *devcluster.Dev) {
 	t.Helper()
 	stackCtl.mu.Lock()
 	defer stackCtl.mu.Unlock()
@@ -173,16 +169,17 @@ func restartController(t *testing.T, dev *devcluster.Devnode) {
 	stackCtl.ctrl = startController(t, dev)
 }
 
-func freePorts(t testing.TB, n int) []string {
+// hostPorts returns n free addresses on the host's end of the node's link,
+// where runner pods reach servers of this process.
+func hostPorts(t testing.TB, dev *devcluster.Dev, n int) []string {
 	t.Helper()
+	ports, err := devcluster.FreePorts(dev.Node.HostIP(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = l.Close() }()
-		addrs = append(addrs, l.Addr().String())
+	for _, p := range ports {
+		addrs = append(addrs, net.JoinHostPort(dev.Node.HostIP(), fmt.Sprint(p)))
 	}
 	return addrs
 }
@@ -201,20 +198,7 @@ func (e *stackEnv) create(t testing.TB, obj client.Object) {
 // only when the runner's ServiceAccount may.
 func (e *stackEnv) allowRunnerToRead(t testing.TB, secrets ...string) {
 	t.Helper()
-	name := "read-" + strings.Join(secrets, ".")
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: secrets},
-	}}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: e.ns}},
-	}
-	for _, obj := range []client.Object{role, binding} {
-		if err := e.c.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("failed to create %T %s: %v", obj, name, err)
-		}
-	}
+	e.allowRunnerToGet(t, "secrets", secrets...)
 }
 
 // update changes a Stack with retries on conflict.

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,20 +44,6 @@ resource "testfile_file" "managed" {
 output "path" { value = testfile_file.managed.path }
 `
 
-func fileStack(name, path string, approve string, mode terracev1.DriftDetectionMode) *terracev1.Stack {
-	return &terracev1.Stack{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: terracev1.StackSpec{
-			Source:         terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "files"}},
-			Vars:           map[string]apiextensionsv1.JSON{"path": {Raw: []byte(strconv.Quote(path))}},
-			ApprovePlan:    approve,
-			Interval:       &metav1.Duration{Duration: 3 * time.Second},
-			DriftDetection: &terracev1.DriftDetection{Mode: mode},
-			RetryInterval:  &metav1.Duration{Duration: 2 * time.Second},
-		},
-	}
-}
-
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -71,7 +55,7 @@ func readFile(t *testing.T, path string) string {
 
 func TestStackDriftRepairedUnderAuto(t *testing.T) {
 	e := newStackEnv(t)
-	path := filepath.Join(t.TempDir(), "managed.txt")
+	path := e.managedFile(t)
 	e.program(t, "files", map[string]string{"main.tf": fileModule})
 	e.create(t, fileStack("drift", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionEnabled))
 	e.waitStack(t, "drift", stackTimeout, "Ready", readyAt)
@@ -106,7 +90,7 @@ func TestStackDriftRepairedUnderAuto(t *testing.T) {
 
 func TestStackDriftOnlyReportedUnderWarn(t *testing.T) {
 	e := newStackEnv(t)
-	path := filepath.Join(t.TempDir(), "managed.txt")
+	path := e.managedFile(t)
 	e.program(t, "files", map[string]string{"main.tf": fileModule})
 	e.create(t, fileStack("drift", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionWarn))
 	e.waitStack(t, "drift", stackTimeout, "Ready", readyAt)
@@ -132,7 +116,7 @@ func TestStackDriftOnlyReportedUnderWarn(t *testing.T) {
 
 func TestStackDestroyOnDelete(t *testing.T) {
 	e := newStackEnv(t)
-	path := filepath.Join(t.TempDir(), "managed.txt")
+	path := e.managedFile(t)
 	e.program(t, "files", map[string]string{"main.tf": fileModule})
 	s := fileStack("gone", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionDisabled)
 	s.Spec.DestroyOnDelete = true
@@ -223,9 +207,10 @@ func (e *stackEnv) stateOf(t *testing.T, stack string) (*state.State, *state.Loc
 	return st, lock
 }
 
-// runnerPid finds the process of the runner pod of the Stack's run runID
-// once it runs. It matches the run's label, not only the Stack's, and skips
-// pods being deleted: a finished run's pod can still have a live process.
+// runnerPid finds the host PID of the runner container of the Stack's run
+// runID once it runs. It matches the run's label, not only the Stack's, and
+// skips pods being deleted: a finished run's pod can still have a live
+// process.
 func (e *stackEnv) runnerPid(t *testing.T, stack, runID string) int {
 	t.Helper()
 	var pid int
@@ -238,15 +223,15 @@ func (e *stackEnv) runnerPid(t *testing.T, stack, runID string) int {
 			if p.DeletionTimestamp != nil {
 				continue
 			}
-			for _, candidate := range e.dev.Node.Pids() {
-				env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(candidate), "environ"))
-				if err == nil && strings.Contains(string(env), "POD_NAME="+p.Name+"\x00") {
-					pid = candidate
-					return nil
+			for _, st := range p.Status.ContainerStatuses {
+				if st.Name == "runner" && st.State.Running != nil {
+					var err error
+					pid, err = containerPid(st.ContainerID)
+					return err
 				}
 			}
 		}
-		return fmt.Errorf("no runner process yet")
+		return fmt.Errorf("no runner container running yet")
 	})
 	return pid
 }

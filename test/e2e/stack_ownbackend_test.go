@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,8 +72,8 @@ func TestStackKeepsStateInItsOwnPgBackend(t *testing.T) {
 	e := newStackEnv(t)
 	url := postgresURL(t)
 	schema := "own_" + strings.ReplaceAll(e.ns, "-", "_")
-	path := filepath.Join(t.TempDir(), "managed.txt")
-	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg-backend"}, StringData: map[string]string{"conn_str": url}})
+	path := e.managedFile(t)
+	e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg-backend"}, StringData: map[string]string{"conn_str": postgresRunnerURL(t)}})
 	e.allowRunnerToRead(t, "pg-backend")
 	e.program(t, "files", map[string]string{"main.tf": fileModule})
 	e.create(t, pgBackendStack("own", path, schema, "", terracev1.DriftDetectionWarn))
@@ -152,7 +151,7 @@ func TestStackKeepsStateInItsOwnPgBackend(t *testing.T) {
 func TestStackOwnBackendRefusals(t *testing.T) {
 	e := newStackEnv(t)
 	e.program(t, "files", map[string]string{"main.tf": fileModule})
-	path := filepath.Join(t.TempDir(), "managed.txt")
+	path := e.managedFile(t)
 
 	e.create(t, pgBackendStack("nocreds", path, "own_nocreds", terracev1.ApprovePlanAuto, terracev1.DriftDetectionDisabled))
 	st := e.waitStack(t, "nocreds", stackTimeout, "Stalled: no access to the credentials", conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "BackendCredentialsForbidden"))

@@ -254,7 +254,7 @@ func TestStackRunOptionsRefuseEscapes(t *testing.T) {
 // not read the world, so a file edited by hand is not drift.
 func TestStackRefreshFalseDoesNotSeeDrift(t *testing.T) {
 	e := newStackEnv(t)
-	path := filepath.Join(t.TempDir(), "managed.txt")
+	path := e.managedFile(t)
 	e.program(t, "files", map[string]string{"main.tf": fileModule})
 	st := fileStack("norefresh", path, terracev1.ApprovePlanAuto, terracev1.DriftDetectionEnabled)
 	st.Spec.Refresh = ptr.To(false)

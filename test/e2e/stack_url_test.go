@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -22,10 +21,9 @@ func TestStackFromURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newLinkServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(tarball)
 	}))
-	t.Cleanup(srv.Close)
 
 	good := &terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Name: "from-url"},

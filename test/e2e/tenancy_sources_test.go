@@ -75,6 +75,8 @@ func newInternalEndpoint(t *testing.T) *internalEndpoint {
 			ep.fromUs++
 		}
 	}
+	_ = ep.srv.Listener.Close()
+	ep.srv.Listener = linkListener(t)
 	ep.srv.Start()
 	t.Cleanup(ep.srv.Close)
 	return ep

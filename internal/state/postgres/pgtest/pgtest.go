@@ -33,6 +33,31 @@ func StartIn(dir string) (url string, stop func(), err error) {
 	if url := os.Getenv(EnvURL); url != "" {
 		return url, func() {}, nil
 	}
+	s, err := startServer(dir, "")
+	if err != nil {
+		return "", nil, err
+	}
+	return s.URL, s.Stop, nil
+}
+
+// Server is a throwaway PostgreSQL started by StartListening.
+type Server struct {
+	// URL connects through the unix socket in the server's directory;
+	// TCPURL through the TCP address it listens on.
+	URL, TCPURL string
+	// Stop stops the server and removes its directory.
+	Stop func()
+}
+
+// StartListening starts a throwaway server in dir ("" for a new one) that
+// also listens on the TCP address listen (IP:port) and trusts every client
+// reaching it there: for clients in network namespaces of their own, such
+// as the dev node's pods, on an address only they reach.
+func StartListening(dir, listen string) (*Server, error) {
+	return startServer(dir, listen)
+}
+
+func startServer(dir, listen string) (*Server, error) {
 	script := filepath.Join(testenv.RepoRoot(), "hack", "postgres.sh")
 	var stderr bytes.Buffer
 	args := []string{script, "start"}
@@ -41,9 +66,12 @@ func StartIn(dir string) (url string, stop func(), err error) {
 	}
 	cmd := exec.Command("bash", args...)
 	cmd.Stderr = &stderr
+	if listen != "" {
+		cmd.Env = append(os.Environ(), "TERRACE_POSTGRES_LISTEN="+listen)
+	}
 	out, err := cmd.Output()
 	if err != nil {
-		return "", nil, fmt.Errorf("failed to start PostgreSQL with hack/postgres.sh: %w: %s", err, stderr.String())
+		return nil, fmt.Errorf("failed to start PostgreSQL with hack/postgres.sh: %w: %s", err, stderr.String())
 	}
 	vars := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -53,10 +81,13 @@ func StartIn(dir string) (url string, stop func(), err error) {
 		}
 	}
 	url, started := vars["TERRACE_TEST_POSTGRES_URL"], vars["TERRACE_TEST_POSTGRES_DIR"]
-	if url == "" || started == "" {
-		return "", nil, fmt.Errorf("hack/postgres.sh printed no URL: %s", out)
+	if url == "" || started == "" || listen != "" && vars["TERRACE_TEST_POSTGRES_TCP_URL"] == "" {
+		return nil, fmt.Errorf("hack/postgres.sh printed no URL: %s", out)
 	}
-	return url, func() { _ = exec.Command("bash", script, "stop", started).Run() }, nil
+	return &Server{
+		URL: url, TCPURL: vars["TERRACE_TEST_POSTGRES_TCP_URL"],
+		Stop: func() { _ = exec.Command("bash", script, "stop", started).Run() },
+	}, nil
 }
 
 // Main is a TestMain body for packages that need only PostgreSQL.
