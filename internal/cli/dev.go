@@ -23,7 +23,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/terrace-dev/terrace/internal/devcluster"
-	"github.com/terrace-dev/terrace/internal/devnode"
 	"github.com/terrace-dev/terrace/internal/image"
 	"github.com/terrace-dev/terrace/internal/operator"
 )
@@ -83,7 +82,7 @@ func newDevCommand() *cobra.Command {
 	f.StringVar(&o.providerMirror, "runner-provider-mirror", os.Getenv("TERRACE_PROVIDER_MIRROR"), "with --controller-process: a provider mirror directory baked into the image, from which runner pods install providers [TERRACE_PROVIDER_MIRROR]")
 	f.IntVarP(&o.verbose, "verbose", "v", 0, "also print the log on stderr, at this verbosity (-v is 1); it is always in <dir>/"+devLogName)
 	f.Lookup("verbose").NoOptDefVal = "1"
-	cmd.AddCommand(newDevLogsCommand(), newDevPodFixtureCommand())
+	cmd.AddCommand(newDevPodFixtureCommand())
 	return cmd
 }
 
@@ -117,7 +116,7 @@ func devLogger(w io.Writer, verbosity int) logr.Logger {
 }
 
 // devLogName is the file in the dev directory that receives the full log
-// of the control plane, devnode and controller (truncated on start).
+// of the control plane, the node and the controller (truncated on start).
 const devLogName = "terrace-dev.log"
 
 // openDevLog creates dir and its log file. The log goes only to the file
@@ -274,51 +273,3 @@ func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, ho
 	return operator.Run(ctx, cfg, opts)
 }
 
-func newDevLogsCommand() *cobra.Command {
-	var (
-		dir, namespace, container string
-		follow, previous          bool
-	)
-	cmd := &cobra.Command{
-		Use:   "logs POD",
-		Short: "Print the log of a pod's container run by terrace dev",
-		Long: "Reads <dir>/node/logs/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log, which stays after the pod\n" +
-			"is deleted (until the next terrace dev start). `kubectl logs` works too while the cluster runs.",
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := devnode.FindLog(filepath.Join(dir, "node", "logs"), namespace, args[0], container, previous)
-			if err != nil {
-				return err
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			ticker := time.NewTicker(200 * time.Millisecond)
-			defer ticker.Stop()
-			for {
-				if _, err := io.Copy(cmd.OutOrStdout(), f); err != nil {
-					return err
-				}
-				if !follow {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-ticker.C:
-				}
-			}
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&dir, "dir", defaultDevDir(), "the terrace dev directory")
-	f.StringVarP(&namespace, "namespace", "n", corev1.NamespaceDefault, "the pod's namespace")
-	f.StringVarP(&container, "container", "c", "", "container name (default: the pod's only container)")
-	f.BoolVarP(&follow, "follow", "f", false, "keep printing what is appended")
-	f.BoolVarP(&previous, "previous", "p", false, "the run before the latest one")
-	return cmd
-}
