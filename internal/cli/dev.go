@@ -272,4 +272,3 @@ func runDevController(ctx context.Context, cfg *rest.Config, log logr.Logger, ho
 	log.Info("starting the Terrace controller", "namespace", opts.Namespace, "artifactServer", opts.Artifact.BaseURL, "stateServer", opts.State.AdvertisedURL)
 	return operator.Run(ctx, cfg, opts)
 }
-
