@@ -5,7 +5,9 @@
 #
 #   hack/install-deps.sh test   protoc (make generate/verify), PostgreSQL (the
 #                               postgres store's tests), git, chromium (the
-#                               console's browser tests, driven by chromedp)
+#                               console's browser tests, driven by chromedp),
+#                               a static busybox (the shell the end-to-end
+#                               tests' image gives local-exec provisioners)
 #   hack/install-deps.sh demo   git (version stamping), and what the dev
 #                               cluster's node runs besides the binaries `make
 #                               tools` builds from Go modules: runc (containers),
@@ -29,6 +31,7 @@ case "$profile" in
     command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
     compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
     command -v chromium >/dev/null 2>&1 || need+=(chromium)
+    [ -e /usr/share/doc/busybox-static ] || need+=(busybox-static)
     ;;
   demo) ;;
   *) echo "install-deps.sh: unknown profile '$profile' (want test or demo)" >&2; exit 2 ;;

@@ -44,6 +44,9 @@ type DevOptions struct {
 	// the image (image.ProviderMirrorDir), as an air-gapped cluster's
 	// runner image would carry one.
 	ProviderMirror string
+	// Shell, when set, is a static busybox the image gets as /bin/sh, for
+	// modules whose local-exec provisioners run shell commands.
+	Shell string
 	// ImageTags are more tags the image is pushed under, such as those of
 	// manifests the caller applies itself (ManifestImageTags).
 	ImageTags []string

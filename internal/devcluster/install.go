@@ -45,7 +45,7 @@ func (d *Dev) pushImage(ctx context.Context, opts DevOptions, manifests []byte) 
 		}
 	}
 	begin := time.Now()
-	src := DevImage{Terrace: opts.TerraceBinary, Tofu: tofu, ProviderMirror: opts.ProviderMirror}
+	src := DevImage{Terrace: opts.TerraceBinary, Tofu: tofu, ProviderMirror: opts.ProviderMirror, Shell: opts.Shell}
 	if _, err := d.Registry.PushDevImage(ctx, src, tags...); err != nil {
 		return err
 	}

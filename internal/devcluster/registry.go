@@ -110,6 +110,8 @@ func (r *Registry) Stop() error {
 type DevImage struct {
 	Terrace, Tofu  string
 	ProviderMirror string
+	// Shell is a static busybox giving the image /bin/sh (image.Platform.Shell).
+	Shell string
 }
 
 // PushDevImage builds the image of the host's platform from src
@@ -131,7 +133,7 @@ func (r *Registry) PushDevImage(ctx context.Context, src DevImage, tags ...strin
 		}
 		tags = []string{DevTag, own, "latest"}
 	}
-	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: src.Terrace, Tofu: src.Tofu, ProviderMirror: src.ProviderMirror}
+	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH, Terrace: src.Terrace, Tofu: src.Tofu, ProviderMirror: src.ProviderMirror, Shell: src.Shell}
 	// The lean runner binary beside terrace (make build puts it there),
 	// if it was built from the same source; else the image links
 	// terrace-runner to terrace.

@@ -70,6 +70,12 @@ type Platform struct {
 	// cluster's tests) gives runners providers without a registry.
 	// Optional.
 	ProviderMirror string
+	// Shell is the host path of a static busybox, installed as /bin/busybox
+	// with /bin/sh and its other commands linked to it, in a layer of its
+	// own: Terrace's image has no shell, and local-exec provisioners run
+	// /bin/sh, so an image for such modules adds one (the end-to-end
+	// tests' does). Optional.
+	Shell string
 }
 
 // String is the platform in os/arch form.
@@ -173,6 +179,17 @@ func buildImage(opts Options, p Platform, base v1.Layer) (v1.Image, error) {
 			return nil, err
 		}
 		layers = append(layers, mutate.Addendum{Layer: mirror, History: history(created, "provider mirror")})
+	}
+	if p.Shell != "" {
+		shell, err := shellFiles(p.Shell)
+		if err != nil {
+			return nil, err
+		}
+		layer, err := shell.withParents().layer(created, opts.level())
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, mutate.Addendum{Layer: layer, History: history(created, "busybox shell")})
 	}
 	layers = append(layers, mutate.Addendum{Layer: terrace, History: history(created, "terrace "+opts.Version)})
 	img, err = mutate.Append(img, layers...)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -128,7 +129,11 @@ func treeFiles(root, name string) (layerFiles, error) {
 		case info.IsDir():
 			files = append(files, entry{name: target, dir: true, mode: 0o755})
 		case info.Mode().IsRegular():
-			files = append(files, entry{name: target, mode: 0o644 | int64(info.Mode().Perm()&0o111), hostPath: p})
+			mode := int64(0o644)
+			if info.Mode().Perm()&0o111 != 0 {
+				mode = 0o755 // executable by the image's user, whoever owned it here
+			}
+			files = append(files, entry{name: target, mode: mode, hostPath: p})
 		default:
 			return fmt.Errorf("%s is neither a file nor a directory", p)
 		}
@@ -136,6 +141,25 @@ func treeFiles(root, name string) (layerFiles, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to read %s: %w", root, err)
+	}
+	return files, nil
+}
+
+// shellFiles are /bin/busybox from the host's static busybox and a link in
+// /bin for each command it lists (sh among them).
+func shellFiles(busybox string) (layerFiles, error) {
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("failed to list the commands of %s: %w", busybox, err)
+	}
+	files := layerFiles{{name: "bin/busybox", mode: 0o755, hostPath: busybox}}
+	for _, cmd := range strings.Fields(string(out)) {
+		if cmd != "busybox" && !strings.Contains(cmd, "/") {
+			files = append(files, entry{name: "bin/" + cmd, mode: 0o777, linkTo: "busybox"})
+		}
+	}
+	if len(files) < 2 {
+		return nil, fmt.Errorf("%s lists no commands", busybox)
 	}
 	return files, nil
 }

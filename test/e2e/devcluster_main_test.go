@@ -89,11 +89,16 @@ func sharedDev(t testing.TB) *devcluster.Dev {
 	return sharedEnv.dev
 }
 
+// busybox is Debian's static busybox (hack/install-deps.sh installs it):
+// the shell the tests' modules run in local-exec provisioners.
+const busybox = "/bin/busybox"
+
 // devOptions start a dev cluster in dir with the CRDs installed and the
 // Terrace image of this checkout in its registry, under DevTag, its version
-// and tags, with the test provider's mirror baked in (as an air-gapped
-// cluster's runner image carries its providers); the tests run or install
-// the controller themselves.
+// and tags, with the test provider's mirror and a shell baked in (as a
+// team's runner image FROM Terrace's carries its providers and the tools
+// its provisioners run); the tests run or install the controller
+// themselves.
 func devOptions(tools testenv.Tools, dir, nodeName string, tags ...string) devcluster.DevOptions {
 	return devcluster.DevOptions{
 		Dir:            dir,
@@ -102,6 +107,7 @@ func devOptions(tools testenv.Tools, dir, nodeName string, tags ...string) devcl
 		TerraceBinary:  terraceBinary,
 		Tofu:           tools.Tofu,
 		ProviderMirror: tools.ProviderMirror,
+		Shell:          busybox,
 		ImageTags:      tags,
 		NodeName:       nodeName,
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -72,4 +73,41 @@ func TestRunnerKilledByTheOOMKillerEndsInAClearCondition(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRunnerPastItsActiveDeadlineEndsInAClearCondition: the kubelet stops a
+// runner pod at its activeDeadlineSeconds (the backstop that ends a run
+// whose controller is gone). Here the running pod's deadline is shortened
+// to have the kubelet act now: the Stack reports the kubelet's reason,
+// keeps its state, and the retry applies the change.
+func TestRunnerPastItsActiveDeadlineEndsInAClearCondition(t *testing.T) {
+	e, before, _ := slowRunInProgress(t, "4")
+	run := e.getStack(t, "slow").Status.CurrentRun
+	var pods corev1.PodList
+	if err := e.c.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{"terrace.dev/stack": "slow", "terrace.dev/run": run}); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the run's pods: %v, %v", len(pods.Items), err)
+	}
+	pod := &pods.Items[0]
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](1)
+	if err := e.c.Patch(context.Background(), pod, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the Stack or its events to name the kubelet's DeadlineExceeded", func() error {
+		var events corev1.EventList
+		if err := e.c.List(context.Background(), &events, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Kind == "Stack" && strings.Contains(ev.Message, "DeadlineExceeded") {
+				t.Logf("event %s: %s", ev.Reason, ev.Message)
+				return nil
+			}
+		}
+		if text := conditionsText(e.getStack(t, "slow")); strings.Contains(text, "DeadlineExceeded") {
+			return nil
+		}
+		return fmt.Errorf("no Stack event or condition names DeadlineExceeded among %d events", len(events.Items))
+	})
+	e.assertRecovered(t, before, "4")
 }
