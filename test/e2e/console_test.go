@@ -234,13 +234,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	})
 
 	t.Run("live log", func(t *testing.T) {
-		release := filepath.Join(t.TempDir(), "release")
+		release := filepath.Join(e.runnerDir(t), "release")
 		e.program(t, "slow", map[string]string{"main.tf": liveLogModule})
-		slow := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "slow"}, Spec: terracev1.StackSpec{
+		slow := withRunnerDir(&terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "slow"}, Spec: terracev1.StackSpec{
 			Source:      terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "slow"}},
 			Vars:        map[string]apiextensionsv1.JSON{"release": {Raw: []byte(strconv.Quote(release))}},
 			ApprovePlan: terracev1.ApprovePlanAuto,
-		}}
+		}}, filepath.Dir(release))
 		e.create(t, slow)
 		tb := b.tab()
 		signIn(tb, base, admin)

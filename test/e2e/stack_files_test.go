@@ -20,17 +20,23 @@ import (
 )
 
 // filesClaim is the PersistentVolumeClaim, in each test namespace that asks
-// for one (managedFile), of the host directory the test provider's files
-// live in.
+// for one (runnerDir), of the host directory runners share with the test.
 const filesClaim = "files"
 
 // managedFile returns the path of a file the test provider may manage for
-// the namespace's Stacks: a host directory the test reads and edits, given
-// to runner pods (single-use, each with a root of its own) as a volume at
-// the same path, the way a Stack mounts a claim: a hostPath
-// PersistentVolume the administrator (this test) creates, bound to the
-// namespace's claim, which the runner's ServiceAccount may get.
+// the namespace's Stacks, in the runnerDir.
 func (e *stackEnv) managedFile(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(e.runnerDir(t), "managed.txt")
+}
+
+// runnerDir returns a host directory the test reads and writes, which the
+// namespace's runner pods (single-use, each with a root of its own) see at
+// the same path once a Stack mounts it (withRunnerDir), the way a Stack
+// mounts a claim: a hostPath PersistentVolume the administrator (this test)
+// creates, bound to the namespace's claim, which the runner's
+// ServiceAccount may get. One per test namespace.
+func (e *stackEnv) runnerDir(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "files")
 	// The runner runs as 65532; the directory is the test's.
@@ -80,14 +86,26 @@ func (e *stackEnv) managedFile(t testing.TB) string {
 		}
 		return nil
 	})
-	return filepath.Join(dir, "managed.txt")
+	return dir
+}
+
+// withRunnerDir has s's runner pods mount the runnerDir dir (at the same
+// path).
+func withRunnerDir(s *terracev1.Stack, dir string) *terracev1.Stack {
+	if s.Spec.Runner == nil {
+		s.Spec.Runner = &terracev1.RunnerPodTemplate{}
+	}
+	s.Spec.Runner.Volumes = append(s.Spec.Runner.Volumes, corev1.Volume{Name: "files", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: filesClaim},
+	}})
+	s.Spec.Runner.VolumeMounts = append(s.Spec.Runner.VolumeMounts, corev1.VolumeMount{Name: "files", MountPath: dir})
+	return s
 }
 
 // fileStack is a Stack of the files Program managing path (from
-// managedFile), whose runner mounts the files claim at path's directory.
+// managedFile), whose runner mounts the runnerDir path is in.
 func fileStack(name, path string, approve string, mode terracev1.DriftDetectionMode) *terracev1.Stack {
-	dir := filepath.Dir(path)
-	return &terracev1.Stack{
+	return withRunnerDir(&terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: terracev1.StackSpec{
 			Source:         terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "files"}},
@@ -96,14 +114,8 @@ func fileStack(name, path string, approve string, mode terracev1.DriftDetectionM
 			Interval:       &metav1.Duration{Duration: 3 * time.Second},
 			DriftDetection: &terracev1.DriftDetection{Mode: mode},
 			RetryInterval:  &metav1.Duration{Duration: 2 * time.Second},
-			Runner: &terracev1.RunnerPodTemplate{
-				Volumes: []corev1.Volume{{Name: "files", VolumeSource: corev1.VolumeSource{
-					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: filesClaim},
-				}}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "files", MountPath: dir}},
-			},
 		},
-	}
+	}, filepath.Dir(path))
 }
 
 // allowRunnerToGet lets the namespace's default ServiceAccount, which

@@ -71,9 +71,10 @@ resource "terraform_data" "r" {
 }
 `
 
-// parallelismStack runs parallelismModule with spec.parallelism n.
+// parallelismStack runs parallelismModule with spec.parallelism n, in
+// dir, a runnerDir.
 func parallelismStack(t *testing.T, dir string, n int32, round, wait int) *terracev1.Stack {
-	return &terracev1.Stack{
+	return withRunnerDir(&terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Name: "par"},
 		Spec: terracev1.StackSpec{
 			Source:        terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "parallel"}},
@@ -82,7 +83,7 @@ func parallelismStack(t *testing.T, dir string, n int32, round, wait int) *terra
 			Vars:          jsonVars(t, map[string]any{"dir": dir, "round": round, "wait": wait}),
 			RetryInterval: &metav1.Duration{Duration: 2 * time.Second},
 		},
-	}
+	}, dir)
 }
 
 // sawEachOther reports which of the round's two provisioners saw the other
@@ -133,7 +134,7 @@ func TestStackRunOptionsAndInventory(t *testing.T) {
 	}})
 	e.program(t, "options", optionsModule)
 	e.create(t, optionsStack("opts"))
-	parDir := t.TempDir()
+	parDir := e.runnerDir(t)
 	e.program(t, "parallel", map[string]string{"main.tf": parallelismModule})
 	// Under parallelism 1 the wait only costs time: it can never be met.
 	e.create(t, parallelismStack(t, parDir, 1, 1, 3))

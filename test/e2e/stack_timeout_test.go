@@ -51,9 +51,9 @@ const (
 // on the same state.
 func TestStackRunTimeout(t *testing.T) {
 	e := newStackEnv(t)
-	marker := filepath.Join(t.TempDir(), "applying")
+	marker := filepath.Join(e.runnerDir(t), "applying")
 	e.program(t, "slow", map[string]string{"main.tf": markedSlowModule})
-	e.create(t, &terracev1.Stack{
+	e.create(t, withRunnerDir(&terracev1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Name: "slow"},
 		Spec: terracev1.StackSpec{
 			Source: terracev1.StackSource{ProgramRef: &terracev1.LocalObjectReference{Name: "slow"}},
@@ -67,7 +67,7 @@ func TestStackRunTimeout(t *testing.T) {
 			RetryInterval:  &metav1.Duration{Duration: 10 * time.Minute},
 			DriftDetection: &terracev1.DriftDetection{Mode: terracev1.DriftDetectionDisabled},
 		},
-	})
+	}, filepath.Dir(marker)))
 	e.waitStack(t, "slow", stackTimeout, "Ready", readyAt)
 	before, _ := e.stateOf(t, "slow")
 

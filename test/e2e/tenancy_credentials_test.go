@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -121,7 +119,10 @@ func (e *stackEnv) assertAllRefused(t *testing.T, thief stolenRunner, stack, whe
 // 423 does not tell who holds the lock.
 func TestTenancyRunCredentialsEndWithTheRun(t *testing.T) {
 	e := newStackEnv(t)
-	marker := filepath.Join(t.TempDir(), "applying")
+	// The provisioner touches <marker>-<name>-<generation> in its working
+	// directory, inside the runner's container: the test sees the apply
+	// reach it as a process whose command line names the marker.
+	marker := "applying-" + e.ns
 	e.program(t, "slow", map[string]string{"main.tf": markedSlowModule})
 	for _, name := range []string{"victim", "neighbour"} {
 		e.create(t, &terracev1.Stack{
@@ -147,8 +148,10 @@ func TestTenancyRunCredentialsEndWithTheRun(t *testing.T) {
 		s.Spec.Vars["sleep"] = apiextensionsv1.JSON{Raw: []byte("20")} // room for the attempts below on a loaded machine
 	})
 	eventually(t, stackTimeout, "the victim's second run to reach apply", func() error {
-		_, err := os.Stat(marker + "-victim-2")
-		return err
+		if len(processesMentioning(marker+"-victim-2")) == 0 {
+			return fmt.Errorf("no process of the apply yet")
+		}
+		return nil
 	})
 	thief := e.stealRunnerCredentials(t, "victim")
 	if cur := e.getStack(t, "victim").Status.CurrentRun; cur != thief.runID {

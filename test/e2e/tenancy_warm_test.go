@@ -6,8 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,7 +72,10 @@ func credentialsClient(t *testing.T, leaf *pki.Leaf) stolenRunner {
 // and the next run gets another pod: a warm pod is never reused.
 func TestTenancyWarmRunners(t *testing.T) {
 	e := newStackEnv(t)
-	marker := filepath.Join(t.TempDir(), "applying")
+	// The provisioner touches <marker>-<name>-<generation> in its working
+	// directory, inside the runner's container: the test sees the apply
+	// reach it as a process whose command line names the marker.
+	marker := "applying-" + e.ns
 	e.program(t, "slow", map[string]string{"main.tf": markedSlowModule})
 	e.create(t, &terracev1.TerraceConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: terracev1.TerraceConfigName},
@@ -126,8 +127,10 @@ func TestTenancyWarmRunners(t *testing.T) {
 	// A run claims the warm pod; its run identity opens its own state only.
 	e.create(t, &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "victim"}, Spec: stackSpec("victim", "1", "20")})
 	eventually(t, stackTimeout, "the victim's run to reach apply", func() error {
-		_, err := os.Stat(marker + "-victim-1")
-		return err
+		if len(processesMentioning(marker+"-victim-1")) == 0 {
+			return fmt.Errorf("no process of the apply yet")
+		}
+		return nil
 	})
 	runID := e.getStack(t, "victim").Status.CurrentRun
 	if launcher.WarmPodName(runID) != warm.Name {
