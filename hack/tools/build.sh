@@ -3,7 +3,9 @@
 # only, into a cache outside the checkout keyed by tool and version: the
 # control plane (etcd, kube-apiserver, kube-controller-manager, kubectl), the
 # dev cluster's node (kubelet, kube-scheduler, kube-proxy, containerd and its
-# runc shim, the CNI plugins, CoreDNS, the pause process) and tofu:
+# runc shim, the CNI plugins, CoreDNS, the pause process), tofu, and for the
+# end-to-end test of Flux sources, Flux's source-controller with its CRDs and
+# our git server (hack/tools/gitserver):
 #   ${TERRACE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/terrace/tools}/<name>-<version>/<name>
 # What exists is skipped; binaries the user already has are honoured
 # (KUBEBUILDER_ASSETS for the control plane, `tofu` on PATH).
@@ -22,6 +24,8 @@ CONTAINERD_VERSION=v2.4.2
 CNI_PLUGINS_VERSION=v1.10.0
 COREDNS_VERSION=v1.15.0
 PAUSE_VERSION=1   # hack/tools/pause is ours: bump when it changes
+SOURCE_CONTROLLER_VERSION=v1.9.6
+GITSERVER_VERSION=1   # hack/tools/gitserver is ours: bump when it changes
 
 k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
 k8s_ldflags="-s -w"
@@ -56,6 +60,7 @@ tofu_path="$cache/tofu-$OPENTOFU_VERSION/tofu"
 provider_mirror="$cache/provider-mirror-$TESTPROVIDER_VERSION"
 node_bin="$cache/node-bin"            # symlinks to the node's binaries, for `terrace dev`
 cni_bin="$cache/cni-plugins-$CNI_PLUGINS_VERSION"
+flux_bin="$cache/flux-bin"            # source-controller, its CRDs (crds/) and the git server, for test/e2e
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ]; then
   assets=$KUBEBUILDER_ASSETS
@@ -91,12 +96,14 @@ if [ "${1:-}" = "--env" ]; then
   echo "TERRACE_PROVIDER_MIRROR=$provider_mirror"
   echo "TERRACE_NODE_BIN=$node_bin"
   echo "TERRACE_CNI_BIN=$cni_bin"
+  echo "TERRACE_FLUX_BIN=$flux_bin"
   exit 0
 fi
 
-# The two groups below share no packages, so they build side by side: the
+# The groups below share no packages, so they build side by side: the
 # Kubernetes commands one after another (they share most of their packages,
-# and kube-apiserver's link peaks at ~2.5 GB), everything else beside them.
+# and kube-apiserver's link peaks at ~2.5 GB), Flux's source-controller
+# (its own Kubernetes libraries) and everything else beside them.
 kubernetes_group() {
   if [ -z "${user_assets:-}" ]; then
     build kube-apiserver "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
@@ -127,16 +134,33 @@ other_group() {
   fi
 }
 
+# source-controller and the git server its end-to-end test fetches from; the
+# CRDs come from the same module (config/crd/bases), as Flux's install has them.
+flux_group() {
+  local dir="$cache/source-controller-$SOURCE_CONTROLLER_VERSION"
+  build source-controller "$SOURCE_CONTROLLER_VERSION" source-controller github.com/fluxcd/source-controller
+  if [ ! -d "$dir/crds" ]; then
+    local moddir
+    moddir=$(cd "$here/source-controller" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' github.com/fluxcd/source-controller)
+    rm -rf "$dir/crds.tmp" && cp -r "$moddir/config/crd/bases" "$dir/crds.tmp" && chmod -R u+w "$dir/crds.tmp"
+    mv "$dir/crds.tmp" "$dir/crds"
+  fi
+  build gitserver "$GITSERVER_VERSION" gitserver .
+}
+
 if [ ! -x "$cache/kubelet-$KUBERNETES_VERSION/kubelet" ] || [ ! -x "$tofu_path" ]; then
   log "cold build ahead, ~30 minutes on two cores: kube-apiserver ~18 min, the other Kubernetes"
-  log "commands ~1-3 min each, beside them etcd ~2 min, containerd ~2 min, CoreDNS ~3 min, tofu ~12 min;"
+  log "commands ~1-3 min each, beside them etcd ~2 min, containerd ~2 min, CoreDNS ~3 min, tofu ~12 min,"
+  log "and Flux's source-controller ~4 min;"
   log "later runs take seconds"
 fi
 kubernetes_group & k8s_pid=$!
 other_group & other_pid=$!
+flux_group & flux_pid=$!
 failed=""
 wait "$k8s_pid" || failed+=" kubernetes"
 wait "$other_pid" || failed+=" etcd/containerd/cni/coredns/pause/tofu"
+wait "$flux_pid" || failed+=" source-controller/gitserver"
 if [ -n "$failed" ]; then
   log "failed to build:$failed (see the go build output above)"
   exit 1
@@ -157,6 +181,10 @@ for t in containerd containerd-shim-runc-v2; do
 done
 ln -sfn "$cache/coredns-$COREDNS_VERSION-dev/coredns" "$node_bin/coredns"
 ln -sfn "$cache/pause-$PAUSE_VERSION/pause" "$node_bin/pause"
+mkdir -p "$flux_bin"
+ln -sfn "$cache/source-controller-$SOURCE_CONTROLLER_VERSION/source-controller" "$flux_bin/source-controller"
+ln -sfn "$cache/source-controller-$SOURCE_CONTROLLER_VERSION/crds" "$flux_bin/crds"
+ln -sfn "$cache/gitserver-$GITSERVER_VERSION/gitserver" "$flux_bin/gitserver"
 
 if [ -d "$here/testprovider" ]; then
   # The drift tests' provider, laid out as a CLI-config filesystem_mirror (unpacked layout).
@@ -176,3 +204,4 @@ echo "TERRACE_TOFU=$tofu_path"
 echo "TERRACE_PROVIDER_MIRROR=$provider_mirror"
 echo "TERRACE_NODE_BIN=$node_bin"
 echo "TERRACE_CNI_BIN=$cni_bin"
+echo "TERRACE_FLUX_BIN=$flux_bin"
