@@ -225,6 +225,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if dev.Image != "" {
 		fmt.Fprintf(out, "image: %s, built from %s (the node pulls every image from the registry at %s)\n", dev.Image, o.terraceBinary, dev.Registry.NodeHost)
 	}
+	fmt.Fprintf(out, "registry: %s (push your own images here as <name>:<tag>; the node resolves every registry's <name>:<tag> to it)\n", dev.Registry.Host)
 	fmt.Fprintf(out, "export KUBECONFIG=%s\n", dev.KubeconfigPath)
 
 	if o.demo {
