@@ -49,7 +49,7 @@ push: ## Push bin/image to IMAGE=registry/terrace:tag with your Docker config's 
 	@test -f $(IMAGE_LAYOUT)/index.json || { echo 'no image in $(IMAGE_LAYOUT): run make image first'; exit 1; }
 	go run ./hack/image push --layout $(IMAGE_LAYOUT) $(IMAGE)
 
-tools: ## Build the control plane, the dev node (kubelet, kube-proxy, containerd, CNI, CoreDNS) and tofu into the cache (~30 min cold).
+tools: ## Build the control plane, the dev node (kubelet, kube-proxy, containerd, CNI, CoreDNS), tofu and Flux's source-controller into the cache (~30 min cold).
 	hack/tools/build.sh
 
 codegen-tools:

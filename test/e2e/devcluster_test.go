@@ -27,6 +27,9 @@ type devProcess struct {
 	stderr     *strings.Builder
 	exited     chan error
 	kubeconfig string
+	// registry is host:port of the dev registry on loopback, where a test
+	// pushes images of its own.
+	registry string
 	// startup is the time from start to the printed KUBECONFIG.
 	startup time.Duration
 }
@@ -75,6 +78,9 @@ func startTerraceDev(tb testing.TB, dir string) *devProcess {
 			}
 			if k, found := strings.CutPrefix(line, "export KUBECONFIG="); found {
 				p.kubeconfig = k
+			}
+			if r, found := strings.CutPrefix(line, "registry: "); found {
+				p.registry, _, _ = strings.Cut(r, " ")
 			}
 		case <-timeout:
 			tb.Fatalf("terrace dev not ready after %s:\n%s", devcluster.StartupTimeout, p.stderr.String())
