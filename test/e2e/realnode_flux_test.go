@@ -60,6 +60,13 @@ func TestFluxSourceControllerFeedsAStack(t *testing.T) {
 	applyManifests(t, cfg, filepath.Join(testdata, "source-controller"), 3*time.Minute)
 	applyManifests(t, cfg, filepath.Join(testdata, "git-server"), 2*time.Minute)
 	t.Logf("source-controller and the git server available after %s", time.Since(begin).Round(100*time.Millisecond))
+	var seed corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "git", Name: "seed"}, &seed); err != nil {
+		t.Fatal(err)
+	}
+	if seed.Data["main.tf"] != releaseModule("one") {
+		t.Fatalf("the git server's seed is not releaseModule(\"one\"):\n%s", seed.Data["main.tf"])
+	}
 	objs, err := devcluster.ReadManifests(filepath.Join(testdata, "apps"))
 	if err != nil {
 		t.Fatal(err)
