@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -374,7 +375,7 @@ func (l *Launcher) createPodAndSecret(ctx context.Context, pod *corev1.Pod, secr
 
 // dial connects to the runner at ip with the run's expected identity, in
 // the pod with uid: its certificate must be bound to that pod.
-func (l *Launcher) dial(ctx context.Context, ip string, identity pki.Identity, uid types.UID) (*runner.Client, error) {
+func (l *Launcher) dial(ctx context.Context, ip string, identity pki.Identity, uid types.UID, opts ...grpc.DialOption) (*runner.Client, error) {
 	addr := net.JoinHostPort(ip, strconv.Itoa(int(l.opts.GRPCPort)))
-	return runner.Dial(ctx, addr, pki.ClientTLSConfigForPod(l.controller, l.opts.Authority, identity, string(uid)))
+	return runner.Dial(ctx, addr, pki.ClientTLSConfigForPod(l.controller, l.opts.Authority, identity, string(uid)), opts...)
 }

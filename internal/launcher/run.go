@@ -221,7 +221,7 @@ func (r *Run) start(ctx context.Context, started time.Time) error {
 	}
 
 	ip := r.PodIP()
-	client, err := r.launcher.dial(r.ctx, ip, r.identity, r.uid)
+	client, err := r.launcher.dial(r.ctx, ip, r.identity, r.uid, r.deathNoticingCalls()...)
 	if err != nil {
 		return err
 	}
