@@ -47,7 +47,7 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// MaxConcurrentRuns bounds the runs going on at once, across all
 	// namespaces (0: MaxConcurrentReconciles). A run holds one of these
-	// slots, not a worker (stack_runscheduler.go).
+	// slots, not a worker (runscheduler.go).
 	MaxConcurrentRuns int
 	// MaxRunsPerNamespace bounds one namespace's share of them (0: all
 	// but one, at least one), so that no tenant holds every slot.

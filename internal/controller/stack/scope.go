@@ -18,7 +18,7 @@ import (
 
 // scope is what the steps of one reconcile share. Steps fill in what they
 // resolved (config, source, inputs) and what they saw (observed); only
-// summarize (stack_status.go) turns that into the Stack's status.
+// summarize (status.go) turns that into the Stack's status.
 type scope struct {
 	stack *terracev1.Stack
 	log   logr.Logger
