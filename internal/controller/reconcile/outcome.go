@@ -48,8 +48,9 @@ func (e *WaitingError) Error() string { return e.Err.Error() }
 func (e *WaitingError) Unwrap() error { return e.Err }
 
 // AwaitingError means the object waits on a person (a plan to approve):
-// settled for this generation, not Ready, and neither Reconciling nor
-// Stalled. Nothing is retried; the person's change wakes the object.
+// settled for this generation, not Ready, Reconciling with the awaiting
+// reason (kstatus: InProgress, not Current) and not Stalled. Nothing is
+// retried; the person's change wakes the object.
 type AwaitingError struct {
 	Reason string
 	Err    error
@@ -81,8 +82,8 @@ type Outcome struct {
 //   - *TerminalError: Stalled=True and Ready=False with its reason and
 //     message; final; no error; requeue after interval (the world may
 //     change under an unchanged object).
-//   - *AwaitingError: Ready=False with its reason; Reconciling and Stalled
-//     removed; final; no requeue.
+//   - *AwaitingError: Ready=False and Reconciling=True with its reason;
+//     Stalled removed; final; no requeue.
 //   - *WaitingError: Ready=False and Reconciling=True with its reason;
 //     requeue after its delay; no error.
 //   - anything else: transient; Ready=False ReconciliationFailed and
@@ -101,7 +102,7 @@ func Summarize(obj Object, err error, readyReason, readyMessage string, interval
 		return Outcome{Result: ctrl.Result{RequeueAfter: interval}, Final: true}
 	case errors.As(err, &awaiting):
 		MarkFalse(obj, terracev1.ReadyCondition, awaiting.Reason, "%s", awaiting.Err.Error())
-		Delete(obj, terracev1.ReconcilingCondition)
+		MarkTrue(obj, terracev1.ReconcilingCondition, awaiting.Reason, "%s", awaiting.Err.Error())
 		Delete(obj, terracev1.StalledCondition)
 		return Outcome{Final: true}
 	case errors.As(err, &waiting):

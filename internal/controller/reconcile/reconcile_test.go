@@ -43,7 +43,7 @@ func TestSummarize(t *testing.T) {
 	}{
 		{name: "success", err: nil, ready: "True/ArtifactReady", reconciling: "-", stalled: "-", final: true, requeueAfter: time.Hour, readyMessageContains: "all good"},
 		{name: "terminal", err: fmt.Errorf("failed to validate: %w", Terminalf("InvalidProgram", "main.tf:1:1: bad")), ready: "False/InvalidProgram", reconciling: "-", stalled: "True/InvalidProgram", final: true, requeueAfter: time.Hour, readyMessageContains: "main.tf:1:1: bad"},
-		{name: "awaiting a person", err: Awaiting("AwaitingApproval", "plan p1 awaits approval"), ready: "False/AwaitingApproval", reconciling: "-", stalled: "-", final: true, readyMessageContains: "plan p1"},
+		{name: "awaiting a person", err: Awaiting("AwaitingApproval", "plan p1 awaits approval"), ready: "False/AwaitingApproval", reconciling: "True/AwaitingApproval", stalled: "-", final: true, readyMessageContains: "plan p1"},
 		{name: "waiting", err: Waiting("DependencyNotReady", 30*time.Second, errors.New("stack a is not ready")), ready: "False/DependencyNotReady", reconciling: "True/DependencyNotReady", stalled: "-", requeueAfter: 30 * time.Second, readyMessageContains: "stack a"},
 		{name: "transient", err: errors.New("conflict"), ready: "False/ReconciliationFailed", reconciling: "True/ProgressingWithRetry", stalled: "-", returnsErr: true, readyMessageContains: "conflict"},
 	} {

@@ -26,12 +26,12 @@ type planRecord struct {
 	policy *state.PlanPolicy
 }
 
-// applyApproved is the step of apply runs: the stored, approved plan is
-// restored in this (new) runner and applied exactly.
-func (r *Reconciler) applyApproved(ctx context.Context, s *scope) error {
+// applyApproved is the command of apply runs: the stored, approved plan
+// is restored in this (new) runner and applied exactly.
+func (r *Reconciler) applyApproved(_ context.Context, s *scope) error {
+	ctx := runContext(s)
 	planID := pendingPlan(s)
-	stores := s.run.stores
-	stored, err := stores.Plans.GetPlan(ctx, planKey(s.stack, planID))
+	stored, err := s.run.stores.Plans.GetPlan(ctx, planKey(s.stack, planID))
 	if errors.Is(err, state.ErrNotFound) {
 		s.observed.lostPlan = planID
 		return reconcile.Terminalf(PlanNoLongerValidReason, "plan %s is no longer stored; a new plan will be made on the next change or terrace.dev/requestedAt", planID)
@@ -50,80 +50,69 @@ func (r *Reconciler) applyApproved(ctx context.Context, s *scope) error {
 	if p := s.recorded().Plan; p != nil {
 		summary = &runnerv1.PlanSummary{Add: p.Add, Change: p.Change, Destroy: p.Destroy}
 	}
-	if err := r.apply(ctx, s, planRecord{id: planID, summary: summary, started: r.now(), policy: stored.Policy}); err != nil {
-		if s.observed.lostPlan != "" {
-			_ = stores.Plans.DeletePlan(context.WithoutCancel(ctx), planKey(s.stack, planID))
-		}
-		return err
-	}
-	return stores.Plans.DeletePlan(ctx, planKey(s.stack, planID))
+	s.run.record = planRecord{id: planID, summary: summary, started: r.now(), policy: stored.Policy}
+	return r.apply(ctx, s)
 }
 
-// apply applies a saved plan, then writes the outputs and records the
-// release. A failed apply is recorded as a failed release and retried.
-func (r *Reconciler) apply(ctx context.Context, s *scope, p planRecord) error {
-	run := s.run
+// apply applies the run's saved plan (s.run.record) and records how it
+// went for the next decision: settle, or one of the failure actions.
+func (r *Reconciler) apply(_ context.Context, s *scope) error {
+	ctx, run := runContext(s), s.run
 	if err := run.client.SetSensitiveVariables(ctx, s.inputs.sensitiveNames()); err != nil {
 		return fmt.Errorf("failed to tell the runner which variables came from Secrets: %w", err)
 	}
 	applyDone := run.timings.Start(runphase.Apply)
-	err := run.client.ApplyWith(ctx, applyRequest(s, p.id), run.logf)
+	err := run.client.ApplyWith(ctx, applyRequest(s, run.record.id), run.logf)
 	applyDone()
-	return r.afterApply(ctx, s, p, err)
+	observeApply(s, err)
+	return nil
 }
 
-// afterApply records what an apply (alone, or in one pass with its plan)
-// left: on failure a failed release, retried with backoff whatever tofu
-// said (an apply fails half-way for reasons that pass, a cloud API's
-// limits, and the next plan starts from the state it left); on success
-// the outputs and a deployed release.
-func (r *Reconciler) afterApply(ctx context.Context, s *scope, p planRecord, applyErr error) error {
+// observeApply records an apply's outcome (alone, or in one pass with its
+// plan); the state it wrote is read afresh after it.
+func observeApply(s *scope, applyErr error) {
 	run := s.run
-	run.after = nil // the apply wrote the state: read it afresh
-	switch runner.Reason(applyErr) {
-	case runner.ReasonStateTooLarge:
-		return r.keepErroredState(context.WithoutCancel(ctx), s, p, applyErr)
-	case runner.ReasonStateUnavailable:
-		return r.saveUnsavedState(context.WithoutCancel(ctx), s, p, applyErr)
+	run.after = nil
+	run.applyErr = applyErr
+	run.facts.applyAttempted = true
+	switch {
+	case applyErr == nil:
+		run.facts.applyFailure = applyOK
+	case runner.Reason(applyErr) == runner.ReasonStateTooLarge:
+		run.facts.applyFailure = applyStateTooLarge
+	case runner.Reason(applyErr) == runner.ReasonStateUnavailable:
+		run.facts.applyFailure = applyStateUnavailable
+	case runner.Reason(applyErr) == runner.ReasonPlanStale:
+		run.facts.applyFailure = applyPlanStale
+	default:
+		run.facts.applyFailure = applyOtherFailure
 	}
-	if applyErr != nil {
-		r.recordFailedRelease(context.WithoutCancel(ctx), s, p, "apply failed; see the Stack's Ready condition")
-		if runner.Reason(applyErr) == runner.ReasonPlanStale {
-			// Another write to the state came between plan and apply (a
-			// run whose controller died, finishing): this plan can never
-			// apply; the retry makes a new one, to be approved again.
-			s.observed.lostPlan = p.id
-			r.warningEvent(s.stack, PlanNoLongerValidReason, "plan %s can no longer be applied: the state changed after it was made; planning again", p.id)
-			return fmt.Errorf("plan %s can no longer be applied, the state changed after it was made (a new plan is made): %w", p.id, applyErr)
-		}
-		return fmt.Errorf("apply of %s failed: %w", p.id, applyErr)
+}
+
+// recordFailedApply records a failed apply as a failed release; it is
+// retried with backoff whatever tofu said (an apply fails half-way for
+// reasons that pass, a cloud API's limits, and the next plan starts from
+// the state it left).
+func (r *Reconciler) recordFailedApply(ctx context.Context, s *scope) error {
+	p := s.run.record
+	r.recordFailedRelease(context.WithoutCancel(ctx), s, p, "apply failed; see the Stack's Ready condition")
+	return fmt.Errorf("apply of %s failed: %w", p.id, s.run.applyErr)
+}
+
+// discardAppliedStalePlan handles a plan that another write to the state
+// overtook between plan and apply (a run whose controller died,
+// finishing): it can never apply; the retry makes a new one, to be
+// approved again.
+func (r *Reconciler) discardAppliedStalePlan(ctx context.Context, s *scope) error {
+	p := s.run.record
+	ctx = context.WithoutCancel(ctx)
+	r.recordFailedRelease(ctx, s, p, "apply failed; see the Stack's Ready condition")
+	s.observed.lostPlan = p.id
+	if s.run.kind == runApplyPending {
+		_ = s.run.stores.Plans.DeletePlan(ctx, planKey(s.stack, p.id))
 	}
-	outputsDone := run.timings.Start(runphase.Outputs)
-	outputs, err := runOutputs(ctx, s)
-	if err != nil {
-		return fmt.Errorf("failed to read outputs after applying %s: %w", p.id, err)
-	}
-	if err := r.writeOutputs(ctx, s, outputs); err != nil {
-		return err
-	}
-	outputsDone()
-	defer run.timings.Start(runphase.Records)()
-	rel := r.newRelease(s, p)
-	rel.Outputs = releaseOutputs(outputs)
-	names := make([]string, len(rel.Outputs))
-	for i, o := range rel.Outputs {
-		names[i] = o.Name
-	}
-	rel.HealthChecks = r.runHealthChecks(ctx, s)
-	rel.Status, rel.FinishedAt = release.StatusDeployed, r.now()
-	recorded, err := r.recordRelease(ctx, s, rel)
-	if err != nil {
-		return fmt.Errorf("failed to record the release: %w", err)
-	}
-	s.observed.applied = &applyObservation{outputs: names}
-	s.observed.release = recorded
-	r.normalEvent(s.stack, AppliedReason, "applied %s (%s): release %d (run: %s)", p.id, summaryText(p.summary), recorded.Revision, run.timings.String())
-	return nil
+	r.warningEvent(s.stack, PlanNoLongerValidReason, "plan %s can no longer be applied: the state changed after it was made; planning again", p.id)
+	return fmt.Errorf("plan %s can no longer be applied, the state changed after it was made (a new plan is made): %w", p.id, s.run.applyErr)
 }
 
 // newRelease is the release record of applying p, before the apply.

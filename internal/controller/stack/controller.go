@@ -87,6 +87,9 @@ type Reconciler struct {
 	// cleanedHere holds the Stacks whose earlier processes' leftovers
 	// (runner pods, a lock) this process has dealt with.
 	cleanedHere sync.Map
+	// closedHere holds, per Stack, the last run whose runner this process
+	// closed (mayHaveDeadRun).
+	closedHere sync.Map
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;update
@@ -100,7 +103,9 @@ type Reconciler struct {
 
 // Reconcile moves one Stack towards its desired state. It has the one
 // shape every Terrace reconciler has: read, one deferred summarize and
-// patch, deletion, finalizer, suspend, then the steps in order.
+// patch, the finalizer, then decideAndAct: the state the Stack is in
+// (state.go) and its one next action (actions.go), decided again after
+// each action until one ends the reconcile.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	stack := &terracev1.Stack{}
 	if err := r.Client.Get(ctx, req.NamespacedName, stack); err != nil {
@@ -131,10 +136,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		result, retErr = r.finish(ctx, s, retErr, time.Since(started))
 	}()
 
-	if !stack.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	if !stack.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(stack, Finalizer) {
+		return ctrl.Result{}, nil // not ours to finish, or finished
 	}
-	if !controllerutil.ContainsFinalizer(stack, Finalizer) {
+	if stack.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(stack, Finalizer) {
 		controllerutil.AddFinalizer(stack, Finalizer)
 		if err := r.Client.Update(ctx, stack); err != nil {
 			return ctrl.Result{}, fmt.Errorf("failed to add finalizer: %w", err)
@@ -145,37 +150,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		s.patcher = reconcile.NewStatusPatcher(r.Client, stack)
 		s.current = true
 	}
-	if stack.Spec.Suspend {
-		s.observed.suspended = true
-		return ctrl.Result{}, nil
+	err := r.decideAndAct(ctx, s)
+	if err != nil && !errors.Is(err, errRunDetached) && destroying(stack) {
+		err = deletionBlocked(err)
 	}
-	return ctrl.Result{}, runSteps(ctx, s,
-		r.checkRunTimeout,
-		r.checkDependencies,
-		r.resolveSource,
-		r.resolveConfig,
-		r.gatherInputs,
-		r.gatherRunOptions,
-		r.resolveBackend,
-		r.checkOutputsSecret,
-		r.reconcileRun,
-	)
+	return ctrl.Result{}, err
 }
 
-// runSteps runs steps in order until one fails.
-func runSteps(ctx context.Context, s *scope, steps ...step) error {
-	for _, st := range steps {
-		if err := st(ctx, s); err != nil {
-			return err
-		}
-	}
-	return nil
+// destroying says the Stack is being deleted with a destroy due.
+func destroying(stack *terracev1.Stack) bool {
+	return !stack.DeletionTimestamp.IsZero() && stack.Spec.DestroyOnDelete && stack.Status.LastAppliedInputsDigest != ""
 }
 
-// finish summarizes what the steps observed into the status, patches it
-// and records metrics: the one place a reconcile's outcome is decided.
+// finish summarizes what the actions observed into the status, patches it
+// and records metrics: the one place a reconcile's outcome is decided. A
+// transient failure is retried after the delay its stored count gives
+// (retryBackoff of status.failures), which its Warning event names: the
+// same after a controller restart. Only a failed status patch, which
+// stored no count, is left to controller-runtime's backoff.
 func (r *Reconciler) finish(ctx context.Context, s *scope, stepErr error, elapsed time.Duration) (ctrl.Result, error) {
-	defer closeRun(ctx, s)
+	defer r.closeRun(ctx, s)
 	stack := s.stack
 	if stack.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(stack, Finalizer) {
 		return ctrl.Result{}, stepErr // gone, or about to be: nothing to patch
@@ -186,16 +180,14 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, stepErr error, elapse
 		return ctrl.Result{RequeueAfter: staleCacheRetry}, nil
 	}
 	outcome := r.summarize(ctx, s, stepErr)
+	recordMetrics(stack, s, stepErr, elapsed.Seconds())
 	if err := s.patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
-		outcome.Err = errors.Join(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
+		return ctrl.Result{}, errors.Join(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
 	}
 	if outcome.Err != nil {
-		// controller-runtime ignores a Result returned with an error; the
-		// retry is the rate limiter's (retryInterval, doubling).
-		outcome.Result = ctrl.Result{}
+		return ctrl.Result{RequeueAfter: retryBackoff(stack, stack.Status.Failures)}, nil
 	}
-	recordMetrics(stack, s, stepErr, elapsed.Seconds())
-	return outcome.Result, outcome.Err
+	return outcome.Result, nil
 }
 
 func (r *Reconciler) now() time.Time {
@@ -215,24 +207,4 @@ func (r *Reconciler) resolveConfig(ctx context.Context, s *scope) error {
 		return err
 	}
 	return r.checkRunnerAccess(ctx, s)
-}
-
-// staleCacheRetry is how soon a reconcile that read a stale Stack looks
-// again: the watch event it missed is normally a few milliseconds away.
-const staleCacheRetry = 250 * time.Millisecond
-
-// cacheIsCurrent asks the API server whether the cached Stack is the
-// latest. The cache may not yet hold the status the previous reconcile
-// wrote; deciding a run from it would repeat that run (a second apply, or
-// an apply of drift that warn mode must only report). A run takes minutes,
-// so one uncached read before each is cheap.
-func (r *Reconciler) cacheIsCurrent(ctx context.Context, stack *terracev1.Stack) (bool, error) {
-	live := &terracev1.Stack{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stack), live); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil // deleted: the cache will say so
-		}
-		return false, fmt.Errorf("failed to read the Stack before a run: %w", err)
-	}
-	return live.ResourceVersion == stack.ResourceVersion, nil
 }

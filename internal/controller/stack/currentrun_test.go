@@ -33,7 +33,7 @@ func TestARunIsCurrentUntilItFinishes(t *testing.T) {
 			r := &Reconciler{Now: time.Now}
 			s := &scope{stack: stack, log: logr.Discard(), source: &source{revision: "rev-1"}, inputs: &inputs{digest: "sha256:in"},
 				observed: observations{kind: runPlan, runStarted: &runAnnouncement{id: "run-1", message: "planning"}}}
-			summarizeProgress(s)
+			summarizeProgress(s, true, true)
 			if stack.Status.CurrentRun != "run-1" || stack.Status.LastRun != "run-1" {
 				t.Fatalf("announced: currentRun %q lastRun %q, want run-1 for both", stack.Status.CurrentRun, stack.Status.LastRun)
 			}

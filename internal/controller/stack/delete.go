@@ -20,69 +20,72 @@ const (
 	DestroyingReason    = "Destroying"
 )
 
-// reconcileDelete destroys the Stack's resources when destroyOnDelete is
-// set (a destroy run, through the same path as every run), removes what
-// Terrace stored for it, and releases the finalizer. Without
-// destroyOnDelete the resources and their state are deliberately kept.
-func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
-	stack := s.stack
-	if !controllerutil.ContainsFinalizer(stack, Finalizer) {
-		return nil
-	}
-	// A cache that has not seen the finalizer go would destroy twice.
-	current, err := r.cacheIsCurrent(ctx, stack)
-	if err != nil {
+// The deletion path: a Stack with destroyOnDelete whose inputs were ever
+// applied is destroyed by a destroy run (the same actions as every run),
+// then what Terrace stored for it is removed and the finalizer released.
+// Without destroyOnDelete the resources and their state are deliberately
+// kept.
+
+// startDestroyRun starts the destroy run and runs it in this reconcile:
+// the finalizer's removal follows it. It still needs a run slot, so one
+// namespace's destroys hold fewer workers than there are.
+func (r *Reconciler) startDestroyRun(ctx context.Context, s *scope) error {
+	return r.startRun(ctx, s, runDestroy)
+}
+
+// finalizeDestroyed removes what Terrace stored for a destroyed Stack and
+// releases the finalizer.
+func (r *Reconciler) finalizeDestroyed(ctx context.Context, s *scope) error {
+	if err := r.removeStoredData(ctx, s); err != nil {
 		return err
 	}
-	if !current {
-		s.observed.staleCache = true
-		return nil
+	r.normalEvent(s.stack, "Destroyed", "destroyed the Stack's resources and removed its state, plans, releases and outputs")
+	return r.removeFinalizer(ctx, s)
+}
+
+// finalizeKeepingResources removes the Stack's runner pods and releases
+// the finalizer, leaving the resources and their state in place.
+func (r *Reconciler) finalizeKeepingResources(ctx context.Context, s *scope) error {
+	stack := s.stack
+	if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
+		return fmt.Errorf("failed to remove runner pods: %w", err)
 	}
-	applied := s.recorded().LastAppliedInputsDigest != ""
-	switch {
-	case stack.Spec.DestroyOnDelete && applied:
-		if err := runSteps(ctx, s, r.resolveSource, r.resolveConfig, r.gatherInputs, r.gatherDestroyOptions, r.executeDestroy, r.removeStoredData); err != nil {
-			return deletionBlocked(err)
-		}
-		r.normalEvent(stack, "Destroyed", "destroyed the Stack's resources and removed its state, plans, releases and outputs")
-	case applied:
-		if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
-			return fmt.Errorf("failed to remove runner pods: %w", err)
-		}
+	if stack.Status.LastAppliedInputsDigest != "" {
 		r.warningEvent(stack, "ResourcesKept", "Stack deleted without destroyOnDelete: its resources are left in place and their state is kept (state Secrets of %s/%s, workspace %s)", stack.Namespace, stack.Name, stack.Spec.Workspace)
-	default:
-		if err := r.Runs.Cleanup(ctx, stack.Namespace, stack.Name); err != nil {
-			return fmt.Errorf("failed to remove runner pods: %w", err)
-		}
 	}
-	controllerutil.RemoveFinalizer(stack, Finalizer)
-	if err := r.Client.Update(ctx, stack); err != nil && !apierrors.IsNotFound(err) {
+	return r.removeFinalizer(ctx, s)
+}
+
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope) error {
+	controllerutil.RemoveFinalizer(s.stack, Finalizer)
+	if err := r.Client.Update(ctx, s.stack); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("failed to remove finalizer: %w", err)
 	}
 	return nil
 }
 
-// executeDestroy runs a destroy run.
-func (r *Reconciler) executeDestroy(ctx context.Context, s *scope) error {
-	return r.startRun(ctx, s, runDestroy)
-}
-
-// destroy is the step of destroy runs: `destroy` with the Stack's current
-// inputs. Under plan policies the destruction is planned first, the
-// policies decide that plan, and exactly it is applied.
-func (r *Reconciler) destroy(ctx context.Context, s *scope) error {
+// destroy is the command of destroy runs: `destroy` with the Stack's
+// current inputs. Under plan policies the destruction is planned first,
+// the policies decide that plan, and exactly it is applied.
+func (r *Reconciler) destroy(_ context.Context, s *scope) error {
+	ctx := runContext(s)
 	vars, err := s.variables()
 	if err != nil {
 		return err
 	}
 	if s.hasPolicies() {
-		return r.destroyChecked(ctx, s, vars)
+		if err := r.destroyChecked(ctx, s, vars); err != nil {
+			return err
+		}
+		s.run.facts.stepDone = true
+		return nil
 	}
 	// A destroy is an apply of the destruction, timed as one.
 	defer s.run.timings.Start(runphase.Apply)()
 	if err := s.run.client.Destroy(ctx, &runnerv1.DestroyRequest{Variables: vars}, s.run.logf); err != nil {
 		return classify(s.run.session, err, DestroyFailedReason, "destroy failed")
 	}
+	s.run.facts.stepDone = true
 	return nil
 }
 

@@ -6,25 +6,27 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/state"
 )
 
 // A Stack that never ran has no dead run to recover from, so its first run
 // reads no lock; it may have a pod of a run whose announcement never
-// landed, swept from the cache at its first run in this process. One that
-// ran here and settled has neither; one whose last run did not settle, or
-// that this process has not run yet, may have both. Either holds until a
-// run has dealt with it: one that failed first leaves it to the next.
+// landed, swept at its first run in this process. A Stack whose current
+// run this process closed after an outcome that was neither a transient
+// failure nor a failed apply has nothing to recover; any other current
+// run may have left a pod or a lock: after a restart (this process closed
+// nothing), after a transient failure, or after a failed apply (whose
+// unsaved state may hold the lock). Conditions play no part.
 func TestOnlyAStackThatRanMayHaveADeadRun(t *testing.T) {
 	r := &Reconciler{}
-	stack := func(name, currentRun string, reconciling bool) *scope {
+	stack := func(name, currentRun string, mutate func(*terracev1.StackStatus)) *scope {
 		st := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"}}
 		st.Status.CurrentRun = currentRun
-		if reconciling {
-			reconcile.MarkReconciling(st, ProgressingReason, "planning")
+		if mutate != nil {
+			mutate(&st.Status)
 		}
 		return &scope{stack: st}
 	}
@@ -34,15 +36,18 @@ func TestOnlyAStackThatRanMayHaveADeadRun(t *testing.T) {
 			t.Errorf("%s: recover %v, sweep %v; want %v, %v", what, recover, sweep, wantRecover, wantSweep)
 		}
 	}
-	check("a Stack that never ran, first seen", stack("new", "", false), false, true)
-	check("a Stack that never ran, its first run failed before the sweep", stack("new", "", false), false, true)
-	r.cleanedUpHere(stack("new", "", false))
-	check("a Stack that never ran, swept", stack("new", "", false), false, false)
-	check("a Stack this process has not run yet", stack("ran", "run-1", false), true, false)
-	check("a Stack whose first run here failed before recovering", stack("ran", "run-1", false), true, false)
-	r.cleanedUpHere(stack("ran", "run-1", false))
-	check("a Stack that ran here and settled", stack("ran", "run-1", false), false, false)
-	check("a Stack whose last run did not settle", stack("ran", "run-2", true), true, false)
+	check("a Stack that never ran, first seen", stack("new", "", nil), false, true)
+	check("a Stack that never ran, its first run failed before the sweep", stack("new", "", nil), false, true)
+	r.cleanedUpHere(stack("new", "", nil))
+	check("a Stack that never ran, swept", stack("new", "", nil), false, false)
+	check("a Stack this process has not run yet", stack("ran", "run-1", nil), true, false)
+	r.closedHere.Store(client.ObjectKey{Namespace: "team", Name: "ran"}, "run-1")
+	check("a Stack whose run this process closed", stack("ran", "run-1", nil), false, false)
+	check("a Stack whose closed run failed transiently", stack("ran", "run-1", func(st *terracev1.StackStatus) { st.Failures = 1 }), true, false)
+	check("a Stack whose closed run's apply failed", stack("ran", "run-1", func(st *terracev1.StackStatus) {
+		st.Release = &terracev1.ReleaseStatus{Revision: 2, Status: "failed"}
+	}), true, false)
+	check("a Stack whose current run is another", stack("ran", "run-2", nil), true, false)
 }
 
 // countingStates counts reads of the state.

@@ -124,23 +124,3 @@ func setHealthCondition(s *scope) {
 	}
 	reconcile.MarkTrue(stack, terracev1.HealthCheckPassedCondition, HealthCheckPassedReason, "%d health check(s) passed", len(h.results))
 }
-
-// afterRun finishes a run whose step succeeded: health checks again when a
-// run found nothing to apply but the checks have not passed, the
-// inventory, and the error of failed checks.
-func (r *Reconciler) afterRun(ctx context.Context, s *scope, stepErr error) error {
-	if stepErr != nil {
-		return stepErr
-	}
-	o := &s.observed
-	upToDate := o.plan != nil && o.plan.upToDate
-	if upToDate && healthDue(s) {
-		r.runHealthChecks(ctx, s)
-	}
-	if o.applied != nil || upToDate {
-		if err := r.recordInventory(ctx, s); err != nil {
-			return err
-		}
-	}
-	return healthError(s)
-}

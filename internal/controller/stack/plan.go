@@ -3,7 +3,9 @@ package stack
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/runphase"
@@ -12,11 +14,11 @@ import (
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
-// plan is the step of plan and drift-check runs: plan; apply when
-// approved; otherwise keep the plan for approval (or only report, for
-// drift under warn).
-func (r *Reconciler) plan(ctx context.Context, s *scope) error {
-	run := s.run
+// plan is the first command of plan and drift-check runs: plan (and
+// apply in the same runner operation, inOnePass), have the policies
+// decide the plan, and record what it found for the next decision.
+func (r *Reconciler) plan(_ context.Context, s *scope) error {
+	ctx, run := runContext(s), s.run
 	planID := newPlanID(s)
 	vars, err := s.variables()
 	if err != nil {
@@ -34,38 +36,63 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) error {
 	if err != nil {
 		return classify(run.session, err, PlanFailedReason, "plan failed")
 	}
-	// Every plan refreshes the state against the world, so it counts as a
-	// drift check: the next one is due an interval from now.
-	made := &planObservation{id: planID, summary: p.GetSummary(), hasChanges: p.GetHasChanges(), at: r.now()}
-	s.observed.plan = made
-	r.checkDrift(s, made)
+	made := r.observePlan(s, planID, p.GetSummary(), p.GetHasChanges())
+	run.record = planRecord{id: planID, summary: p.GetSummary(), started: started}
 	if err := r.checkPolicies(ctx, s, made, p); err != nil {
-		return err
-	}
-	if !made.hasChanges {
-		defer run.timings.Start(runphase.Outputs)()
-		if err := r.syncOutputs(ctx, s); err != nil {
+		var terminal *reconcile.TerminalError
+		if !errors.As(err, &terminal) {
 			return err
 		}
-		made.upToDate = true
+		run.facts.policyDenied, run.policyErr = true, err
 		return nil
 	}
-	if s.stack.Spec.PlanOnly {
-		made.planOnly = true
-		return r.storeReadablePlan(ctx, s, made, nil)
-	}
-	if s.observed.drift.found && s.config.DriftMode == terracev1.DriftDetectionWarn {
-		if _, requested := requestedReconcile(s.stack); !requested {
-			return nil // reported, never repaired unless a person asks
-		}
-	}
-	if err := r.checkStateSize(p.PlanResult); err != nil {
+	_, requested := requestedReconcile(s.stack)
+	run.facts.driftWarnOnly = s.observed.drift.found && s.config.DriftMode == terracev1.DriftDetectionWarn && !requested
+	run.stateTooLarge = r.checkStateSize(p.PlanResult)
+	run.facts.stateTooLarge = run.stateTooLarge != nil
+	return nil
+}
+
+// observePlan records a plan just made: every plan refreshes the state
+// against the world, so it counts as a drift check (the next one is due
+// an interval from now), and its changes may be drift.
+func (r *Reconciler) observePlan(s *scope, id string, summary *runnerv1.PlanSummary, hasChanges bool) *planObservation {
+	made := &planObservation{id: id, summary: summary, hasChanges: hasChanges, at: r.now()}
+	s.observed.plan = made
+	r.checkDrift(s, made)
+	s.run.facts.planned, s.run.facts.hasChanges = true, hasChanges
+	return made
+}
+
+// refuseDeniedPlan ends a run whose plan the policies denied: nothing is applied.
+func (r *Reconciler) refuseDeniedPlan(_ context.Context, s *scope) error {
+	return s.run.policyErr
+}
+
+// refusePlanTooLarge ends a run whose plan would leave a state over the
+// state server's limit: applied, it could not be saved.
+func (r *Reconciler) refusePlanTooLarge(_ context.Context, s *scope) error {
+	return s.run.stateTooLarge
+}
+
+// storePlanOnly reports the plan of a planOnly Stack, stored in the
+// readable form the Stack asks for; it is never applied.
+func (r *Reconciler) storePlanOnly(_ context.Context, s *scope) error {
+	made := s.observed.plan
+	made.planOnly = true
+	if err := r.storeReadablePlan(runContext(s), s, made, nil); err != nil {
 		return err
 	}
-	if approved(s.stack.Spec.ApprovePlan, "") {
-		return r.apply(ctx, s, planRecord{id: planID, summary: p.GetSummary(), started: started})
-	}
-	return r.keepForApproval(ctx, s, made)
+	s.run.facts.reported = true
+	return nil
+}
+
+// reportDrift ends a drift check under driftDetection warn: the drift is
+// reported (checkDrift's event, the Drifted condition), never repaired
+// unless a person asks (terrace.dev/requestedAt).
+func (r *Reconciler) reportDrift(_ context.Context, s *scope) error {
+	s.run.facts.reported = true
+	return nil
 }
 
 // inOnePass says whether the plan is applied in the same runner operation:
@@ -89,21 +116,16 @@ func (r *Reconciler) planAndApply(ctx context.Context, s *scope, req *runnerv1.P
 	if p == nil {
 		return classify(run.session, err, PlanFailedReason, "plan failed")
 	}
-	made := &planObservation{id: req.GetPlanId(), summary: p.GetSummary(), hasChanges: p.GetHasChanges(), at: r.now()}
-	s.observed.plan = made
-	r.checkDrift(s, made)
+	made := r.observePlan(s, req.GetPlanId(), p.GetSummary(), p.GetHasChanges())
 	if err != nil && !made.hasChanges {
 		return classify(run.session, err, PlanFailedReason, "plan failed")
 	}
 	if err == nil && !applied {
-		defer run.timings.Start(runphase.Outputs)()
-		if err := r.syncOutputs(ctx, s); err != nil {
-			return err
-		}
-		made.upToDate = true
-		return nil
+		return nil // no changes: settle
 	}
-	return r.afterApply(ctx, s, planRecord{id: made.id, summary: made.summary, started: started}, err)
+	run.record = planRecord{id: made.id, summary: made.summary, started: started}
+	observeApply(s, err)
+	return nil
 }
 
 // oneProcessHeadroom is how far under the state server's limit a state
@@ -163,7 +185,8 @@ func (r *Reconciler) isDrift(s *scope, kind runKind, hasChanges bool) bool {
 
 // keepForApproval stores the plan file so that a later run, in a new
 // runner, applies exactly it once spec.approvePlan names it.
-func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObservation) error {
+func (r *Reconciler) keepForApproval(_ context.Context, s *scope) error {
+	ctx, p := runContext(s), s.observed.plan
 	defer s.run.timings.Start(runphase.Records)()
 	var buf bytes.Buffer
 	if _, err := s.run.client.DownloadPlan(ctx, p.id, &buf); err != nil {
@@ -173,6 +196,7 @@ func (r *Reconciler) keepForApproval(ctx context.Context, s *scope, p *planObser
 		return err
 	}
 	p.keptForApproval = true
+	s.run.facts.reported = true
 	r.normalEvent(s.stack, "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it (run: %s)", p.id, summaryText(p.summary), p.id, s.run.timings.String())
 	return nil
 }

@@ -1,57 +1,51 @@
 package stack
 
 import (
-	"context"
-	"sync"
+	"hash/fnv"
+	"math"
 	"time"
-
-	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
-// retryLimiter is the Stack controller's rate limiter: after a transient
-// failure (a returned error) a Stack is retried after its own
-// spec.retryInterval, doubled per consecutive failure up to
-// spec.maxRetryInterval, as the API promises, instead of
-// controller-runtime's generic 5 ms..16 min.
-type retryLimiter struct {
-	stacks client.Reader
+// One retry policy: a transient failure is retried after retryBackoff of
+// the failure count stored in status.failures, as RequeueAfter (finish),
+// so the Warning event, the status and the real delay agree, also after a
+// controller restart. Requeues at the interval (drift checks) are
+// jittered; retries are not, so that their delay is the one announced.
 
-	mu       sync.Mutex
-	failures map[ctrlreconcile.Request]int64
+// retryBackoff is retryInterval doubled per consecutive failure, capped.
+func retryBackoff(stack *terracev1.Stack, failures int64) time.Duration {
+	base, limit := 30*time.Second, time.Hour
+	if d := stack.Spec.RetryInterval; d != nil && d.Duration > 0 {
+		base = d.Duration
+	}
+	if d := stack.Spec.MaxRetryInterval; d != nil && d.Duration > 0 {
+		limit = d.Duration
+	}
+	exp := math.Min(float64(max(failures, 1)-1), 30)
+	backoff := time.Duration(float64(base) * math.Pow(2, exp))
+	if backoff > limit || backoff <= 0 {
+		return limit
+	}
+	return backoff
 }
 
-var _ workqueue.TypedRateLimiter[ctrlreconcile.Request] = (*retryLimiter)(nil)
+// jitterFraction is the largest share of an interval added to it.
+const jitterFraction = 0.1
 
-func newRetryLimiter(stacks client.Reader) *retryLimiter {
-	return &retryLimiter{stacks: stacks, failures: map[ctrlreconcile.Request]int64{}}
-}
-
-// When counts a failure of req and says how long to wait before the retry.
-func (l *retryLimiter) When(req ctrlreconcile.Request) time.Duration {
-	l.mu.Lock()
-	l.failures[req]++
-	n := l.failures[req]
-	l.mu.Unlock()
-	stack := &terracev1.Stack{}
-	// The spec only: a Stack the cache does not have gets the defaults.
-	_ = l.stacks.Get(context.Background(), req.NamespacedName, stack)
-	return retryBackoff(stack, n)
-}
-
-// Forget ends the run of failures of req (it succeeded, or settled).
-func (l *retryLimiter) Forget(req ctrlreconcile.Request) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.failures, req)
-}
-
-// NumRequeues is the number of consecutive failures of req.
-func (l *retryLimiter) NumRequeues(req ctrlreconcile.Request) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return int(l.failures[req])
+// jitter lengthens d by up to jitterFraction, by an amount that is the
+// Stack's own (a hash of its namespace, name and UID): Stacks created
+// together spread their checks over the window instead of checking
+// together forever, and one Stack's checks keep their rhythm. Flux's
+// runtime/jitter does the same at random; its module would bring the
+// Flux runtime and its Kubernetes versions for these few lines.
+func jitter(stack *terracev1.Stack, d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(stack.Namespace + "/" + stack.Name + "/" + string(stack.UID)))
+	share := float64(h.Sum64()%1000) / 1000
+	return d + time.Duration(share*jitterFraction*float64(d))
 }

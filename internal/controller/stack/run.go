@@ -9,18 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/stackview"
-	"github.com/terrace-dev/terrace/internal/state"
-	"github.com/terrace-dev/terrace/internal/state/migrate"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -44,40 +40,10 @@ const (
 // maxSourceBytes bounds tarballs the controller downloads for runners.
 const maxSourceBytes = 256 << 20
 
-// reconcileRun decides what to run and runs it: exactly one of plan,
-// apply of an approved plan, or drift check (destroy runs from the
-// deletion path through the same execute).
-func (r *Reconciler) reconcileRun(ctx context.Context, s *scope) error {
-	kind, wait := r.decide(s)
-	s.observed.kind = kind
-	if kind.startsRunner() && !s.current {
-		current, err := r.cacheIsCurrent(ctx, s.stack)
-		if err != nil {
-			return err
-		}
-		if !current {
-			s.observed.staleCache = true
-			return nil
-		}
-	}
-	if discarded := staleWaitingPlan(s); discarded != "" {
-		s.observed.discardedPlan = discarded
-		r.normalEvent(s.stack, "PlanDiscarded", "plan %s was made from other inputs and is discarded", discarded)
-	}
-	switch kind {
-	case runNothing:
-		s.observed.requeueAfter = wait
-		return nil
-	case runAwaitApproval:
-		return nil
-	}
-	return r.startRun(ctx, s, kind)
-}
-
-// execute runs one run of kind in a new runner pod: open the stores,
-// announce the run, start the runner, load the source, init, then the
-// kind's own step. Every kind, destroy included, goes this way.
-func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error {
+// newRun opens the stores of a run of kind and names it; the run's
+// actions (announce, recoverDeadRun, awaitRunner, initialise, then the
+// kind's own) follow from decideAndAct.
+func (r *Reconciler) newRun(ctx context.Context, s *scope, kind runKind) error {
 	s.observed.kind = kind
 	stores, err := r.openStores(ctx, s.stack.Namespace)
 	if err != nil {
@@ -85,21 +51,24 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 	}
 	recover, sweep := r.mayHaveDeadRun(s)
 	s.run = &runScope{kind: kind, id: r.newRunID(s), stores: stores, recover: recover, sweep: sweep, previous: s.stack.Status.CurrentRun}
+	s.run.facts = runFacts{kind: kind, recoverFirst: recover, planOnly: s.stack.Spec.PlanOnly,
+		autoApprove: approved(s.stack.Spec.ApprovePlan, "")}
+	return nil
+}
+
+// runToTheEnd decides and acts within the run's timeout until the run
+// ends. A start abandoned before its announcement landed gives its runner
+// to the run, so that closeRun removes its pod.
+func (r *Reconciler) runToTheEnd(ctx context.Context, s *scope) error {
 	timeout := r.runTimeout(s)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	starting := r.startRunner(ctx, s)
-	announced := false
 	defer func() {
-		if !announced { // the announcement failed, or panicked
-			starting.abandon(s) // its pod goes with the run (closeRun)
+		if !s.run.facts.announced { // the announcement failed, or panicked
+			s.run.starting.abandon(s)
 		}
 	}()
-	if err := r.announce(ctx, s); err != nil {
-		return err
-	}
-	announced = true
-	err = r.runInRunner(ctx, s, starting)
+	err := r.decideAndAct(ctx, s)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("the run was stopped after spec.timeout (%s); raise spec.timeout if it needs longer: %w", timeout, err)
 	}
@@ -107,9 +76,11 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, kind runKind) error 
 }
 
 // announce makes the run visible before it starts (runs take minutes)
-// through the reconcile's own patcher. It also records status.currentRun
-// before the runner exists: the run's certificate opens the state only
-// while it is the Stack's current run.
+// through the reconcile's own patcher, and starts its runner meanwhile
+// (startRunner), unless a dead run must be dealt with first. It records
+// status.currentRun before the runner exists: the run's certificate opens
+// the state only while it is the Stack's current run. Conditions change
+// only for a run that may change something (markProgress).
 func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 	var msg string
 	switch s.run.kind {
@@ -122,62 +93,80 @@ func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 	default:
 		msg = "planning " + stackview.ShortRevision(s.source.revision)
 	}
+	if !s.run.facts.recoverFirst {
+		s.run.starting = r.startRunner(ctx, s)
+	}
 	s.observed.runStarted = &runAnnouncement{id: s.run.id, message: msg}
-	summarizeProgress(s)
-	return s.patcher.Patch(ctx, s.stack, progressConditions...)
+	summarizeProgress(s, r.reannounces(s), r.mayChangeInfrastructure(s))
+	if err := s.patcher.Patch(ctx, s.stack, progressConditions...); err != nil {
+		return err
+	}
+	s.run.facts.announced = true
+	return nil
 }
 
-// runInRunner waits for the runner (starting, or started only now after
-// recovering from dead runs) and the module's load into it, then for its
-// pod's labels, initialises the module and runs the kind's step.
-func (r *Reconciler) runInRunner(ctx context.Context, s *scope, starting *runnerStart) error {
-	sess, err := r.awaitRunner(ctx, s, starting)
-	if sess == nil {
-		return err
+// mayChangeInfrastructure says the run about to start may change the
+// Stack's resources: an approved plan's apply, a destroy, or a plan of new
+// inputs that approvePlan auto applies. Drift checks and plans of the
+// inputs already applied change nothing unless they find drift.
+func (r *Reconciler) mayChangeInfrastructure(s *scope) bool {
+	switch s.run.kind {
+	case runApplyPending, runDestroy:
+		return true
+	case runPlan:
+		return r.inOnePass(s) || (s.run.facts.autoApprove && !s.stack.Spec.PlanOnly && s.recorded().LastAppliedInputsDigest != s.inputs.digest)
 	}
-	// Closed by finish, after the final status patch: the outcome is
-	// visible without waiting for the pod to go. A runner the module
-	// failed to load into is the run's all the same, for closeRun.
+	return false
+}
+
+// reannounces says the run's announcement changes the Stack's conditions:
+// a run of new inputs or of a new generation, or one that may change
+// something. A drift check, or a plan of what is applied, only records
+// status.currentRun: a Stack that is Ready stays Ready while it is checked.
+func (r *Reconciler) reannounces(s *scope) bool {
+	st := s.recorded()
+	return r.mayChangeInfrastructure(s) || (s.run.kind == runPlan &&
+		(st.LastAppliedInputsDigest != s.inputs.digest || st.ObservedGeneration != s.stack.Generation))
+}
+
+// finishRun ends a run every command of which returned: nothing runs in
+// the runner, and its pod can go without a grace period. The run stops
+// being current with the final status patch, before its pod goes.
+func (r *Reconciler) finishRun(_ context.Context, s *scope) error {
+	s.run.facts.finished = true
+	s.observed.runFinished = true
+	if idle, ok := s.run.session.(idleMarker); ok {
+		idle.MarkIdle()
+	}
+	return nil
+}
+
+// initialise waits for the run's pod's labels (the state server takes the
+// run's certificate only from a labelled pod) and runs init.
+func (r *Reconciler) initialise(ctx context.Context, s *scope) error {
 	run := s.run
-	run.session, run.client, run.logf = sess, sess.Client(), runLogger(ctx, sess.ID())
-	rctx := sess.Context()
-	if err != nil {
-		return err
-	}
-	if err := awaitLabels(rctx, s, sess); err != nil {
+	rctx := run.session.Context()
+	if err := awaitLabels(rctx, s, run.session); err != nil {
 		return err
 	}
 	initDone := run.timings.Start(runphase.Init)
 	initResult, err := run.client.Init(rctx, r.initRequest(s), run.logf)
 	initDone()
 	if err != nil {
-		return classify(sess, err, failureReason(run.kind), "init failed")
+		return classify(run.session, err, failureReason(run.kind), "init failed")
 	}
-	s.observed.tool = r.runTool(ctx, sess, initResult)
-	if err := r.stepFor(run.kind)(rctx, s); err != nil {
-		return err
-	}
-	if p := s.observed.plan; p != nil && p.upToDate && !s.stack.Spec.PlanOnly {
-		if err := r.reconcileRelease(rctx, s); err != nil {
-			return err
-		}
-	}
-	if err := r.afterRun(rctx, s, nil); err != nil {
-		return err
-	}
-	// Every command returned its result: nothing runs in the runner, and
-	// its pod can go without a grace period. The run stops being current
-	// with the final status patch, before its pod goes.
-	s.observed.runFinished = true
-	if idle, ok := sess.(idleMarker); ok {
-		idle.MarkIdle()
-	}
+	s.observed.tool = r.runTool(ctx, run.session, initResult)
+	run.facts.initialised = true
 	return nil
 }
 
+// runContext is the context of the run's runner commands: the session's,
+// which ends with the runner.
+func runContext(s *scope) context.Context { return s.run.session.Context() }
+
 // closeRun removes the run's runner pod (unless the config retains it)
 // and records where the run's time went.
-func closeRun(ctx context.Context, s *scope) {
+func (r *Reconciler) closeRun(ctx context.Context, s *scope) {
 	if s.run == nil || s.run.session == nil {
 		return
 	}
@@ -185,20 +174,9 @@ func closeRun(ctx context.Context, s *scope) {
 		s.log.Error(err, "failed to remove runner pod")
 	}
 	s.run.session = nil
+	r.closedHere.Store(client.ObjectKeyFromObject(s.stack), s.run.id)
 	observePhases(&s.run.timings, string(s.run.kind))
 	s.log.Info("run finished", append([]any{"run", s.run.id, "kind", s.run.kind}, s.run.timings.KeysAndValues()...)...)
-}
-
-// stepFor is the work of each run kind.
-func (r *Reconciler) stepFor(kind runKind) runStep {
-	switch kind {
-	case runApplyPending:
-		return r.applyApproved
-	case runDestroy:
-		return r.destroy
-	default:
-		return r.plan
-	}
 }
 
 // failureReason is the reason a failed command of a run kind is reported with.
@@ -210,88 +188,6 @@ func failureReason(kind runKind) string {
 		return DestroyFailedReason
 	}
 	return PlanFailedReason
-}
-
-// mayHaveDeadRun says whether an earlier run of the Stack may have left a
-// runner pod or a state lock (recover): its reconcile did not settle, or
-// this controller process has not run the Stack yet (the last one may have
-// stopped between the final status patch and removing the pod). A Stack
-// whose last run finished every command (status.currentRun cleared: tofu
-// released its lock) or that never ran has no lock to recover: its state
-// was removed with any earlier Stack of its name; should a lock be left
-// all the same (that Stack's finalizer removed by hand), its first run
-// fails on it and the retry, no longer settled, releases it. It may have a
-// pod, though (sweep): a runner is started while its run is announced, so
-// a controller that stopped between the two left a pod of a run that no
-// status names. Both hold until cleanedUpHere: a run that failed before
-// it dealt with them leaves them to the next.
-func (r *Reconciler) mayHaveDeadRun(s *scope) (recover, sweep bool) {
-	_, seen := r.cleanedHere.Load(client.ObjectKeyFromObject(s.stack))
-	if s.stack.Status.CurrentRun == "" {
-		return false, !seen
-	}
-	return !seen || !lastRunSettled(s), false
-}
-
-// cleanedUpHere records that this process has dealt with what the Stack's
-// runs in earlier processes may have left (recovered, or swept).
-func (r *Reconciler) cleanedUpHere(s *scope) {
-	r.cleanedHere.Store(client.ObjectKeyFromObject(s.stack), true)
-}
-
-// mustRecoverFirst says the run's runner may start only after
-// recoverFromDeadRuns: pods and a lock of a dead run, or a lock kept on
-// purpose (StateNotSaved), are dealt with before anything else.
-func mustRecoverFirst(s *scope) bool {
-	return s.run.recover || stalledWith(s.stack, StateNotSavedReason)
-}
-
-// recoverFromDeadRuns removes runner pods of earlier runs (a controller that
-// restarted mid-run left them) and releases a state lock only such a run
-// can hold: runs of one Stack never overlap. After a run that settled
-// (its runner closed, tofu done with the lock) there is nothing to
-// recover, and the List of pods and the lock read are skipped, unless the
-// last apply's state is kept (StateNotSaved): that run's lock is then held
-// until the state is pushed (holdForUnsavedState).
-func (r *Reconciler) recoverFromDeadRuns(ctx context.Context, s *scope) error {
-	// A lock kept on purpose is read even after a settled run.
-	keptState := stalledWith(s.stack, StateNotSavedReason)
-	if !mustRecoverFirst(s) {
-		return nil
-	}
-	if s.run.recover {
-		if err := r.cleanupEarlierRuns(ctx, s); err != nil {
-			return fmt.Errorf("failed to remove runner pods of earlier runs: %w", err)
-		}
-	}
-	if ownsBackend(s.stack) {
-		return nil // its lock is the backend's: Terrace cannot tell whose it is
-	}
-	states := s.run.stores.States
-	key := stateKey(s.stack)
-	holder, err := states.GetLock(ctx, key)
-	if err != nil || holder == nil {
-		return err
-	}
-	if keptState {
-		if err := holdForUnsavedState(s, holder); err != nil {
-			return err
-		}
-	}
-	if holder.Operation == migrate.LockOperation {
-		// Never break a migration's lock: the copy would miss what we write.
-		return reconcile.Waiting(StateMigrationPendingReason, migrationRecheck, fmt.Errorf("the state of %s is being copied to another backend (lock %s since %s)", key, holder.ID, holder.Created.Format(time.RFC3339)))
-	}
-	if err := states.ForceUnlock(ctx, key); err != nil {
-		return fmt.Errorf("failed to release the state lock of a dead run: %w", err)
-	}
-	s.log.Info("released the state lock of a dead run", "lockID", holder.ID, "operation", holder.Operation, "created", holder.Created)
-	r.normalEvent(s.stack, "StateUnlocked", "released the state lock held since %s by a run that is gone", holder.Created.Format(time.RFC3339))
-	return nil
-}
-
-func stateKey(stack *terracev1.Stack) state.Key {
-	return state.Key{Namespace: stack.Namespace, Stack: stack.Name, Workspace: stack.Spec.Workspace}
 }
 
 // loadSource gets the module into the runner, which verifies the digest.

@@ -208,14 +208,27 @@ func (q *runScheduler) forget(key types.NamespacedName) {
 	}
 }
 
-// startRun is where every run starts (reconcileRun, and the destroy of
-// deletion): with a slot, or queued until one is reserved for it. Without
-// a scheduler (a Reconciler not set up with a manager) the run runs in
-// its reconcile at once.
+// startPlanRun, startApplyRun and startDriftRun start the run their
+// state calls for.
+func (r *Reconciler) startPlanRun(ctx context.Context, s *scope) error {
+	return r.startRun(ctx, s, runPlan)
+}
+
+func (r *Reconciler) startApplyRun(ctx context.Context, s *scope) error {
+	return r.startRun(ctx, s, runApplyPending)
+}
+
+func (r *Reconciler) startDriftRun(ctx context.Context, s *scope) error {
+	return r.startRun(ctx, s, runDrift)
+}
+
+// startRun is where every run starts: with a slot, or queued until one is
+// reserved for it. Without a scheduler (a Reconciler not set up with a
+// manager) the run runs in its reconcile at once.
 func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error {
 	q := r.scheduler
 	if q == nil {
-		return r.execute(ctx, s, kind)
+		return r.runInReconcile(ctx, s, kind)
 	}
 	key := client.ObjectKeyFromObject(s.stack)
 	ans := q.acquire(key)
@@ -226,7 +239,7 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 	}
 	if kind == runDestroy {
 		defer q.release(key)
-		return r.execute(ctx, s, kind)
+		return r.runInReconcile(ctx, s, kind)
 	}
 	requested, _ := reconcile.RequestedAt(s.stack)
 	q.mu.Lock()
@@ -235,6 +248,14 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 	q.running.Add(1)
 	go r.runDetached(ctx, s, kind)
 	return errRunDetached
+}
+
+// runInReconcile runs a run of kind to its end on the reconcile's goroutine.
+func (r *Reconciler) runInReconcile(ctx context.Context, s *scope, kind runKind) error {
+	if err := r.newRun(ctx, s, kind); err != nil {
+		return err
+	}
+	return r.runToTheEnd(ctx, s)
 }
 
 // runDetached is the rest of a reconcile whose run holds no worker: the
@@ -258,16 +279,16 @@ func (r *Reconciler) runDetached(ctx context.Context, s *scope, kind runKind) {
 		q.release(key)
 		q.wake(key)
 	}()
-	runErr := recovered(s, "run", func() error { return r.execute(ctx, s, kind) })
+	runErr := recovered(s, "run", func() error { return r.runInReconcile(ctx, s, kind) })
 	_ = recovered(s, "finishing the run", func() error {
 		result, err := r.finish(ctx, s, runErr, time.Since(started))
 		if err != nil {
-			// Retried after the Stack's own backoff, as its status and
-			// Warning event say (summarize counted the failure).
+			// The status patch failed: retried after the Stack's own
+			// backoff, as its Warning event says.
 			outcome = ctrl.Result{RequeueAfter: retryBackoff(s.stack, max(s.stack.Status.Failures, 1))}
 			return nil
 		}
-		outcome, failed = result, false
+		outcome, failed = result, s.stack.Status.Failures > 0
 		return nil
 	})
 }

@@ -29,11 +29,8 @@ type runnerStart struct {
 // starts before awaitRunner returned and the pod is labelled (awaitLabels):
 // the state server takes the run's certificate only once the status names
 // the run and its pod carries the run's labels. A run that must recover
-// from dead runs first starts its runner in awaitRunner, after that: nil.
+// from dead runs first starts its runner in awaitRunner, after that.
 func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
-	if mustRecoverFirst(s) {
-		return nil
-	}
 	req := runRequestFor(s)
 	req.Stack = s.stack.DeepCopy() // the announcement's patch rewrites s.stack meanwhile
 	src := s.source
@@ -58,19 +55,30 @@ func (r *Reconciler) startRunner(ctx context.Context, s *scope) *runnerStart {
 	return st
 }
 
-// awaitRunner returns the run's started runner, with the module loaded:
-// the one startRunner started, or, after recovering from dead runs, one
-// started and loaded now. A first run of a Stack that never had a run
-// announced then removes any pod a run left whose announcement never
-// landed (from the cache: no API call unless there is one); its own pod,
-// being in use, is kept. A failed load is the source's error, as the
-// Stack's status words it; the runner is returned with it, for closeRun.
-func (r *Reconciler) awaitRunner(ctx context.Context, s *scope, st *runnerStart) (runSession, error) {
+// awaitRunner takes the run's started runner, with the module loaded:
+// the one startRunner started beside the announcement, or, after
+// recovering from dead runs, one started and loaded now. A first run of a
+// Stack that never had a run announced then removes any pod a run left
+// whose announcement never landed (from the cache: no API call unless
+// there is one); its own pod, being in use, is kept. A failed load is the
+// source's error, as the Stack's status words it; the runner is the run's
+// all the same, for closeRun.
+func (r *Reconciler) awaitRunner(ctx context.Context, s *scope) error {
+	run := s.run
+	sess, err := r.takeRunner(ctx, s, run.starting)
+	if sess == nil {
+		return err
+	}
+	run.session, run.client, run.logf = sess, sess.Client(), runLogger(ctx, sess.ID())
+	if err != nil {
+		return err
+	}
+	run.facts.runnerReady = true
+	return nil
+}
+
+func (r *Reconciler) takeRunner(ctx context.Context, s *scope, st *runnerStart) (runSession, error) {
 	if st == nil {
-		if err := r.recoverFromDeadRuns(ctx, s); err != nil {
-			return nil, err
-		}
-		r.cleanedUpHere(s)
 		podDone := s.run.timings.Start(runphase.Pod)
 		sess, err := r.Runs.Start(ctx, runRequestFor(s))
 		podDone()

@@ -28,9 +28,10 @@ func TestAPanicStartingTheRunnerIsTheRunsError(t *testing.T) {
 	if starting == nil {
 		t.Fatal("a run with nothing to recover did not start its runner beside the announcement")
 	}
-	sess, err := r.awaitRunner(context.Background(), s, starting)
-	if sess != nil || err == nil || !strings.Contains(err.Error(), "panicked: boom") {
-		t.Fatalf("awaitRunner = %v, %v; want the panic as an error", sess, err)
+	s.run.starting = starting
+	err := r.awaitRunner(context.Background(), s)
+	if s.run.session != nil || s.run.facts.runnerReady || err == nil || !strings.Contains(err.Error(), "panicked: boom") {
+		t.Fatalf("awaitRunner = %v (runner %v); want the panic as an error", err, s.run.session)
 	}
 }
 

@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"context"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,15 +36,13 @@ type scope struct {
 	// run is the run in progress, while a runner is in use.
 	run      *runScope
 	observed observations
-	// current: this reconcile wrote the Stack (its finalizer) and holds
-	// the API server's answer, so its cache needs no check before a run.
+	// current: this reconcile wrote the Stack (its finalizer) or read it
+	// from the API server, so its cache needs no check before a run.
 	current bool
+	// walk is the states and actions this reconcile went through, in
+	// order ("OutOfSync→startPlanRun"), for logs and tests.
+	walk []string
 }
-
-// step is one sub-reconciler: it resolves or does one thing and records
-// what it saw on the scope. An error ends the reconcile; the error's kind
-// (terminal, waiting, awaiting, transient) decides what follows.
-type step func(ctx context.Context, s *scope) error
 
 // runScope is one run: its runner session and the stores it writes.
 type runScope struct {
@@ -68,6 +65,19 @@ type runScope struct {
 	timings runphase.Timings
 	// after is the state as the run left it, read once (stateAfterRun).
 	after *stateRead
+	// facts are what the run's actions observed, for determineState.
+	facts runFacts
+	// starting is the runner started beside the announcement, or nil.
+	starting *runnerStart
+	// lockHolder is the state lock recoverDeadRun found.
+	lockHolder *state.LockInfo
+	// record is the plan being applied, applyErr how its apply failed.
+	record   planRecord
+	applyErr error
+	// policyErr is the policies' denial of the plan, stateTooLarge the
+	// refusal of a plan whose state would be over the limit.
+	policyErr     error
+	stateTooLarge error
 }
 
 // stateRead is one read of a Stack's state.
@@ -75,9 +85,6 @@ type stateRead struct {
 	state *state.State
 	err   error
 }
-
-// runStep is the work of one run kind inside a started, initialised runner.
-type runStep func(ctx context.Context, s *scope) error
 
 // observations are what the steps saw. Status is derived from them in one
 // place, summarize; a step never writes the Stack's status itself.

@@ -85,7 +85,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.stacksForPolicyConfigMap),
 			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		WatchesRawSource(ctrlsource.Channel(r.scheduler.wakeups, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: newRetryLimiter(mgr.GetClient())}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Build(r)
 	if err != nil {
 		return err

@@ -37,7 +37,8 @@ func (r *Reconciler) checkStateSize(p *runnerv1.PlanResult) error {
 // store (no size limit there) under tf.ErroredStateID, for `tofu state
 // push` once the limit allows, the failed release says so, and so does the
 // message. A plan refused before applying changed nothing: no release.
-func (r *Reconciler) keepErroredState(ctx context.Context, s *scope, p planRecord, applyErr error) error {
+func (r *Reconciler) keepErroredState(ctx context.Context, s *scope) error {
+	ctx, p, applyErr := context.WithoutCancel(ctx), s.run.record, s.run.applyErr
 	// The runner's message names the plan and the limit.
 	refused := classify(s.run.session, applyErr, ApplyFailedReason, "state too large")
 	id := tf.ErroredStateID(p.id)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -45,25 +44,25 @@ func requestedReconcile(stack *terracev1.Stack) (string, bool) {
 	return v, ok && v != stack.Status.LastHandledReconcileAt
 }
 
-// lastRunSettled reports that the last reconcile that started a run also
-// summarized its end (no Reconciling is left: the run's announcement sets
-// it, every settled outcome removes it), so its runner was closed and
-// tofu released the state lock; or that the run finished every command
-// (status.currentRun is cleared then). A controller stopped mid-run, a
-// runner that died, or a transient failure leaves Reconciling set.
-func lastRunSettled(s *scope) bool {
-	return s.stack.Status.CurrentRun == "" || reconcile.Get(s.stack, terracev1.ReconcilingCondition) == nil
-}
-
 func conditionTrue(stack *terracev1.Stack, t string) bool {
 	return reconcile.IsTrue(stack, t)
 }
 
 // summarizeProgress records a run that is starting: its id (the state
-// server admits only the current run) and Reconciling with what it does.
-func summarizeProgress(s *scope) {
+// server admits only the current run) and, for a run of new work
+// (reannounce), Reconciling with what it does. Ready goes Unknown only
+// when the run may change the Stack's resources (changes); a drift check
+// leaves the conditions as they are, so a Ready Stack stays Ready while
+// it is checked.
+func summarizeProgress(s *scope, reannounce, changes bool) {
 	recordRun(s)
-	reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", s.observed.runStarted.message)
+	msg := s.observed.runStarted.message
+	switch {
+	case changes:
+		reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", msg)
+	case reannounce:
+		reconcile.MarkTrue(s.stack, terracev1.ReconcilingCondition, ProgressingReason, "%s", msg)
+	}
 }
 
 // summarize derives the status from the observations and the step error,
@@ -92,16 +91,18 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	setPolicyCondition(s) // a destroy's plan is decided too
 	err := stepErr
 	if err == nil && o.awaitingApproval() {
-		// Waiting on a person, not on the controller: not Ready (so
-		// `kubectl wait` does not pass), not Reconciling, not Stalled.
+		// Waiting on a person: not Ready (so `kubectl wait` does not
+		// pass) and Reconciling with reason AwaitingApproval (so kstatus,
+		// and Flux or Argo CD through it, do not take the Stack for
+		// Current), not Stalled: nothing is wrong.
 		err = reconcile.Awaiting(AwaitingApprovalReason, "%s", readyMessage(s))
 	}
 	outcome := reconcile.Summarize(stack, err, readyReason(s), readyMessage(s), nextLook(s))
 	var waiting *reconcile.WaitingError
 	switch {
 	case outcome.Err != nil:
-		// Transient: the error goes back to controller-runtime, whose rate
-		// limiter (retryLimiter) waits retryInterval doubled per failure.
+		// Transient: retried after retryInterval doubled per failure,
+		// from this stored count (finish), as the event says.
 		st.Failures++
 		backoff := retryBackoff(stack, st.Failures)
 		s.log.Error(stepErr, "run failed; retrying", "failures", st.Failures, "retryIn", backoff)
@@ -291,26 +292,9 @@ func nextLook(s *scope) time.Duration {
 		return s.observed.requeueAfter
 	}
 	if s.config.Interval > 0 {
-		return s.config.Interval
+		return jitter(s.stack, s.config.Interval)
 	}
-	return defaultInterval
-}
-
-// retryBackoff is retryInterval doubled per consecutive failure, capped.
-func retryBackoff(stack *terracev1.Stack, failures int64) time.Duration {
-	base, limit := 30*time.Second, time.Hour
-	if d := stack.Spec.RetryInterval; d != nil && d.Duration > 0 {
-		base = d.Duration
-	}
-	if d := stack.Spec.MaxRetryInterval; d != nil && d.Duration > 0 {
-		limit = d.Duration
-	}
-	exp := math.Min(float64(failures-1), 30)
-	backoff := time.Duration(float64(base) * math.Pow(2, exp))
-	if backoff > limit || backoff <= 0 {
-		return limit
-	}
-	return backoff
+	return jitter(s.stack, defaultInterval)
 }
 
 func ptrTime(t time.Time) *metav1.Time {

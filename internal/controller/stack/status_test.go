@@ -58,7 +58,7 @@ func TestSummarize(t *testing.T) {
 		{
 			name:    "plan kept for approval",
 			observe: observations{kind: runPlan, plan: plan(func(p *planObservation) { p.keptForApproval = true })},
-			want: want{ready: "False/AwaitingApproval", reconciling: "-", stalled: "-", planned: "True/AwaitingApproval", applied: "-", drifted: "-",
+			want: want{ready: "False/AwaitingApproval", reconciling: "True/AwaitingApproval", stalled: "-", planned: "True/AwaitingApproval", applied: "-", drifted: "-",
 				final: true, pending: "plan-3-new", appliedDigest: "sha256:old", readyMessage: "plan-3-new (+1 ~2 -0) awaits approval"},
 		},
 		{
@@ -69,7 +69,7 @@ func TestSummarize(t *testing.T) {
 				return st
 			},
 			observe: observations{kind: runAwaitApproval},
-			want: want{ready: "False/AwaitingApproval", reconciling: "-", stalled: "-", planned: "True/AwaitingApproval", applied: "-", drifted: "-",
+			want: want{ready: "False/AwaitingApproval", reconciling: "True/AwaitingApproval", stalled: "-", planned: "True/AwaitingApproval", applied: "-", drifted: "-",
 				final: true, pending: "plan-3-old", appliedDigest: "sha256:old", readyMessage: "plan-3-old (+1 ~0 -0) awaits approval"},
 		},
 		{
@@ -166,7 +166,8 @@ func TestSummarize(t *testing.T) {
 					t.Errorf("%s = %s, want %s", c.cond, got, c.want)
 				}
 			}
-			if out.Final != w.final || (out.Err != nil) != w.returnsErr || out.Result.RequeueAfter != w.requeueAfter {
+			// Requeues at the interval are jittered by up to a tenth.
+			if got := out.Result.RequeueAfter; out.Final != w.final || (out.Err != nil) != w.returnsErr || got < w.requeueAfter || got > w.requeueAfter+w.requeueAfter/10 {
 				t.Errorf("outcome final=%v err=%v requeueAfter=%s, want final=%v err=%v requeueAfter=%s", out.Final, out.Err, out.Result.RequeueAfter, w.final, w.returnsErr, w.requeueAfter)
 			}
 			st := stack.Status
@@ -207,7 +208,7 @@ func TestSummarizeRecordsTheRun(t *testing.T) {
 			plan:    &planObservation{id: "plan-1-a", summary: &runnerv1.PlanSummary{Add: 1}, hasChanges: true, at: now},
 			applied: &applyObservation{outputs: []string{"a", "b"}},
 			release: &release.Release{Revision: 1, Status: release.StatusDeployed, FinishedAt: now}}}
-	summarizeProgress(s)
+	summarizeProgress(s, true, true)
 	if stack.Status.CurrentRun != "run-1" || !conditionTrue(stack, terracev1.ReconcilingCondition) {
 		t.Fatalf("a starting run is not announced: %+v", stack.Status)
 	}

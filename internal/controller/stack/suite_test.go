@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -46,6 +47,9 @@ var suite struct {
 	stateFaults *stateServerFaults
 	// hooks let a test act on one Stack's status patches and runners.
 	hooks suiteHooks
+	// walks keeps the states and actions each Stack went through, read
+	// from the controller's log.
+	walks walkLog
 }
 
 const suiteOperatorNS = "terrace-system"
@@ -66,6 +70,7 @@ func runSuite(m *testing.M) int {
 	}
 	suite.env = e
 	defer func() { _ = e.Stop() }()
+	ctrl.SetLogger(funcr.NewJSON(suite.walks.record, funcr.Options{Verbosity: 1}))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := startSuiteManager(ctx); err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,72 +20,6 @@ import (
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
-
-func TestDecide(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	recent := metav1.NewTime(now.Add(-time.Minute))
-	old := metav1.NewTime(now.Add(-time.Hour))
-	settled := func(mutate func(*terracev1.Stack)) *terracev1.Stack {
-		s := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
-		s.Status.ObservedGeneration = 3
-		s.Status.LastAppliedInputsDigest = "sha256:in"
-		s.Status.LastDriftCheckAt = &recent
-		if mutate != nil {
-			mutate(s)
-		}
-		return s
-	}
-	cases := []struct {
-		name  string
-		stack *terracev1.Stack
-		drift terracev1.DriftDetectionMode
-		want  runKind
-	}{
-		{"up to date", settled(nil), terracev1.DriftDetectionEnabled, runNothing},
-		{"new inputs", settled(func(s *terracev1.Stack) { s.Status.LastAppliedInputsDigest = "sha256:other" }), terracev1.DriftDetectionEnabled, runPlan},
-		{"new generation", settled(func(s *terracev1.Stack) { s.Generation = 4 }), terracev1.DriftDetectionEnabled, runPlan},
-		{"failed before", settled(func(s *terracev1.Stack) { s.Status.Failures = 2 }), terracev1.DriftDetectionEnabled, runPlan},
-		{"requested", settled(func(s *terracev1.Stack) {
-			s.Annotations = map[string]string{terracev1.ReconcileRequestAnnotation: "now"}
-		}), terracev1.DriftDetectionEnabled, runPlan},
-		{"request already handled", settled(func(s *terracev1.Stack) {
-			s.Annotations = map[string]string{terracev1.ReconcileRequestAnnotation: "now"}
-			s.Status.LastHandledReconcileAt = "now"
-		}), terracev1.DriftDetectionEnabled, runNothing},
-		{"drift check due", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionEnabled, runDrift},
-		{"drift check due, warn", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionWarn, runDrift},
-		{"drift disabled", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionDisabled, runNothing},
-		{"pending, not approved", settled(func(s *terracev1.Stack) {
-			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:in"}
-		}), terracev1.DriftDetectionEnabled, runAwaitApproval},
-		{"pending, approved by id", settled(func(s *terracev1.Stack) {
-			s.Spec.ApprovePlan = "plan-3-abc"
-			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:in"}
-		}), terracev1.DriftDetectionEnabled, runApplyPending},
-		{"pending, other id approved", settled(func(s *terracev1.Stack) {
-			s.Spec.ApprovePlan = "plan-2-zzz"
-			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:in"}
-		}), terracev1.DriftDetectionEnabled, runAwaitApproval},
-		{"pending but inputs moved on", settled(func(s *terracev1.Stack) {
-			s.Spec.ApprovePlan = "plan-3-abc"
-			s.Status.LastAppliedInputsDigest = "sha256:applied"
-			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:older"}
-		}), terracev1.DriftDetectionEnabled, runPlan},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			r := &Reconciler{Now: func() time.Time { return now }}
-			s := &scope{stack: tc.stack, inputs: &inputs{digest: "sha256:in"}, config: settings.Effective{Interval: 10 * time.Minute, DriftMode: tc.drift}}
-			got, wait := r.decide(s)
-			if got != tc.want {
-				t.Fatalf("decide = %q, want %q", got, tc.want)
-			}
-			if got == runNothing && wait <= 0 {
-				t.Fatalf("nothing to run but no time to look again")
-			}
-		})
-	}
-}
 
 func TestDriftIsJudgedByInputsNotByWhatStartedTheRun(t *testing.T) {
 	applied := func(digest string) *terracev1.Stack {
@@ -209,12 +145,15 @@ func TestNoRunFromAStaleCache(t *testing.T) {
 	}
 
 	r := &Reconciler{Client: c, APIReader: c, Runs: nil} // starting a run would panic
-	s := &scope{stack: &cached, inputs: &inputs{digest: "sha256:in"}, source: &source{},
+	s := &scope{stack: &cached, inputs: &inputs{digest: "sha256:in"}, options: &runOptions{}, source: &source{}, log: logr.Discard(),
 		config: settings.Effective{Interval: time.Minute, DriftMode: terracev1.DriftDetectionEnabled}}
-	if err := r.reconcileRun(ctx, s); err != nil {
+	if err := r.decideAndAct(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if !s.observed.staleCache {
 		t.Fatal("a run was decided from a stale cache")
+	}
+	if want := []string{"CacheUnverified→verifyCache", "CacheStale→waitForCache"}; !slices.Equal(s.walk, want) {
+		t.Fatalf("walk %v, want %v", s.walk, want)
 	}
 }

@@ -8,10 +8,8 @@ import (
 	"math"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
@@ -28,7 +26,7 @@ const (
 	// the controller either, for unsavedStateWait: the state is kept in
 	// the plan store, for `terrace push-state`, and the Stack is Stalled,
 	// so that no run plans from the stored state, which misses the
-	// apply's changes (holdForUnsavedState).
+	// apply's changes (holdUnsavedState).
 	StateNotSavedReason = "StateNotSaved"
 )
 
@@ -45,7 +43,8 @@ const unsavedStateWait = 2 * time.Minute
 // way the run fails as retried: the next one plans from the saved state.
 // Without this, the next run would plan from a state that misses what
 // the apply made, and make it again.
-func (r *Reconciler) saveUnsavedState(ctx context.Context, s *scope, p planRecord, applyErr error) error {
+func (r *Reconciler) saveUnsavedState(ctx context.Context, s *scope) error {
+	ctx, p, applyErr := context.WithoutCancel(ctx), s.run.record, s.run.applyErr
 	retried := classify(s.run.session, applyErr, ApplyFailedReason, "apply failed")
 	id := tf.ErroredStateID(p.id)
 	// Any state the state server would have taken fits: it was not
@@ -130,22 +129,4 @@ func (r *Reconciler) keepUnsavedState(ctx context.Context, s *scope, p planRecor
 	r.recordFailedRelease(ctx, s, p, "applied, but neither tofu nor the controller could save the state; it is kept as plan "+where)
 	r.warningEvent(s.stack, StateNotSavedReason, "the state tofu could not save after applying %s is kept as plan %s", p.id, where)
 	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s; the Stack does not run while the failed run's lock is held: push it first with `terrace push-state %s %s -n %s`", p.id, writeErr.Error(), where, s.stack.Name, id, s.stack.Namespace)
-}
-
-// holdForUnsavedState keeps a Stack Stalled with StateNotSaved so while
-// the lock of the run whose state is kept is still held: a run now would
-// release it as a dead run's and plan from a state that misses that
-// apply's changes. `terrace push-state` writes the kept state and releases
-// the lock; `terrace force-unlock` releases it without (the user's choice).
-func holdForUnsavedState(s *scope, holder *state.LockInfo) error {
-	if _, stack, _, ok := pki.Identity(holder.Owner).Runner(); !ok || stack != s.stack.Name {
-		return nil
-	}
-	return reconcile.Terminalf(StateNotSavedReason, "%s", reconcile.Get(s.stack, terracev1.StalledCondition).Message)
-}
-
-// stalledWith says whether the Stack is Stalled with reason.
-func stalledWith(stack *terracev1.Stack, reason string) bool {
-	c := reconcile.Get(stack, terracev1.StalledCondition)
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 	"github.com/terrace-dev/terrace/internal/state/storetest"
+	"github.com/terrace-dev/terrace/internal/tf"
 )
 
 // stateServerFaults is the suite state server's store: the real one, but
@@ -254,28 +255,51 @@ func TestEnvtestTheControllerSavesTheStateOnlyUnderTheRunsOwnLock(t *testing.T) 
 	}
 }
 
-// A Stack Stalled with StateNotSaved does not run while the lock of the
-// run whose state is kept is held, even after that run settled: a run now
-// would release the lock as a dead run's and plan from a state that misses
-// the apply's changes. Once the lock is gone (`terrace push-state`, or
-// `terrace force-unlock`), it runs; another Stalled reason never holds it.
+// A Stack whose apply left a state kept in its plan store
+// (StateNotSaved) does not run while the lock of that run is held, even
+// after that run settled: a run now would release the lock as a dead
+// run's and plan from a state that misses the apply's changes. Once the
+// lock is gone (`terrace push-state`, or `terrace force-unlock`), it runs;
+// a lock of this Stack's run without a kept state is a dead run's. What
+// decides is the lock and the kept state, never a condition.
 func TestEnvtestAStackWhoseStateIsKeptWaitsForThePush(t *testing.T) {
 	e := newSuiteEnv(t)
 	ctx := context.Background()
 	s, store := runOfWeb(e, "run-2")
+	s.run.stores.Plans = store
 	stack := s.stack
 	stack.Status.CurrentRun = "run-1"
+	stack.Status.Plan = &terracev1.PlanStatus{ID: "plan-1-abc"}
 	key := stateKey(stack)
-	r := &Reconciler{}
+	r := &Reconciler{Runs: suite.runs}
 	lock := state.LockInfo{ID: "tofu-lock", Operation: state.ApplyOperation, Owner: string(pki.RunnerIdentity(e.ns, "web", "run-1"))}
 	if err := store.Lock(ctx, key, lock); err != nil {
 		t.Fatal(err)
 	}
+	recoverThenDecide := func() State {
+		t.Helper()
+		s.run.facts = runFacts{kind: runPlan, announced: true, recoverFirst: true}
+		if err := r.recoverDeadRun(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return determineRunState(&s.run.facts)
+	}
 
-	reconcile.MarkStalled(stack, StateNotSavedReason, "kept as errored-state-plan-1: `terrace push-state web errored-state-plan-1`")
+	// A lock of this Stack's run, no state kept: a dead run's.
+	if got := recoverThenDecide(); got != StateDeadRunLock {
+		t.Fatalf("without a kept state: %s, want %s", got, StateDeadRunLock)
+	}
+
+	kept := state.Plan{PlanMeta: state.PlanMeta{Key: planKey(stack, tf.ErroredStateID("plan-1-abc"))}, Binary: []byte("{}")}
+	if _, err := store.PutPlan(ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+	if got := recoverThenDecide(); got != StateHeld {
+		t.Fatalf("with the state kept: %s, want %s", got, StateHeld)
+	}
 	var terminal *reconcile.TerminalError
-	if err := r.recoverFromDeadRuns(ctx, s); !errors.As(err, &terminal) || !strings.Contains(err.Error(), "terrace push-state") {
-		t.Fatalf("err %v, want StateNotSaved kept with its message", err)
+	if err := actionFor(StateHeld).do(r, ctx, s); !errors.As(err, &terminal) || terminal.Reason != StateNotSavedReason || !strings.Contains(err.Error(), "terrace push-state") {
+		t.Fatalf("err %v, want StateNotSaved naming terrace push-state", err)
 	}
 	if held, _ := store.GetLock(ctx, key); held == nil {
 		t.Fatal("the kept state's lock was released")
@@ -284,15 +308,7 @@ func TestEnvtestAStackWhoseStateIsKeptWaitsForThePush(t *testing.T) {
 	if err := store.Unlock(ctx, key, state.OwnedLockID(lock.Owner, lock.ID)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.recoverFromDeadRuns(ctx, s); err != nil {
-		t.Fatalf("after the push, the run is held: %v", err)
-	}
-
-	reconcile.MarkStalled(stack, PlanFailedReason, "a module error")
-	if err := store.Lock(ctx, key, lock); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.recoverFromDeadRuns(ctx, s); err != nil {
-		t.Fatalf("a Stack Stalled for another reason is held: %v", err)
+	if got := recoverThenDecide(); got != StateRunnerStarting {
+		t.Fatalf("after the push: %s, want the run to go on (%s)", got, StateRunnerStarting)
 	}
 }

@@ -4,21 +4,20 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/reconcile"
-	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
 // DependencyNotReadyReason: a Stack in dependsOn is not Ready yet.
 const DependencyNotReadyReason = "DependencyNotReady"
 
-// checkDependencies waits until every Stack in dependsOn is Ready at its
-// current generation.
+// checkDependencies records the Stacks in dependsOn that are not Ready at
+// their current generation (waitForDependencies then waits for them).
 func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 	var waiting []string
 	for _, dep := range s.stack.Spec.DependsOn {
@@ -38,21 +37,21 @@ func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 			}
 			return fmt.Errorf("failed to get dependency %s: %w", key, err)
 		}
-		ok, _, err := readiness.ReadyAtGeneration(&other)
-		if err != nil {
-			return fmt.Errorf("failed to read the readiness of dependency %s: %w", key, err)
-		}
-		if !ok {
+		if !readyAtGeneration(&other) {
 			waiting = append(waiting, key.String())
 		}
 	}
-	if len(waiting) > 0 {
-		s.observed.dependencyWait = strings.Join(waiting, ", ")
-		after := r.Options.DependencyRequeue
-		if after <= 0 {
-			after = 30 * time.Second
-		}
-		return reconcile.Waiting(DependencyNotReadyReason, after, fmt.Errorf("waiting for dependencies to be Ready: %s", s.observed.dependencyWait))
-	}
+	s.observed.dependencyWait = strings.Join(waiting, ", ")
 	return nil
+}
+
+// readyAtGeneration judges a dependency as Flux does: Ready=True for its
+// current generation, and that generation observed. Reconciling alone
+// does not make it not ready (full kstatus would): a dependent reading
+// its dependency mid-run would wait for nothing.
+func readyAtGeneration(dep *terracev1.Stack) bool {
+	ready := reconcile.Get(dep, terracev1.ReadyCondition)
+	return dep.DeletionTimestamp.IsZero() && ready != nil && ready.Status == metav1.ConditionTrue &&
+		(ready.ObservedGeneration == 0 || ready.ObservedGeneration == dep.Generation) &&
+		dep.Status.ObservedGeneration == dep.Generation
 }
