@@ -2,8 +2,6 @@ package stack
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -47,18 +45,17 @@ func (r *Reconciler) resolveBackend(ctx context.Context, s *scope) error {
 		return reconcile.Terminalf(InvalidVarsReason, "spec.backend.config is not valid JSON: %v", err)
 	}
 	own := &runnerv1.OwnBackend{Type: b.Type, ConfigJson: configJSON}
-	h := sha256.New()
-	fmt.Fprintf(h, "inputs=%s\nbackend=%s\nconfig=%s\n", s.inputs.digest, b.Type, configJSON)
+	s.backendVersions = nil
 	for i, c := range b.Credentials {
 		value, version, err := r.readBackendCredential(ctx, s, i, c)
 		if err != nil {
 			return err
 		}
 		own.Credentials = append(own.Credentials, &runnerv1.BackendCredential{Env: c.Env, Value: value, AsFile: c.AsFile})
-		fmt.Fprintf(h, "credential %q=%s@%s[%s] file=%t\n", c.Env, c.SecretKeyRef.Name, version, c.SecretKeyRef.Key, c.AsFile)
+		s.backendVersions = append(s.backendVersions, fmt.Sprintf("credential %q=%s@%s[%s] file=%t\n", c.Env, c.SecretKeyRef.Name, version, c.SecretKeyRef.Key, c.AsFile))
 	}
 	s.backend = own
-	s.inputs.digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	s.inputs.digest = desiredDigest(s)
 	return nil
 }
 

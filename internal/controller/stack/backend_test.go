@@ -41,7 +41,7 @@ func TestResolveBackend(t *testing.T) {
 	c := auth.client(sec)
 	r := &Reconciler{Client: c, APIReader: c}
 	resolve := func(stack *terracev1.Stack) (*scope, error) {
-		s := &scope{stack: stack, inputs: &inputs{digest: "sha256:base"}, config: terracesettings.Effective{ServiceAccountName: "default"}}
+		s := &scope{stack: stack, source: &source{digest: "sha256:src"}, inputs: &inputs{digest: "sha256:base"}, config: terracesettings.Effective{ServiceAccountName: "default"}}
 		return s, r.resolveBackend(context.Background(), s)
 	}
 

@@ -2,10 +2,7 @@ package stack
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +27,8 @@ const (
 type runOptions struct {
 	files    []*runnerv1.MappedFile
 	policies *planPolicies
+	// fileVersions are the mapped Secrets' versions, for the digest.
+	fileVersions []string
 }
 
 // gatherRunOptions reads what spec.fileMappings and the config's plan
@@ -45,8 +44,8 @@ func (r *Reconciler) gatherRunOptions(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	s.options.policies = policies
-	s.inputs.digest = optionsDigest(s.inputs.digest, &s.stack.Spec, versions, policies.digest())
+	s.options.policies, s.options.fileVersions = policies, versions
+	s.inputs.digest = desiredDigest(s)
 	return nil
 }
 
@@ -75,37 +74,6 @@ func (r *Reconciler) gatherFileMappings(ctx context.Context, s *scope) ([]string
 		versions = append(versions, fmt.Sprintf("%s/%s@%s", m.SecretRef.Name, m.SecretRef.Key, version))
 	}
 	return versions, nil
-}
-
-// optionsDigest extends the inputs digest with what else decides a plan.
-// Without any run option, file mapping or policy it is the digest as is,
-// so Stacks that use none keep their recorded digests.
-func optionsDigest(base string, spec *terracev1.StackSpec, fileVersions []string, policiesDigest string) string {
-	var b strings.Builder
-	for _, t := range spec.Targets {
-		fmt.Fprintf(&b, "target %q\n", t)
-	}
-	for _, a := range spec.Replace {
-		fmt.Fprintf(&b, "replace %q\n", a)
-	}
-	for _, f := range spec.VarsFiles {
-		fmt.Fprintf(&b, "var file %q\n", f)
-	}
-	if spec.Refresh != nil && !*spec.Refresh {
-		b.WriteString("refresh false\n")
-	}
-	for i, v := range fileVersions {
-		m := spec.FileMappings[i]
-		fmt.Fprintf(&b, "file %s %q %s\n", m.Location, m.Path, v)
-	}
-	if policiesDigest != "" {
-		fmt.Fprintf(&b, "policies %s\n", policiesDigest)
-	}
-	if b.Len() == 0 {
-		return base
-	}
-	h := sha256.Sum256([]byte(base + "\n" + b.String()))
-	return "sha256:" + hex.EncodeToString(h[:])
 }
 
 // readFileMapping reads one spec.fileMappings Secret key, uncached, when

@@ -33,6 +33,9 @@ type scope struct {
 	// backend is spec.backend with its credentials, as the runner takes it;
 	// nil when the state is on Terrace's state server.
 	backend *runnerv1.OwnBackend
+	// backendVersions are spec.backend's credentials by Secret version,
+	// for the digest.
+	backendVersions []string
 	// run is the run in progress, while a runner is in use.
 	run      *runScope
 	observed observations

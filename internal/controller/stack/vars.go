@@ -2,8 +2,6 @@ package stack
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,8 +29,11 @@ type inputs struct {
 	// sensitive names the variables that came from Secrets: their values
 	// are redacted by the runner and never written to status or events.
 	sensitive []string
-	// digest covers the source digest, path, workspace and every variable
-	// value; a change means a new plan is due.
+	// secretVersions stand for the values of variables from Secrets in
+	// the digest (status is readable by more people than Secrets).
+	secretVersions map[string]string
+	// digest is the desired-state digest (desiredDigest): a change means
+	// a new plan is due.
 	digest string
 }
 
@@ -84,15 +85,15 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 			}
 		}
 	}
-	in := &inputs{vars: vars}
+	in := &inputs{vars: vars, secretVersions: secretVersions}
 	for k, secret := range fromSecret {
 		if secret {
 			in.sensitive = append(in.sensitive, k)
 		}
 	}
 	slices.Sort(in.sensitive)
-	in.digest = inputsDigest(moduleAt{source: s.source.digest, path: s.stack.Spec.Path, workspace: s.stack.Spec.Workspace}, vars, secretVersions)
 	s.inputs = in
+	in.digest = desiredDigest(s)
 	return nil
 }
 
@@ -143,25 +144,4 @@ func asJSONValue(raw []byte) json.RawMessage {
 	}
 	quoted, _ := json.Marshal(string(raw))
 	return quoted
-}
-
-// moduleAt is what, besides the variables, decides what a plan does.
-type moduleAt struct{ source, path, workspace string }
-
-func inputsDigest(m moduleAt, vars map[string]json.RawMessage, secretVersions map[string]string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "source=%s\npath=%s\nworkspace=%s\n", m.source, m.path, m.workspace)
-	names := make([]string, 0, len(vars))
-	for k := range vars {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if v, ok := secretVersions[k]; ok {
-			fmt.Fprintf(h, "secret var %q=%s\n", k, v)
-			continue
-		}
-		fmt.Fprintf(h, "var %q=%d:%s\n", k, len(vars[k]), vars[k])
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
