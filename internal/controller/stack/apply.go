@@ -96,6 +96,11 @@ func observeApply(s *scope, applyErr error) {
 func (r *Reconciler) recordFailedApply(ctx context.Context, s *scope) error {
 	p := s.run.record
 	r.recordFailedRelease(context.WithoutCancel(ctx), s, p, "apply failed; see the Stack's Ready condition")
+	if died := s.run.session.Died(); died != nil {
+		// The kubelet's reason (activeDeadlineSeconds, out of memory, an
+		// eviction) says more than the broken connection did.
+		return fmt.Errorf("apply of %s failed: the runner died: %w", p.id, died)
+	}
 	return fmt.Errorf("apply of %s failed: %w", p.id, s.run.applyErr)
 }
 
