@@ -66,10 +66,8 @@ func publishModule(t *testing.T, h *artifactHost, files map[string]string) fluxA
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.mu.Lock()
-	h.files["/gitrepository/greeting.tar.gz"] = data
-	h.mu.Unlock()
-	return fluxArtifact{URL: h.srv.URL + "/gitrepository/greeting.tar.gz", Digest: digest, Revision: "main@sha1:" + strings.TrimPrefix(digest, "sha256:")[:40]}
+	h.serve("/gitrepository/greeting.tar.gz", data)
+	return fluxArtifact{URL: h.url + "/gitrepository/greeting.tar.gz", Digest: digest, Revision: "main@sha1:" + strings.TrimPrefix(digest, "sha256:")[:40]}
 }
 
 // tofuControllerState applies module with vars using real tofu and the

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -102,27 +103,83 @@ type fluxArtifact struct {
 }
 
 // artifactHost serves module tarballs over HTTP, as source-controller
-// serves its artifacts, on the node's link: the one host the tests'
-// controller lets runners download Flux artifacts from.
+// serves its artifacts, on the node's link. All tests share one server
+// (sharedArtifactServer): its address is the one host:port the tests'
+// controller lets runners download Flux artifacts from, so a server of the
+// same host on another port is another host. Each test's files are under
+// a prefix of its own.
 type artifactHost struct {
-	srv   *httptest.Server
+	// url is the server's URL with the test's prefix.
+	url   string
+	files *artifactFiles
+	// prefix is the test's part of the server's paths.
+	prefix string
+}
+
+type artifactFiles struct {
 	mu    sync.Mutex
 	files map[string][]byte
 }
 
-func newArtifactHost(t testing.TB) *artifactHost {
-	h := &artifactHost{files: map[string][]byte{}}
-	h.srv = newLinkServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.mu.Lock()
-		data, ok := h.files[r.URL.Path]
-		h.mu.Unlock()
-		if !ok {
-			http.NotFound(w, r)
-			return
+// sharedArtifactServer is the tests' source-controller stand-in, started
+// before the controller (which is told its address).
+var sharedArtifactServer = struct {
+	once  sync.Once
+	url   string
+	files *artifactFiles
+}{files: &artifactFiles{files: map[string][]byte{}}}
+
+// fluxArtifactAddress starts the shared artifact server on first use and
+// returns its host:port.
+func fluxArtifactAddress(t testing.TB) string {
+	t.Helper()
+	sharedArtifactServer.once.Do(func() {
+		f := sharedArtifactServer.files
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			f.mu.Lock()
+			data, ok := f.files[r.URL.Path]
+			f.mu.Unlock()
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			_, _ = w.Write(data)
+		}))
+		_ = srv.Listener.Close()
+		// Not linkListener: this server outlives the test that starts it.
+		l, err := net.Listen("tcp", net.JoinHostPort(sharedDev(t).Node.HostIP(), "0"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		_, _ = w.Write(data)
-	}))
+		srv.Listener = l
+		srv.Start()
+		sharedArtifactServer.url = srv.URL
+	})
+	return strings.TrimPrefix(sharedArtifactServer.url, "http://")
+}
+
+func newArtifactHost(t testing.TB) *artifactHost {
+	t.Helper()
+	fluxArtifactAddress(t)
+	prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	h := &artifactHost{url: sharedArtifactServer.url + prefix, files: sharedArtifactServer.files, prefix: prefix}
+	t.Cleanup(func() {
+		h.files.mu.Lock()
+		defer h.files.mu.Unlock()
+		for path := range h.files.files {
+			if strings.HasPrefix(path, prefix+"/") {
+				delete(h.files.files, path)
+			}
+		}
+	})
 	return h
+}
+
+// serve makes data the file at path (below the test's prefix).
+func (h *artifactHost) serve(path string, data []byte) {
+	h.files.mu.Lock()
+	defer h.files.mu.Unlock()
+	h.files.files[h.prefix+path] = data
 }
 
 // publish serves a module whose output "release" is release, and returns
@@ -139,15 +196,13 @@ output "release" { value = terraform_data.release.output }
 		t.Fatal(err)
 	}
 	path := fmt.Sprintf("/%s/%s.tar.gz", strings.ToLower(kind), release)
-	h.mu.Lock()
-	h.files[path] = data
-	h.mu.Unlock()
+	h.serve(path, data)
 	hexDigest := strings.TrimPrefix(digest, "sha256:")
 	revision := "main@sha1:" + hexDigest[:40]
 	if kind != "GitRepository" {
 		revision = "latest@" + digest
 	}
-	return fluxArtifact{URL: h.srv.URL + path, Digest: digest, Revision: revision}
+	return fluxArtifact{URL: h.url + path, Digest: digest, Revision: revision}
 }
 
 // createFluxSource creates a Flux source object, with status.artifact when

@@ -136,7 +136,7 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	// Flux artifacts come from the tests' artifact server on the node's
 	// link, as from source-controller's Service; every other host stays
 	// refused (tenancy tests).
-	opts.SourceArtifactHosts = []string{dev.Node.HostIP()}
+	opts.SourceArtifactHosts = []string{fluxArtifactAddress(t)}
 	// Namespace configs of these tests may use the shared PostgreSQL, as an
 	// operator would allow its database server.
 	opts.PostgresAllowedHosts = []string{sharedPostgresHost(t)}

@@ -30,7 +30,9 @@ resource "terraform_data" "slow" {
   input            = var.generation
   triggers_replace = [var.generation] # provisioners run on create only
   provisioner "local-exec" {
-    command = "touch ${var.marker}-${var.generation} && sleep ${var.sleep}"
+    # "; true" keeps the shell (whose command line names the marker) for
+    # the whole apply: busybox's sh would otherwise exec the sleep.
+    command = "touch ${var.marker}-${var.generation} && sleep ${var.sleep}; true"
   }
 }
 output "generation" { value = terraform_data.slow.output }

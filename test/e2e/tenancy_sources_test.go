@@ -96,11 +96,16 @@ func (ep *internalEndpoint) seen() (requests []endpointRequest, fromUs int, err 
 	return append([]endpointRequest(nil), ep.requests...), ep.fromUs, ep.traceErr
 }
 
-// openedByThisProcess finds the client end of an accepted loopback
-// connection in the kernel's socket table and reports whether one of this
-// process's file descriptors holds it.
+// openedByThisProcess finds the client end of an accepted connection in
+// this network namespace's socket table and reports whether one of this
+// process's file descriptors holds it. A connection from a pod comes from
+// another network namespace (the node's pods' addresses), whose sockets
+// this table does not list: not this process's.
 func openedByThisProcess(c net.Conn) (bool, error) {
 	peer, local := c.RemoteAddr().(*net.TCPAddr), c.LocalAddr().(*net.TCPAddr)
+	if _, pods, err := net.ParseCIDR(sharedEnv.dev.Node.PodCIDR()); err == nil && pods.Contains(peer.IP) {
+		return false, nil
+	}
 	inode, err := socketInode(peer.Port, local.Port)
 	if err != nil {
 		return false, err
