@@ -7,8 +7,8 @@
 // authorization is RBAC (the admin is in system:masters), and service-account
 // tokens are signed by a key the controller-manager shares, so ServiceAccounts,
 // the garbage collector and the ReplicaSet, Deployment and namespace
-// controllers behave as in a real cluster. Nodes and pods are left to
-// internal/devnode.
+// controllers behave as in a real cluster. StartDev adds the real node
+// (node.go) and the scheduler.
 package devcluster
 
 import (
@@ -225,7 +225,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--service-account-signing-key-file=" + f.serviceAccountKey,
 		"--service-cluster-ip-range=" + svcRange,
 		"--allow-privileged=true",
-		// `kubectl logs` reaches devnode's log server with this identity.
+		// `kubectl logs` and `exec` reach the kubelet with this identity.
 		"--kubelet-client-certificate=" + f.kubeletClientCert,
 		"--kubelet-client-key=" + f.kubeletClientKey,
 		"--kubelet-preferred-address-types=InternalIP",

@@ -26,8 +26,8 @@ import (
 )
 
 // ImageRepository is the repository of the Terrace image, as published;
-// the dev cluster pushes its own build under the same path to its loopback
-// registry and has devnode pull ghcr.io from there.
+// the dev cluster pushes its own build under the same path to its registry,
+// which the node's containerd pulls every registry's images from.
 const (
 	PublishedRegistry = "ghcr.io"
 	ImageRepository   = "terrace-dev/terrace"

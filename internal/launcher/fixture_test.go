@@ -54,7 +54,8 @@ type fixture struct {
 	nextIP int
 }
 
-// nextPodIP hands out a loopback address per runner, as devnode does.
+// nextPodIP hands out a loopback address per runner, where the fixture's
+// in-process runners listen.
 func (f *fixture) nextPodIP() string {
 	f.nextIP++
 	return fmt.Sprintf("127.0.0.%d", f.nextIP)

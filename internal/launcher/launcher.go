@@ -5,8 +5,7 @@
 // is waited for) and notices within seconds when it dies. One informer on
 // runner pods serves every run.
 //
-// The pod spec is the same on a real cluster and on devnode: the runner
-// binds $(POD_IP), paths are flags under its volume mounts, and the pod's
+// The pod spec is the same on every cluster: the runner binds $(POD_IP), paths are flags under its volume mounts, and the pod's
 // readiness is an HTTP probe of the runner's /readyz, for people and tools
 // that look at the pod.
 package launcher
@@ -330,8 +329,8 @@ func explainCreateError(err error, p podParams) error {
 
 // createPodAndSecret creates the run's pod and then its TLS Secret, owned
 // by the pod from the start: it goes with the pod (garbage collection),
-// with no patch to hand it over and no delete of its own. The kubelet (and
-// devnode) retries mounting a Secret volume that does not exist yet, and
+// with no patch to hand it over and no delete of its own. The kubelet
+// retries mounting a Secret volume that does not exist yet, and
 // the Secret follows the pod within a round trip, normally before the pod
 // is even bound to a node. The Secret holds a leaf issued for leaf once
 // the pod exists, bound to the pod's UID: a pod created again under its

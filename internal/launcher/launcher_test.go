@@ -142,11 +142,11 @@ func TestStartFailsWhenThePodFailsOrNeverGetsReady(t *testing.T) {
 		ch := f.startAsync(context.Background(), f.spec("r1"))
 		f.waitForPod("r1")
 		f.setStatus("r1", func(s *corev1.PodStatus) {
-			s.Phase, s.Reason, s.Message = corev1.PodFailed, "UnsupportedImage", "devnode runs only the terrace image"
+			s.Phase, s.Reason, s.Message = corev1.PodFailed, "Evicted", "The node was low on resource: ephemeral-storage."
 		})
 		res := f.await(ch, noticeWithin)
 		var term *TerminatedError
-		if !errors.As(res.err, &term) || term.Reason != "UnsupportedImage" || !strings.Contains(res.err.Error(), "devnode runs only") {
+		if !errors.As(res.err, &term) || term.Reason != "Evicted" || !strings.Contains(res.err.Error(), "low on resource") {
 			t.Fatalf("err = %v, want the pod's reason and message", res.err)
 		}
 		f.podGone("r1")

@@ -39,7 +39,7 @@ const (
 )
 
 // The runner container's layout. Paths under the emptyDir and Secret
-// mounts are passed as flags so devnode can map them to its pod root.
+// mounts are passed as flags: the runner assumes no layout of its own.
 const (
 	containerName = "runner"
 	tlsVolume     = "terrace-tls"
@@ -234,9 +234,9 @@ func buildPod(p podParams) *corev1.Pod {
 		resources = *spec.Resources.DeepCopy()
 	}
 
-	// The runner binds the pod's own address: on devnode every pod shares
-	// the host's network namespace on its own 127.0.0.N. The brackets make
-	// the address valid for IPv4 and IPv6 alike.
+	// The runner binds the pod's own address only (not a hostNetwork
+	// pod's every address). The brackets make the address valid for IPv4
+	// and IPv6 alike.
 	args := []string{
 		fmt.Sprintf("--listen=[$(POD_IP)]:%d", p.grpcPort),
 		fmt.Sprintf("--health-listen=[$(POD_IP)]:%d", p.healthPort),

@@ -1,6 +1,6 @@
 // Package runnerbin names the lean runner binary for the packages that
 // build it into the image, start it in runner pods or stand in for it
-// (internal/image, internal/launcher, internal/devnode), without their
+// (internal/image, internal/launcher), without their
 // linking the runner itself.
 package runnerbin
 

@@ -12,8 +12,8 @@ import (
 // BuildTerrace builds ./cmd/terrace of this checkout into dir, and
 // ./cmd/terrace-runner beside it (the dev image takes the runner pods'
 // binary from there), static as in the image, and returns terrace's path;
-// the progress goes to stderr. Test packages that run the binary (as devnode's pods or as
-// controller processes) call it from TestMain.
+// the progress goes to stderr. Test packages that run the binary (in the dev cluster's image or
+// as controller processes) call it from TestMain.
 func BuildTerrace(dir string) (string, error) {
 	begin := time.Now()
 	for _, cmd := range []string{"terrace", "terrace-runner"} {

@@ -230,8 +230,8 @@ func (e *Executor) environment() map[string]string {
 const maxPluginSocketDirLen = 80
 
 // pluginSocketDir picks where provider plugins create their sockets. A
-// pod's work directory can be nested too deep for a socket path (devnode
-// keeps pod volumes under its own directory), and a provider that cannot
+// pod's work directory can be nested too deep for a socket path (a
+// kubelet's pod volumes are under its root directory), and a provider that cannot
 // listen fails with an opaque handshake error; fall back to a short
 // writable temporary directory.
 func pluginSocketDir(preferred string) string {

@@ -196,8 +196,7 @@ func (e *stackEnv) enableAPI(t *testing.T) string {
 
 // readyAPIPod waits for a Ready API server pod of the namespace and returns
 // its IP. When the test ends it turns the API off and waits for the pod to
-// go: the pod listens on port 8443 of every address, which on devnode (pods
-// are host processes) the next test's API pod needs.
+// go, so that the next test starts from a namespace without it.
 func (e *stackEnv) readyAPIPod(t *testing.T) string {
 	t.Helper()
 	t.Cleanup(func() {

@@ -21,8 +21,8 @@ import (
 )
 
 // TestInstallationsAPIOnTheDevCluster enables spec.api in a namespace's
-// TerraceConfig: the controller runs `terrace api` as a Deployment (devnode
-// runs the pod), and a tool with a ServiceAccount token creates an
+// TerraceConfig: the controller runs `terrace api` as a Deployment (on the
+// real node), and a tool with a ServiceAccount token creates an
 // installation through it, which the controller applies.
 func TestInstallationsAPIOnTheDevCluster(t *testing.T) {
 	e := newStackEnv(t)

@@ -21,8 +21,8 @@ import (
 )
 
 // terraceImage is the Terrace image: the dev cluster pushes the build of
-// this checkout as terrace-dev/terrace:dev to its loopback registry, and
-// devnode pulls ghcr.io from there.
+// this checkout as terrace-dev/terrace:dev to its registry, which the
+// node's containerd pulls ghcr.io (every registry) from.
 const terraceImage = "ghcr.io/terrace-dev/terrace:dev"
 
 // linkListener listens on a free port of the host's end of the shared dev

@@ -12,8 +12,8 @@ import (
 )
 
 // clusterRequests reads kube-apiserver's apiserver_request_total: every
-// request the cluster served, the controller's, devnode's (the node's pod
-// status writes, tokens, bindings) and the control plane's own, by verb and
+// request the cluster served, the controller's, the kubelet's (pod
+// status writes, tokens, leases), the scheduler's (bindings) and the control plane's own, by verb and
 // resource. Per Stack, it says what a run costs the cluster, beyond the
 // controller's own calls.
 func clusterRequests(b *testing.B, cs kubernetes.Interface) map[string]float64 {

@@ -477,7 +477,7 @@ func jsonVarsB(vars map[string]string) map[string]apiextensionsv1.JSON {
 }
 
 // startRSSPeak resets the process's peak RSS (VmHWM; the controller runs
-// in this process, with devnode and the test itself) and returns a func
+// in this process, with the registry and the test itself) and returns a func
 // that reads it.
 func startRSSPeak() func() uint64 {
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0o600)

@@ -183,8 +183,8 @@ type apiPod struct {
 
 // apiPodTemplate runs `terrace api` from the controller's own image,
 // restricted, with its certificate mounted. It listens on the pod's own IP
-// (downward API), not on every address: on a node whose pods share the
-// host's network, as devnode's do, two API servers would collide on :8443.
+// (downward API), not on every address: were pods to share the host's
+// network (hostNetwork), two API servers would collide on :8443.
 func apiPodTemplate(p apiPod) corev1.PodTemplateSpec {
 	tmpl := apiPodTemplateWithoutOIDC(p)
 	withOIDC(&tmpl.Spec, p.oidc)

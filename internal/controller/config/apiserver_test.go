@@ -88,7 +88,7 @@ func TestAPIServerObjectsFollowSpecAPI(t *testing.T) {
 		!slices.Contains(c.Args, "--tls-cert-file=/etc/terrace/tls/tls.crt") || c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 		t.Errorf("pod template: sa %q image %q args %v", pod.ServiceAccountName, c.Image, c.Args)
 	}
-	// It listens on the pod's own IP: pods sharing the host's network (devnode) would collide on :8443.
+	// It listens on the pod's own IP: pods sharing the host's network would collide on :8443.
 	if !slices.Contains(c.Args, "--listen=$(POD_IP):8443") || len(c.Env) != 1 || c.Env[0].Name != "POD_IP" ||
 		c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
 		t.Errorf("listen address: args %v env %+v", c.Args, c.Env)

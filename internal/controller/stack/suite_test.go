@@ -36,8 +36,8 @@ import (
 // The envtest suite runs the real Stack reconciler in a manager against a
 // real API server, with real runners: each run starts an in-process runner
 // server (real tofu, mutual TLS, the real state server and Secrets stores).
-// Only the runner pod is left out: the launcher and devnode have tests of
-// their own, and the end-to-end tier runs the whole path.
+// Only the runner pod is left out: the launcher has tests of its own
+// (and the real node's in the end-to-end tier), and the end-to-end tier runs the whole path.
 var suite struct {
 	env      *testenv.Env
 	events   *eventLog

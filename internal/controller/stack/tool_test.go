@@ -31,7 +31,7 @@ func TestRunnerImageIsRecordedByDigestWhenKnown(t *testing.T) {
 	}{
 		{"containerd", runnerPodWith(corev1.ContainerStatus{Name: "runner", Image: "ghcr.io/terrace-dev/terrace:v0.1.0", ImageID: "ghcr.io/terrace-dev/terrace@" + digest}), "ghcr.io/terrace-dev/terrace@" + digest},
 		{"docker", runnerPodWith(corev1.ContainerStatus{Name: "runner", Image: "terrace:v0.1.0", ImageID: "docker-pullable://ghcr.io/terrace-dev/terrace@" + digest}), "ghcr.io/terrace-dev/terrace@" + digest},
-		{"no digest (devnode)", runnerPodWith(corev1.ContainerStatus{Name: "runner", Image: "terrace:dev", ImageID: "devnode://terrace"}), "terrace:dev"},
+		{"no digest", runnerPodWith(corev1.ContainerStatus{Name: "runner", Image: "terrace:dev", ImageID: ""}), "terrace:dev"},
 		{"not started", runnerPodWith(), "ghcr.io/terrace-dev/terrace:v0.1.0"},
 	}
 	for _, c := range cases {
