@@ -150,22 +150,10 @@ func pushCommit(t *testing.T, cs kubernetes.Interface, name string, files map[st
 			}}},
 		},
 	}
-	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	done := waitPod(t, cs, ns, name, 90*time.Second, "push finished", func(p *corev1.Pod) error {
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
-	log, err := podLogs(ctx, cs, ns, name, &corev1.PodLogOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	phase, log := runPodToTheEnd(t, cs, pod, ns, 90*time.Second)
 	m := pushedRevision.FindStringSubmatch(log)
-	if done.Status.Phase != corev1.PodSucceeded || m == nil {
-		t.Fatalf("the push from pod %s/%s ended %s: %s", ns, name, done.Status.Phase, log)
+	if phase != corev1.PodSucceeded || m == nil {
+		t.Fatalf("the push from pod %s/%s ended %s: %s", ns, name, phase, log)
 	}
 	return m[1]
 }

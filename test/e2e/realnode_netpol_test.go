@@ -87,17 +87,24 @@ func dialFromPod(t *testing.T, cs kubernetes.Interface, ns string, labels map[st
 			}},
 		},
 	}
+	return runPodToTheEnd(t, cs, pod, ns, 60*time.Second)
+}
+
+// runPodToTheEnd creates pod (restartPolicy Never) in ns, waits until it
+// has succeeded or failed, and returns how it ended and what it printed.
+func runPodToTheEnd(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, ns string, timeout time.Duration) (corev1.PodPhase, string) {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	done := waitPod(t, cs, ns, name, 60*time.Second, "finished", func(p *corev1.Pod) error {
+	done := waitPod(t, cs, ns, pod.Name, timeout, "finished", func(p *corev1.Pod) error {
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			return fmt.Errorf("phase %s", p.Status.Phase)
 		}
 		return nil
 	})
-	log, err := podLogs(ctx, cs, ns, name, &corev1.PodLogOptions{})
+	log, err := podLogs(ctx, cs, ns, pod.Name, &corev1.PodLogOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
