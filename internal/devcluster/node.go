@@ -30,6 +30,8 @@ type Node struct {
 	dir     string
 	sandbox *sandbox
 	procs   []*process
+	// opts are those of the last start, for Dev.RebootNode.
+	opts nodeOptions
 }
 
 type nodeOptions struct {
@@ -88,6 +90,7 @@ func (n *Node) Pids() []int {
 // and waits until the Node is Ready. What it started is in n.procs, for
 // stop, whether it succeeded or not.
 func (n *Node) start(ctx context.Context, c *Cluster, opts nodeOptions) error {
+	n.opts = opts
 	sb := n.sandbox
 	for _, sub := range []string{"config", "logs", "containerd", "kubelet", "cni/net.d", "cni/ipam", "containerd/certs.d/_default"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o700); err != nil {
