@@ -17,16 +17,23 @@ import (
 
 // newDevPodFixtureCommand is a hidden process for the dev cluster's
 // end-to-end tests, run from the Terrace image: it serves /healthz (and the
-// pod's environment) over HTTP until SIGTERM, or tries one connection and
-// says whether it got through.
+// pod's environment) over HTTP until SIGTERM, tries one connection and
+// says whether it got through, or holds for a while (the image has no
+// shell: a test module's local-exec waits with it, as with `sleep`).
 func newDevPodFixtureCommand() *cobra.Command {
 	var listen, dial string
+	var hold time.Duration
 	cmd := &cobra.Command{
 		Use:    "pod-fixture",
 		Short:  "Test process for the dev cluster (serves /healthz, or dials an address once)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hold > 0 {
+				// A wait, not a poll: the caller wants the time to pass.
+				time.Sleep(hold)
+				return nil
+			}
 			if dial != "" {
 				// A connection attempt, for NetworkPolicy tests: exit 0 when
 				// it connects, 3 when it does not within 3 s.
@@ -50,6 +57,7 @@ func newDevPodFixtureCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "", "HTTP address: /healthz, /env/NAME")
 	f.StringVar(&dial, "dial", "", "connect to HOST:PORT once and exit: 0 if it connected, 3 if not")
+	f.DurationVar(&hold, "hold", 0, "stay for this long and exit 0")
 	return cmd
 }
 
