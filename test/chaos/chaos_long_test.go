@@ -15,7 +15,8 @@ import (
 // the counts, each at least 1. TERRACE_CHAOS_SPREAD (default longSpread)
 // is how many workloads share each runner fault. TERRACE_CHAOS_INJECT_FOR
 // (a duration from the start) stops injecting after it: the table then
-// counts what was injected.
+// counts what was injected. TERRACE_CHAOS_FAULTS names the faults to run
+// (selectFaults).
 func TestChaosLong(t *testing.T) {
 	spread := longSpread
 	if s := os.Getenv("TERRACE_CHAOS_SPREAD"); s != "" {
@@ -45,7 +46,11 @@ func TestChaosLong(t *testing.T) {
 		}
 		injectFor = d
 	}
-	runChaos(t, plan{counts: counts, lifecycles: max(1, int(math.Round(5*scale))), rotateEvery: 10 * time.Second, spread: spread, injectFor: injectFor})
+	lifecycles := max(1, int(math.Round(5*scale)))
+	if !selectFaults(t, counts) {
+		lifecycles = 0
+	}
+	runChaos(t, plan{counts: counts, lifecycles: lifecycles, rotateEvery: 10 * time.Second, spread: spread, injectFor: injectFor})
 }
 
 // longSpread workloads share each runner fault's injections: 20 kills one

@@ -243,7 +243,7 @@ func (e *env) logFiles() []string {
 	for _, r := range e.ctrls.replicas {
 		files = append(files, r.logPath)
 	}
-	_ = filepath.WalkDir(filepath.Join(e.nodeDir, "logs"), func(p string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(e.podLogDir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".log") {
 			files = append(files, p)
 		}

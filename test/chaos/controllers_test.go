@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrace-dev/terrace/internal/devcluster"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
@@ -46,13 +48,16 @@ func startControllers(t *testing.T, e *env, n int) *controllers {
 	t.Helper()
 	cs := &controllers{}
 	for i := range n {
-		ports := freePorts(t, 3)
+		// The servers listen on the host's end of the node's link, as
+		// the proxies in front of them do; the health endpoint is the
+		// harness's alone.
+		ports := append(hostPorts(t, e.hostIP, 2), freePorts(t, 1)...)
 		r := &replica{
 			name:    fmt.Sprintf("controller-%d", i),
 			logPath: filepath.Join(e.dir, fmt.Sprintf("controller-%d.log", i)),
 			health:  ports[2],
 			args: []string{"controller",
-				"--kubeconfig=" + e.cluster.KubeconfigPath,
+				"--kubeconfig=" + e.dev.KubeconfigPath,
 				"--namespace=" + operatorNamespace,
 				"--leader-elect=true",
 				// A dead leader's work waits out the lease: 8 s, not
@@ -63,7 +68,7 @@ func startControllers(t *testing.T, e *env, n int) *controllers {
 				"--leader-elect-retry-period=1s",
 				"--metrics-addr=0",
 				"--health-addr=" + ports[2],
-				"--server-ips=127.0.0.1",
+				"--server-ips=" + e.hostIP,
 				"--image=" + runnerImage,
 				"--max-concurrent-runs=16",
 				"--artifact-bind-address=" + ports[0],
@@ -273,9 +278,11 @@ const uploadThreshold = 256 << 10
 // the window of the faults mid-state-upload.
 const uploadHold = 2 * time.Second
 
-func startProxy(t *testing.T) *proxy {
+// startProxy listens on ip, the host's end of the node's link, where
+// runner pods reach it.
+func startProxy(t *testing.T, ip string) *proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +396,20 @@ func freePorts(t *testing.T, n int) []string {
 	addrs, err := testenv.FreeLoopbackAddrs(n)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return addrs
+}
+
+// hostPorts returns n free addresses on ip.
+func hostPorts(t *testing.T, ip string, n int) []string {
+	t.Helper()
+	ports, err := devcluster.FreePorts(ip, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, p := range ports {
+		addrs = append(addrs, net.JoinHostPort(ip, strconv.Itoa(p)))
 	}
 	return addrs
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +34,7 @@ const (
 	faultEtcd        = "etcd restarted mid-run"
 	faultPostgres    = "PostgreSQL restarted mid-write"
 	faultPodDelete   = "runner pod deleted mid-apply"
-	faultNodeRestart = "devnode restarted with pods running"
+	faultNodeRestart = "node rebooted with pods running"
 	faultDiskFull    = "disk full in the runner's work dir"
 	faultOversize    = "state upload over the maximum"
 )
@@ -69,7 +71,7 @@ func runningTofu(sub string) func(context.Context, *workload, *progress) bool {
 	}
 }
 
-// applying is a trigger: the module's provisioner sleeps, so tofu is mid-apply
+// applying is a trigger: the module's provisioner waits, so tofu is mid-apply
 // with the test provider's files already written and the state not yet saved.
 func applying(ctx context.Context, w *workload, _ *progress) bool {
 	r, err := w.runner(ctx)
@@ -99,12 +101,15 @@ func runnerStarted(ctx context.Context, w *workload, _ *progress) bool {
 	return err == nil
 }
 
+// killRunner SIGKILLs the runner, the container's first process, as the
+// kernel's OOM killer ends a container: tofu and the provider go with the
+// container's PID namespace.
 func killRunner(ctx context.Context, _ *env, w *workload) error {
 	r, err := w.runner(ctx)
 	if err != nil {
 		return err
 	}
-	return killGroup(r.pid)
+	return syscall.Kill(r.pid, syscall.SIGKILL)
 }
 
 func deleteRunnerPod(ctx context.Context, e *env, w *workload) error {
@@ -119,18 +124,18 @@ func deleteRunnerPod(ctx context.Context, e *env, w *workload) error {
 	return nil
 }
 
-// fillWorkDir writes zeros into the runner pod's work volume until the
-// node's file system is full. The file goes with the pod's directory.
+// fillWorkDir writes zeros into the runner's work directory until the
+// node's disk is full: the runner's next write there fails with ENOSPC, as
+// on a node whose disk filled up. The work directory is an emptyDir under
+// the kubelet's root, on the node's disk (a tmpfs of nodeDiskBytes, see
+// mountNodeDisk), reached here through the runner's own root
+// (/proc/<pid>/root). The file goes with the pod.
 func fillWorkDir(ctx context.Context, e *env, w *workload) error {
 	r, err := w.runner(ctx)
 	if err != nil {
 		return err
 	}
-	vols, _ := filepath.Glob(filepath.Join(e.nodeDir, "pods", r.uid, "volumes", "*work*"))
-	if len(vols) == 0 {
-		return fmt.Errorf("no work volume under %s", filepath.Join(e.nodeDir, "pods", r.uid, "volumes"))
-	}
-	f, err := os.Create(filepath.Join(vols[0], "chaos-filler"))
+	f, err := os.Create(filepath.Join("/proc", strconv.Itoa(r.pid), "root", runnerWorkDir, "chaos-filler"))
 	if err != nil {
 		return err
 	}
@@ -138,13 +143,17 @@ func fillWorkDir(ctx context.Context, e *env, w *workload) error {
 	buf := make([]byte, 1<<20)
 	for {
 		if _, err := f.Write(buf); err != nil {
-			if strings.Contains(err.Error(), "no space left") {
+			if errors.Is(err, syscall.ENOSPC) {
 				return nil
 			}
 			return err
 		}
 	}
 }
+
+// runnerWorkDir is the runner container's work directory (launcher's
+// emptyDir terrace-work).
+const runnerWorkDir = "/var/lib/terrace/work"
 
 func faults(e *env) map[string]fault {
 	return map[string]fault{
@@ -167,7 +176,7 @@ func faults(e *env) map[string]fault {
 			return e.cluster.Restart(ctx, "etcd", true)
 		}},
 		faultNodeRestart: {name: faultNodeRestart, due: applying, global: true, inject: func(ctx context.Context, e *env, _ *workload) error {
-			return e.restartNode(ctx)
+			return e.rebootNode(ctx)
 		}},
 	}
 }

@@ -69,7 +69,7 @@ func TestHandshakesTellFailuresFromInterruptions(t *testing.T) {
 	if err := os.WriteFile(log, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{nodeDir: filepath.Join(dir, "node"), ctrls: &controllers{replicas: []*replica{{logPath: log}}}}
+	e := &env{podLogDir: filepath.Join(dir, "pods"), ctrls: &controllers{replicas: []*replica{{logPath: log}}}}
 	failures, interrupted := e.handshakes(nil, nil)
 	if len(failures) != 2 || interrupted != 1 {
 		t.Errorf("handshakes = %q, %d interrupted; want the two certificate errors and one EOF, and not the plain HTTP request", failures, interrupted)

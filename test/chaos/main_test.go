@@ -4,12 +4,14 @@
 // counts of the issue and is built only with the tag chaos (`make chaos`).
 // Both print a results table, the one docs/reliability.md copies.
 //
-// The cluster is the project's own: the control plane of
-// internal/devcluster, a devnode that runs runner pods from the image built
-// from this checkout, two `terrace controller` processes with leader
-// election behind a small TCP proxy that stands in for their Service, and
-// PostgreSQL for one namespace. Every fault is real: a signal to a process,
-// a restarted server, a deleted pod, a full file system.
+// The cluster is the project's own dev cluster (devcluster.StartDev): a
+// control plane and a real node (containerd, runc, the kubelet, kube-proxy)
+// that runs runner pods from the image built from this checkout, two
+// `terrace controller` processes with leader election behind a small TCP
+// proxy on the host's end of the node's link that stands in for their
+// Service, and PostgreSQL for one namespace. Every fault is real: a signal
+// to a process, a restarted server, a deleted pod, a rebooted node, a full
+// disk. TERRACE_CHAOS_FAULTS picks faults (selectFaults).
 package chaos
 
 import (

@@ -26,8 +26,10 @@ import (
 )
 
 // chaosModule manages `files` files of the test provider under dir, each
-// holding "generation N", then sleeps `sleep` (2) seconds in a provisioner (the
-// window for faults mid-apply) on every new generation. pad puts that many
+// holding "generation N", then waits `sleep` (2) seconds in a provisioner
+// (the window for faults mid-apply) on every new generation. The image has
+// no shell, so the provisioner runs the image's terrace (dev pod-fixture
+// --hold) instead of sleep. pad puts that many
 // bytes into the state (twice: input and output), for the upload and
 // oversize faults.
 const chaosModule = `
@@ -63,7 +65,8 @@ resource "terraform_data" "slow" {
   triggers_replace = var.generation
   input            = var.pad > 0 ? format("%0${var.pad}d", 0) : ""
   provisioner "local-exec" {
-    command = "sleep ${var.sleep}"
+    interpreter = ["/usr/local/bin/terrace", "dev", "pod-fixture", "--hold"]
+    command     = "${var.sleep}s"
   }
 }
 output "files" { value = length(testfile_file.f) }
@@ -122,6 +125,9 @@ func (e *env) newWorkload(ctx context.Context, spec workloadSpec) (*workload, er
 		return nil, err
 	}
 	w := &workload{e: e, ns: ns, name: name, dir: filepath.Join(e.dir, "files", ns), files: spec.files, pad: spec.pad, sleep: spec.sleep, postgres: pg, generation: 1}
+	if err := e.filesVolume(ctx, ns, w.dir); err != nil {
+		return nil, err
+	}
 	approvePlan := terracev1.ApprovePlanAuto
 	if spec.awaitApproval {
 		approvePlan = ""
@@ -157,6 +163,15 @@ func (e *env) newWorkload(ctx context.Context, spec workloadSpec) (*workload, er
 			RetryInterval:   &metav1.Duration{Duration: 2 * time.Second},
 			DriftDetection:  &terracev1.DriftDetection{Mode: terracev1.DriftDetectionDisabled},
 			DestroyOnDelete: true,
+			// The test provider's files are on the host, where the
+			// harness reads them: the runner mounts them by claim at
+			// the same path.
+			Runner: &terracev1.RunnerPodTemplate{
+				Volumes: []corev1.Volume{{Name: filesClaim, VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: filesClaim},
+				}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: filesClaim, MountPath: w.dir}},
+			},
 		},
 	}
 	if err := e.createKeep(ctx, stack); err != nil {
@@ -344,7 +359,10 @@ func (w *workload) runnerPods(ctx context.Context) ([]corev1.Pod, error) {
 type runner struct {
 	pod string
 	uid string
-	pid int
+	// container is the runner container's containerd id; pid the host PID
+	// of its first process, the runner.
+	container string
+	pid       int
 	// tofu is tofu's subcommand (plan, apply, init, show, output...), or "".
 	tofu string
 	// sleeping is true while the module's provisioner runs.
@@ -358,7 +376,7 @@ func (w *workload) runner(ctx context.Context) (*runner, error) {
 	w.mu.Lock()
 	cached := w.lastRunner
 	w.mu.Unlock()
-	if cached == nil || !hasEnv(cached.pid, "POD_NAME="+cached.pod) {
+	if cached == nil || !inContainer(cached.pid, cached.container) {
 		w.mu.Lock()
 		recent := time.Since(w.lastListed) < 200*time.Millisecond
 		w.mu.Unlock()
@@ -374,7 +392,7 @@ func (w *workload) runner(ctx context.Context) (*runner, error) {
 		}
 		cached = found
 	}
-	r := &runner{pod: cached.pod, uid: cached.uid, pid: cached.pid}
+	r := &runner{pod: cached.pod, uid: cached.uid, container: cached.container, pid: cached.pid}
 	for _, child := range children(r.pid) {
 		args := cmdline(child)
 		if len(args) == 0 {
@@ -388,13 +406,16 @@ func (w *workload) runner(ctx context.Context) (*runner, error) {
 					break
 				}
 			}
-		case base == "sleep", base == "sh" && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "sleep ") }):
+		case base == "terrace" && slices.Contains(args, "--hold"):
 			r.sleeping = true
 		}
 	}
 	return r, nil
 }
 
+// findRunner finds the running runner container of the Stack's pods and
+// its process on the node (the host's PID: the node's processes are this
+// machine's).
 func (w *workload) findRunner(ctx context.Context) (*runner, error) {
 	pods, err := w.runnerPods(ctx)
 	if err != nil {
@@ -404,19 +425,69 @@ func (w *workload) findRunner(ctx context.Context) (*runner, error) {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, pid := range w.e.nodePids() {
-			if hasEnv(pid, "POD_NAME="+p.Name) {
-				return &runner{pod: p.Name, uid: string(p.UID), pid: pid}, nil
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Running == nil || c.ContainerID == "" {
+				continue
+			}
+			id := strings.TrimPrefix(c.ContainerID, "containerd://")
+			if pid, err := containerPid(id); err == nil {
+				return &runner{pod: p.Name, uid: string(p.UID), container: id, pid: pid}, nil
 			}
 		}
 	}
 	return nil, errors.New("no runner process")
 }
 
-// hasEnv reports whether a live process has the environment entry kv.
-func hasEnv(pid int, kv string) bool {
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	return err == nil && strings.Contains("\x00"+string(env), "\x00"+kv+"\x00")
+// containerPid returns the host PID of a container's first process: of
+// the processes in the container's cgroup (the kubelet's cgroupfs layout,
+// <root>/kubepods/[<qos>/]pod<uid>/<id>), the one whose parent is not in
+// it (the shim is outside).
+func containerPid(id string) (int, error) {
+	var files []string
+	for _, pattern := range []string{"/sys/fs/cgroup/pids/*/kubepods/pod*/%s/cgroup.procs", "/sys/fs/cgroup/pids/*/kubepods/*/pod*/%s/cgroup.procs"} {
+		m, _ := filepath.Glob(fmt.Sprintf(pattern, id))
+		files = append(files, m...)
+	}
+	if len(files) == 0 {
+		return 0, fmt.Errorf("no cgroup for container %s", id)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		return 0, err
+	}
+	in := map[int]bool{}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			in[pid] = true
+		}
+	}
+	for pid := range in {
+		if ppid, err := parentPid(pid); err == nil && !in[ppid] {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process in the cgroup of container %s", id)
+}
+
+// parentPid reads a process's parent from /proc/<pid>/stat, whose second
+// field (the command, in parentheses) may hold spaces.
+func parentPid(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 2 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	return strconv.Atoi(fields[1])
+}
+
+// inContainer reports whether a live process is in the container's cgroup.
+func inContainer(pid int, id string) bool {
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return err == nil && strings.Contains(string(cg), id)
 }
 
 // children lists the processes below pid through /proc/<pid>/task/*/children,
