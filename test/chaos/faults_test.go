@@ -95,10 +95,14 @@ func uploading(e *env) func(context.Context, *workload, *progress) bool {
 	}
 }
 
-// runnerStarted is a trigger: the runner process exists.
-func runnerStarted(ctx context.Context, w *workload, _ *progress) bool {
-	_, err := w.runner(ctx)
-	return err == nil
+// initOrPlan is a trigger: tofu init or plan runs, so the run has still to
+// write to the work dir (the providers, the plan file). A runner merely
+// seen running may be past them: the kubelet reports a container running
+// a while after it started, and an apply of a saved plan with a remote
+// state writes nothing there that fails the run.
+func initOrPlan(ctx context.Context, w *workload, _ *progress) bool {
+	r, err := w.runner(ctx)
+	return err == nil && (r.tofu == "init" || r.tofu == "plan")
 }
 
 // killRunner SIGKILLs the runner, the container's first process, as the
@@ -161,7 +165,7 @@ func faults(e *env) map[string]fault {
 		faultKillApply:  {name: faultKillApply, due: applying, inject: killRunner},
 		faultKillUpload: {name: faultKillUpload, due: uploading(e), inject: killRunner},
 		faultPodDelete:  {name: faultPodDelete, due: applying, inject: deleteRunnerPod},
-		faultDiskFull:   {name: faultDiskFull, due: runnerStarted, inject: fillWorkDir},
+		faultDiskFull:   {name: faultDiskFull, due: initOrPlan, inject: fillWorkDir},
 		faultPostgres: {name: faultPostgres, due: uploading(e), inject: func(context.Context, *env, *workload) error {
 			return e.restartPostgres()
 		}},
