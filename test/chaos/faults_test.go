@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -95,14 +96,22 @@ func uploading(e *env) func(context.Context, *workload, *progress) bool {
 	}
 }
 
-// initOrPlan is a trigger: tofu init or plan runs, so the run has still to
-// write to the work dir (the providers, the plan file). A runner merely
-// seen running may be past them: the kubelet reports a container running
-// a while after it started, and an apply of a saved plan with a remote
-// state writes nothing there that fails the run.
-func initOrPlan(ctx context.Context, w *workload, _ *progress) bool {
+// planStillToWrite is a trigger: the runner runs and has not written its
+// plan file yet, so the run still has to write to the work dir. (A runner
+// merely seen running may be past that: the kubelet reports a container
+// running a while after it started, and an apply of a saved plan with a
+// remote state writes nothing there that fails the run.)
+func planStillToWrite(ctx context.Context, w *workload, _ *progress) bool {
 	r, err := w.runner(ctx)
-	return err == nil && (r.tofu == "init" || r.tofu == "plan")
+	if err != nil {
+		return false
+	}
+	root := filepath.Join("/proc", strconv.Itoa(r.pid), "root", runnerWorkDir)
+	if _, err := os.Stat(root); err != nil {
+		return false
+	}
+	plans, _ := filepath.Glob(filepath.Join(root, "*", "plans", "*"))
+	return len(plans) == 0
 }
 
 // killRunner SIGKILLs the runner, the container's first process, as the
@@ -144,14 +153,52 @@ func fillWorkDir(ctx context.Context, e *env, w *workload) error {
 		return err
 	}
 	defer func() { _ = f.Close() }()
+	// Most of the free space at once (tmpfs allocates it without writing),
+	// so the disk is full before the runner's next write; then zeros to
+	// the last byte.
+	var fs syscall.Statfs_t
+	if err := syscall.Fstatfs(int(f.Fd()), &fs); err == nil && fs.Bavail > 256 {
+		_ = syscall.Fallocate(int(f.Fd()), 0, 0, int64(fs.Bavail-256)*fs.Bsize)
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		return err
+	}
 	buf := make([]byte, 1<<20)
 	for {
 		if _, err := f.Write(buf); err != nil {
 			if errors.Is(err, syscall.ENOSPC) {
+				go e.logNoSpace(ctx, w)
 				return nil
 			}
 			return err
 		}
+	}
+}
+
+// logNoSpace logs how the run took the full disk: the first failure the
+// Stack reports within a minute of the fill (the runner's write refused
+// with ENOSPC, or the runner gone), or that none came, which happens when
+// the run was past its last write to the work dir.
+func (e *env) logNoSpace(ctx context.Context, w *workload) {
+	err := poll(ctx, time.Minute, func() error {
+		s, err := w.get(ctx)
+		if err != nil {
+			return err
+		}
+		if readyAt(s) == nil {
+			e.logf("%s: %s/%s Ready, no failure seen", faultDiskFull, w.ns, w.name)
+			return nil
+		}
+		for _, c := range s.Status.Conditions {
+			if c.Type == terracev1.ReadyCondition && c.Status == metav1.ConditionFalse && c.Reason != "Progressing" {
+				e.logf("%s: %s/%s failed: %.300s", faultDiskFull, w.ns, w.name, c.Message)
+				return nil
+			}
+		}
+		return errors.New("no failure reported")
+	})
+	if err != nil {
+		e.logf("%s: %s/%s: %v", faultDiskFull, w.ns, w.name, err)
 	}
 }
 
@@ -165,7 +212,7 @@ func faults(e *env) map[string]fault {
 		faultKillApply:  {name: faultKillApply, due: applying, inject: killRunner},
 		faultKillUpload: {name: faultKillUpload, due: uploading(e), inject: killRunner},
 		faultPodDelete:  {name: faultPodDelete, due: applying, inject: deleteRunnerPod},
-		faultDiskFull:   {name: faultDiskFull, due: initOrPlan, inject: fillWorkDir},
+		faultDiskFull:   {name: faultDiskFull, due: planStillToWrite, inject: fillWorkDir},
 		faultPostgres: {name: faultPostgres, due: uploading(e), inject: func(context.Context, *env, *workload) error {
 			return e.restartPostgres()
 		}},
