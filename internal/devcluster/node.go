@@ -306,6 +306,10 @@ func (n *Node) writeKubeletConfig(c *Cluster, opts nodeOptions) error {
 		"maxPods: 250",
 		"serializeImagePulls: false",
 		"evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}",
+		// A pressure condition (a full disk) is lifted 30 s after it
+		// passes, not the default 5 minutes: a dev node recovers while
+		// someone waits on it (the chaos harness's disk-full fault).
+		"evictionPressureTransitionPeriod: 30s",
 		"imageGCHighThresholdPercent: 100",
 		"imageGCLowThresholdPercent: 99",
 		"",
