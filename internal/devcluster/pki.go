@@ -234,13 +234,3 @@ func writeKubeconfig(path, server string, caPEM []byte, user keyPair, userName s
 	return os.Chmod(path, 0o600)
 }
 
-// IssueServingCertificate returns a PEM certificate and key for a TLS server
-// on the given hosts, signed by the cluster CA, for a server the cluster's
-// clients (which trust that CA) must verify.
-func (c *Cluster) IssueServingCertificate(hosts ...string) (certPEM, keyPEM []byte, err error) {
-	kp, err := c.ca.issue(hosts[0], nil, hosts, x509.ExtKeyUsageServerAuth)
-	if err != nil {
-		return nil, nil, err
-	}
-	return kp.certPEM, kp.keyPEM, nil
-}

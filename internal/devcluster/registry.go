@@ -199,12 +199,6 @@ func binaryVersionTag(ctx context.Context, terrace string) (string, error) {
 	return string(tag[:min(len(tag), 128)]), nil
 }
 
-// ImageCacheDir is where devnodes keep pulled images unpacked by digest,
-// next to the tools cache: shared by dev clusters, kept between runs.
-func ImageCacheDir() string {
-	return filepath.Join(filepath.Dir(ToolsCacheDir()), "images")
-}
-
 // sameBuild reports whether the Go binaries a and b were built from the same
 // source: one revision, in the same state, with the same linker flags (the
 // version). A terrace-runner left from an older build beside a new terrace
