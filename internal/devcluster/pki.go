@@ -233,4 +233,3 @@ func writeKubeconfig(path, server string, caPEM []byte, user keyPair, userName s
 	}
 	return os.Chmod(path, 0o600)
 }
-
