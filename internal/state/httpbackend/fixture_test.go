@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 var dbURL string
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(attackDirEnv); dir != "" {
+		os.Exit(uploadAttacker(dir))
+	}
 	pgtest.Main(func(url string) int { dbURL = url; return m.Run() })
 }
 

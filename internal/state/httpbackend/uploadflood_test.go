@@ -59,9 +59,6 @@ type attackReport struct {
 // body did not come in time), and meanwhile a run of another namespace
 // reads, locks, writes and unlocks its state.
 func TestHeaderOnlyUploads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the upload flood takes ~30 s")
-	}
 	// The server's defaults, but for a shorter wait for the bodies.
 	opts := httpbackend.Options{BodyTimeout: 3 * time.Second}
 	f := newFixture(t, opts)
@@ -89,7 +86,9 @@ func TestHeaderOnlyUploads(t *testing.T) {
 	baseline := heapInuse()
 	sampler := startHeapSampler()
 
-	attacker := exec.Command(os.Args[0], "-test.run=^TestHeaderOnlyUploadAttacker$", "-test.v")
+	// The test binary again: TestMain runs uploadAttacker when it finds
+	// attackDirEnv.
+	attacker := exec.Command(os.Args[0])
 	attacker.Env = append(os.Environ(), attackDirEnv+"="+dir, attackURLEnv+"="+strings.Join(urls, " "),
 		attackNEnv+"="+strconv.Itoa(headerOnlyUploads), pgtest.EnvURL+"="+dbURL)
 	stdout, err := attacker.StdoutPipe()
@@ -162,13 +161,11 @@ func TestHeaderOnlyUploads(t *testing.T) {
 	}
 }
 
-// TestHeaderOnlyUploadAttacker is the attacker process of
-// TestHeaderOnlyUploads; it does nothing unless that test started it.
-func TestHeaderOnlyUploadAttacker(t *testing.T) {
-	dir := os.Getenv(attackDirEnv)
-	if dir == "" {
-		t.Skip("run by TestHeaderOnlyUploads")
-	}
+// uploadAttacker is the attacker process of TestHeaderOnlyUploads (the
+// test binary started with attackDirEnv, which TestMain hands here): it
+// prints "ATTACK SENT n" once half its uploads are under way, then "ATTACK
+// REPORT {json}", and returns the process's exit code.
+func uploadAttacker(dir string) int {
 	urls := strings.Fields(os.Getenv(attackURLEnv))
 	n, _ := strconv.Atoi(os.Getenv(attackNEnv))
 	configs := make([]*tls.Config, len(urls))
@@ -176,13 +173,15 @@ func TestHeaderOnlyUploadAttacker(t *testing.T) {
 		read := func(name string) []byte {
 			data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s-%d.pem", name, i)))
 			if err != nil {
-				t.Fatal(err)
+				fmt.Fprintln(os.Stderr, "attacker:", err)
+				os.Exit(1)
 			}
 			return data
 		}
 		cert, err := tls.X509KeyPair(read("cert"), read("key"))
 		if err != nil {
-			t.Fatal(err)
+			fmt.Fprintln(os.Stderr, "attacker:", err)
+			return 1
 		}
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(read("ca"))
@@ -264,4 +263,5 @@ func TestHeaderOnlyUploadAttacker(t *testing.T) {
 	done.Wait()
 	out, _ := json.Marshal(report)
 	fmt.Printf("ATTACK REPORT %s\n", out)
+	return 0
 }
