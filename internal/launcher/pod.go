@@ -1,41 +1,19 @@
 package launcher
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"regexp"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/runnerbin"
-	"github.com/terrace-dev/terrace/internal/runnerpolicy"
-)
-
-// Labels and annotations on runner pods and their TLS Secrets.
-const (
-	LabelManagedBy   = "app.kubernetes.io/managed-by"
-	ManagedByTerrace = "terrace"
-	LabelComponent   = "app.kubernetes.io/component"
-	// ComponentRunner marks runner pods, ComponentRunnerTLS their Secrets,
-	// so selectors never reach the state Secrets that share terrace.dev/stack.
-	ComponentRunner    = "runner"
-	ComponentRunnerTLS = "runner-tls"
-	// LabelStack holds StackLabelValue(stack name); LabelRun the run ID.
-	LabelStack = "terrace.dev/stack"
-	LabelRun   = "terrace.dev/run"
-	// AnnotationRetained marks a pod kept after its run (retain); Cleanup
-	// leaves it alone.
-	AnnotationRetained = "terrace.dev/retained"
 )
 
 // The runner container's layout. Paths under the emptyDir and Secret
@@ -84,119 +62,6 @@ func DefaultResources() corev1.ResourceRequirements {
 			corev1.ResourceMemory: resource.MustParse("2Gi"),
 		},
 	}
-}
-
-// StackLabelValue is the value of the terrace.dev/stack label for a Stack:
-// the name itself when it is a valid label value, otherwise a shortened form
-// with a hash suffix (the same rule as the state Secrets use).
-func StackLabelValue(name string) string {
-	if len(validation.IsValidLabelValue(name)) == 0 {
-		return name
-	}
-	return truncatedWithHash(name, validation.LabelValueMaxLength)
-}
-
-// PodName is the runner pod's name for a run: "<stack>-runner-<runID>",
-// the Stack part shortened with a hash when the whole would exceed 63 characters.
-func PodName(stack, runID string) string {
-	suffix := "-runner-" + runID
-	base := strings.ReplaceAll(stack, ".", "-")
-	if len(base)+len(suffix) > validation.DNS1123LabelMaxLength {
-		base = truncatedWithHash(stack, validation.DNS1123LabelMaxLength-len(suffix))
-	}
-	return base + suffix
-}
-
-// secretName is the run's TLS Secret, named after its pod.
-func secretName(podName string) string { return podName + "-tls" }
-
-func truncatedWithHash(s string, limit int) string {
-	sum := sha256.Sum256([]byte(s))
-	suffix := hex.EncodeToString(sum[:6])
-	keep := limit - len(suffix) - 1
-	if len(s) > keep {
-		s = s[:keep]
-	}
-	s = strings.TrimRight(strings.ReplaceAll(s, ".", "-"), "-")
-	return s + "-" + suffix
-}
-
-// runLabels are the labels terrace puts on a run's pod and Secret.
-func runLabels(stack, runID, component string) map[string]string {
-	return map[string]string{
-		LabelManagedBy: ManagedByTerrace,
-		LabelComponent: component,
-		LabelStack:     StackLabelValue(stack),
-		LabelRun:       runID,
-	}
-}
-
-// validateRunSpec refuses what can never make a valid pod; the error wraps ErrInvalidSpec.
-func validateRunSpec(spec *RunSpec) error {
-	if spec.Stack == nil || spec.Stack.Name == "" || spec.Stack.Namespace == "" || spec.Stack.UID == "" {
-		return fmt.Errorf("%w: the Stack's name, namespace and UID are required", ErrInvalidSpec)
-	}
-	if len(spec.RunID) > maxRunIDLength || !runIDPattern.MatchString(spec.RunID) {
-		return fmt.Errorf("%w: run ID %q must be 1-%d lowercase letters, digits and '-', starting and ending with a letter or digit", ErrInvalidSpec, spec.RunID, maxRunIDLength)
-	}
-	switch spec.Binary {
-	case "", terracev1.BinaryTofu, terracev1.BinaryTerraform:
-	default:
-		return fmt.Errorf("%w: binary %q is neither tofu nor terraform", ErrInvalidSpec, spec.Binary)
-	}
-	if t := spec.Stack.Spec.Runner; t != nil {
-		for _, v := range t.Volumes {
-			if v.Name == tlsVolume || v.Name == workVolume || v.Name == tmpVolume {
-				return fmt.Errorf("%w: spec.runner.volumes: the name %q is reserved for the runner", ErrInvalidSpec, v.Name)
-			}
-		}
-		for _, m := range t.VolumeMounts {
-			for _, own := range []string{tlsMountPath, workMountPath, tmpMountPath} {
-				if pathWithin(m.MountPath, own) || pathWithin(own, m.MountPath) {
-					return fmt.Errorf("%w: spec.runner.volumeMounts: %q overlaps %s, which the runner uses", ErrInvalidSpec, m.MountPath, own)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// checkPolicy refuses a pod the runner policy does not allow; the error
-// wraps ErrPolicyViolation and runnerpolicy.Violations.
-func checkPolicy(spec *RunSpec, image string) error {
-	policy := runnerpolicy.Minimal()
-	if spec.Policy != nil {
-		policy = *spec.Policy
-	}
-	sa := spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	pod := runnerpolicy.Pod{
-		Template: spec.Stack.Spec.Runner,
-		Image:    image, ImageField: orField(spec.ImageField, "spec.runner.image"),
-		ServiceAccountName: sa, ServiceAccountField: orField(spec.ServiceAccountField, "spec.serviceAccountName"),
-	}
-	if b := spec.Stack.Spec.Backend; b != nil {
-		pod.OwnBackend = b.Type
-	}
-	if err := policy.Check(pod); err != nil {
-		return fmt.Errorf("%w: %w", ErrPolicyViolation, err)
-	}
-	return nil
-}
-
-func orField(field, fallback string) string {
-	if field == "" {
-		return fallback
-	}
-	return field
-}
-
-// pathWithin reports whether p is dir or below it.
-func pathWithin(p, dir string) bool {
-	p, dir = strings.TrimRight(p, "/"), strings.TrimRight(dir, "/")
-	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 // podParams is everything a runner pod is built from, resolved.
