@@ -52,4 +52,3 @@ deny contains "never reached" if { count(numbers.range(1, 30000000)) > 0 }
 		t.Errorf("stopped after %v, later than the deadline", took)
 	}
 }
-
