@@ -21,13 +21,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
 	"github.com/terrace-dev/terrace/internal/pki"
 )
 
@@ -354,7 +354,7 @@ func judged(p *terracev1.Program) bool {
 
 // verdict is the Ready condition when it observed the current generation.
 func verdict(p *terracev1.Program) *metav1.Condition {
-	if ready := reconcile.Get(p, terracev1.ReadyCondition); ready != nil && ready.ObservedGeneration == p.Generation {
+	if ready := meta.FindStatusCondition(p.Status.Conditions, terracev1.ReadyCondition); ready != nil && ready.ObservedGeneration == p.Generation {
 		return ready
 	}
 	return nil

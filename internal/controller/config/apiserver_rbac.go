@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // What the API server's own identity may do, and what it is told instead of
@@ -155,7 +155,7 @@ func (r *Reconciler) refuseNamespaceClusters(cfg *terracev1.TerraceConfig) error
 	for i, c := range cfg.Spec.API.Clusters {
 		names[i] = c.Name
 	}
-	return reconcile.Terminalf(APIClustersNotAllowedReason,
+	return outcome.Terminalf(APIClustersNotAllowedReason,
 		"spec.api.clusters (%s) is refused: only the operator namespace's TerraceConfig %s/%s registers clusters, because an API server sends its callers' tokens to them; remove them here and ask the cluster admin to register them there, where every API server may use them",
 		strings.Join(names, ", "), opNS, terracev1.TerraceConfigName)
 }

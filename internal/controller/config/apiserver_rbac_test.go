@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // asAPIServer is a clientset and a client that authenticate as the API
@@ -248,10 +248,10 @@ func TestOnlyTheOperatorConfigRegistersClusters(t *testing.T) {
 	}}})
 
 	refused := waitForConfig(t, ns, "refused for its clusters", func(c *terracev1.TerraceConfig) bool {
-		cond := reconcile.Get(c, APIServerReadyCondition)
+		cond := outcome.Get(c, APIServerReadyCondition)
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == APIClustersNotAllowedReason && stalledWith(APIClustersNotAllowedReason)(c)
 	})
-	if msg := reconcile.Get(refused, APIServerReadyCondition).Message; !strings.Contains(msg, "spec.api.clusters (prod) is refused") || !strings.Contains(msg, opNS+"/default") {
+	if msg := outcome.Get(refused, APIServerReadyCondition).Message; !strings.Contains(msg, "spec.api.clusters (prod) is refused") || !strings.Contains(msg, opNS+"/default") {
 		t.Errorf("APIServerReady message: %s", msg)
 	}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: APIName}}
@@ -277,9 +277,9 @@ func TestOnlyTheOperatorConfigRegistersClusters(t *testing.T) {
 
 	updateConfig(t, ns, func(c *terracev1.TerraceConfig) { c.Spec.API.Clusters = nil })
 	waitForConfig(t, ns, "accepted without clusters", func(c *terracev1.TerraceConfig) bool {
-		return reconcile.IsTrue(c, APIServerReadyCondition) && !reconcile.IsTrue(c, terracev1.StalledCondition)
+		return outcome.IsTrue(c, APIServerReadyCondition) && !outcome.IsTrue(c, terracev1.StalledCondition)
 	})
-	if op := reconcile.Get(waitForConfig(t, opNS, "reconciled", func(c *terracev1.TerraceConfig) bool { return c.Status.ObservedGeneration == c.Generation }), APIServerReadyCondition); op != nil && op.Reason == APIClustersNotAllowedReason {
+	if op := outcome.Get(waitForConfig(t, opNS, "reconciled", func(c *terracev1.TerraceConfig) bool { return c.Status.ObservedGeneration == c.Generation }), APIServerReadyCondition); op != nil && op.Reason == APIClustersNotAllowedReason {
 		t.Errorf("the operator's own config was refused for its clusters: %s", op.Message)
 	}
 }

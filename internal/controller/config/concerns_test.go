@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 func conditionIs(c *terracev1.TerraceConfig, condType string, status metav1.ConditionStatus, reason string) bool {
-	cond := reconcile.Get(c, condType)
+	cond := outcome.Get(c, condType)
 	return cond != nil && cond.Status == status && (reason == "" || cond.Reason == reason)
 }
 
@@ -60,7 +60,7 @@ func TestDeleteFailureReachesStatus(t *testing.T) {
 	ns := env.Namespace(t)
 	createConfig(t, ns, terracev1.TerraceConfigSpec{API: &terracev1.APIConfig{Enabled: true}})
 	waitForConfig(t, ns, "Ready with the API server finalizer", func(c *terracev1.TerraceConfig) bool {
-		return reconcile.IsTrue(c, terracev1.ReadyCondition) && slices.Contains(c.Finalizers, APIFinalizer)
+		return outcome.IsTrue(c, terracev1.ReadyCondition) && slices.Contains(c.Finalizers, APIFinalizer)
 	})
 	allow := refuseServiceDeletion(t, ns)
 
@@ -68,13 +68,13 @@ func TestDeleteFailureReachesStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := waitForConfig(t, ns, "deleting, Ready=False naming the failed removal", func(c *terracev1.TerraceConfig) bool {
-		ready := reconcile.Get(c, terracev1.ReadyCondition)
+		ready := outcome.Get(c, terracev1.ReadyCondition)
 		return !c.DeletionTimestamp.IsZero() && ready != nil && ready.Status == metav1.ConditionFalse &&
 			strings.Contains(ready.Message, "failed to remove *v1.Service terrace-api of the API server") &&
 			strings.Contains(ready.Message, "the test keeps the API Service") &&
 			conditionIs(c, APIServerReadyCondition, metav1.ConditionFalse, "")
 	})
-	if !reconcile.IsTrue(c, terracev1.ReconcilingCondition) {
+	if !outcome.IsTrue(c, terracev1.ReconcilingCondition) {
 		t.Errorf("a failed removal is retried, so the config should be Reconciling: %+v", c.Status.Conditions)
 	}
 
@@ -176,7 +176,7 @@ func TestAddingTheFinalizerKeepsLastHandledReconcileAt(t *testing.T) {
 				t.Fatal("the watch ended before a Ready condition was reported")
 			}
 			c, isConfig := ev.Object.(*terracev1.TerraceConfig)
-			if !isConfig || reconcile.Get(c, terracev1.ReadyCondition) == nil {
+			if !isConfig || outcome.Get(c, terracev1.ReadyCondition) == nil {
 				continue
 			}
 			if got := c.Status.LastHandledReconcileAt; got != token {
@@ -194,8 +194,8 @@ func TestAddingTheFinalizerKeepsLastHandledReconcileAt(t *testing.T) {
 // Stalled when several concerns fail, that every failure is named, and
 // that the others are still retried.
 func TestDecisiveError(t *testing.T) {
-	terminal := reconcile.Terminalf(SecretNotFoundReason, "secret missing")
-	waiting := reconcile.Waiting(StateMigratingReason, 5*time.Second, errors.New("runs in progress"))
+	terminal := outcome.Terminalf(SecretNotFoundReason, "secret missing")
+	waiting := outcome.Waiting(StateMigratingReason, 5*time.Second, errors.New("runs in progress"))
 	transient := errors.New("binding missing")
 	for _, tc := range []struct {
 		name         string
@@ -216,8 +216,8 @@ func TestDecisiveError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := decisive(tc.errs)
-			var te *reconcile.TerminalError
-			var we *reconcile.WaitingError
+			var te *outcome.TerminalError
+			var we *outcome.WaitingError
 			got, reason := "transient", ""
 			switch {
 			case err == nil:

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -82,7 +82,7 @@ const (
 )
 
 // ownedConditions are the conditions the TerraceConfig controller writes.
-var ownedConditions = append(slices.Clone(reconcile.KstatusConditions),
+var ownedConditions = append(slices.Clone(outcome.KstatusConditions),
 	SecretsReadyCondition, StateBackendReadyCondition, APIServerReadyCondition, RunnerPolicyNarrowedCondition)
 
 // Reconciler reconciles TerraceConfigs. Each reconcile looks after three
@@ -145,15 +145,15 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("terraceconfig").
-		For(&terracev1.TerraceConfig{}, builder.WithPredicates(reconcile.GenerationOrRequestChanged())).
+		For(&terracev1.TerraceConfig{}, builder.WithPredicates(outcome.GenerationOrRequestChanged())).
 		Watches(&terracev1.TerraceConfig{},
 			handler.EnqueueRequestsFromMapFunc(configsForOperatorConfig(mgr.GetClient(), resolver.OperatorNamespace)),
-			builder.WithPredicates(reconcile.GenerationOrRequestChanged())).
+			builder.WithPredicates(outcome.GenerationOrRequestChanged())).
 		// A namespace config that appears, goes or changes its backend may
 		// hand namespaces to (or take them from) the operator's config.
 		Watches(&terracev1.TerraceConfig{},
 			handler.EnqueueRequestsFromMapFunc(operatorConfigFor(resolver.OperatorNamespace)),
-			builder.WithPredicates(reconcile.GenerationOrRequestChanged())).
+			builder.WithPredicates(outcome.GenerationOrRequestChanged())).
 		// Metadata only: enough to notice a Secret appear or change, without
 		// caching Secret contents.
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(configForSecret(mgr.GetClient()))).
@@ -215,7 +215,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("terraceconfig", klog.KObj(obj), "generation", obj.Generation))
-	patcher := reconcile.NewStatusPatcher(r.Client, obj)
+	patcher := outcome.NewStatusPatcher(r.Client, obj)
 	scope := &configScope{config: obj, previous: *obj.Status.DeepCopy(), outcomes: map[string]error{}}
 	defer func() {
 		out := r.summarize(ctx, scope)
@@ -224,7 +224,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		result, retErr = out.Result, out.Err
 	}()
-	reconcile.HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus)
+	outcome.HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus)
 
 	if !obj.DeletionTimestamp.IsZero() {
 		scope.deleting = true

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
@@ -65,8 +65,8 @@ func waitForConfig(t *testing.T, ns, what string, cond func(c *terracev1.Terrace
 
 func stalledWith(reason string) func(c *terracev1.TerraceConfig) bool {
 	return func(c *terracev1.TerraceConfig) bool {
-		ready := reconcile.Get(c, terracev1.ReadyCondition)
-		return c.Status.ObservedGeneration == c.Generation && reconcile.IsTrue(c, terracev1.StalledCondition) &&
+		ready := outcome.Get(c, terracev1.ReadyCondition)
+		return c.Status.ObservedGeneration == c.Generation && outcome.IsTrue(c, terracev1.StalledCondition) &&
 			ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == reason
 	}
 }
@@ -80,7 +80,7 @@ func readyWithBackend(backend terracev1.StateBackend) func(c *terracev1.TerraceC
 
 // readyMessage is the Ready condition's message; "" before there is one.
 func readyMessage(c *terracev1.TerraceConfig) string {
-	if ready := reconcile.Get(c, terracev1.ReadyCondition); ready != nil {
+	if ready := outcome.Get(c, terracev1.ReadyCondition); ready != nil {
 		return ready.Message
 	}
 	return ""
@@ -96,7 +96,7 @@ func TestEncryptionKeySecretMissingThenFixed(t *testing.T) {
 	if msg := readyMessage(c); !strings.Contains(msg, ns+"/state-key") || !strings.Contains(msg, `"key"`) {
 		t.Errorf("message %q does not name the Secret and the key to create", msg)
 	}
-	if reconcile.Get(c, terracev1.ReconcilingCondition) != nil {
+	if outcome.Get(c, terracev1.ReconcilingCondition) != nil {
 		t.Error("a stalled config is also Reconciling")
 	}
 
@@ -119,7 +119,7 @@ func TestEncryptionKeySecretMissingThenFixed(t *testing.T) {
 	if ready, why, err := readiness.ReadyAtGeneration(c); err != nil || !ready {
 		t.Errorf("not Ready at its generation as kstatus reads it: %s %v", why, err)
 	}
-	if reconcile.Get(c, terracev1.StalledCondition) != nil {
+	if outcome.Get(c, terracev1.StalledCondition) != nil {
 		t.Error("Stalled is still set on a Ready config")
 	}
 	if msg := readyMessage(c); strings.Contains(msg, goodKey) {

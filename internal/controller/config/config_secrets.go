@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state"
 )
@@ -54,16 +54,16 @@ func (r *Reconciler) checkSecrets(ctx context.Context, s *configScope) error {
 		err := r.SecretReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.name}, secret)
 		switch {
 		case apierrors.IsNotFound(err):
-			return reconcile.Terminalf(SecretNotFoundReason, "Secret %s/%s named by %s does not exist: create it with the key %q", ns, ref.name, ref.field, ref.key)
+			return outcome.Terminalf(SecretNotFoundReason, "Secret %s/%s named by %s does not exist: create it with the key %q", ns, ref.name, ref.field, ref.key)
 		case err != nil:
 			return fmt.Errorf("failed to read Secret %s/%s named by %s: %w", ns, ref.name, ref.field, err)
 		}
 		value, ok := secret.Data[ref.key]
 		if !ok || len(value) == 0 {
-			return reconcile.Terminalf(SecretKeyMissingReason, "Secret %s/%s named by %s has no key %q: add it", ns, ref.name, ref.field, ref.key)
+			return outcome.Terminalf(SecretKeyMissingReason, "Secret %s/%s named by %s has no key %q: add it", ns, ref.name, ref.field, ref.key)
 		}
 		if err := ref.check(value); err != nil {
-			return reconcile.Terminalf(ref.invalidReason, "Secret %s/%s key %q named by %s: %v", ns, ref.name, ref.key, ref.field, err)
+			return outcome.Terminalf(ref.invalidReason, "Secret %s/%s key %q named by %s: %v", ns, ref.name, ref.key, ref.field, err)
 		}
 		if err := r.checkPostgresHost(ctx, ns, ref, value); err != nil {
 			return err

@@ -13,13 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
 // summarize derives the status from what the steps observed; it is the
 // only writer of the config's status besides HandleReconcileRequest.
-func (r *Reconciler) summarize(ctx context.Context, s *configScope) reconcile.Outcome {
+func (r *Reconciler) summarize(ctx context.Context, s *configScope) outcome.Outcome {
 	if s.deleting {
 		return r.summarizeDelete(s)
 	}
@@ -40,7 +40,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope) reconcile.Ou
 		errs = append(errs, s.outcomes[c.condition])
 	}
 	err := decisive(errs)
-	out := reconcile.Summarize(cfg, err, ConfigReadyReason, r.readyMessage(s), 0)
+	out := outcome.Summarize(cfg, err, ConfigReadyReason, r.readyMessage(s), 0)
 	if out.Final {
 		cfg.Status.ObservedGeneration = cfg.Generation
 	}
@@ -53,7 +53,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope) reconcile.Ou
 	}
 	logger := log.FromContext(ctx)
 	if err != nil {
-		logger.Info("terrace config not ready", "reason", reconcile.Get(cfg, terracev1.ReadyCondition).Reason, "error", err.Error())
+		logger.Info("terrace config not ready", "reason", outcome.Get(cfg, terracev1.ReadyCondition).Reason, "error", err.Error())
 		return out
 	}
 	if conditionStatus(s.previous.Conditions, terracev1.ReadyCondition) == metav1.ConditionFalse {
@@ -65,12 +65,12 @@ func (r *Reconciler) summarize(ctx context.Context, s *configScope) reconcile.Ou
 
 // summarizeDelete reports a deletion that failed, so that a config stuck
 // on its finalizer says why; a deletion that worked leaves nothing to say.
-func (r *Reconciler) summarizeDelete(s *configScope) reconcile.Outcome {
+func (r *Reconciler) summarizeDelete(s *configScope) outcome.Outcome {
 	if s.deleteErr == nil {
-		return reconcile.Outcome{}
+		return outcome.Outcome{}
 	}
 	setConcernCondition(s.config, APIServerReadyCondition, map[string]error{APIServerReadyCondition: s.deleteErr}, "", "")
-	return reconcile.Summarize(s.config, fmt.Errorf("failed to remove the API server of the deleted config: %w", s.deleteErr), ConfigReadyReason, "", 0)
+	return outcome.Summarize(s.config, fmt.Errorf("failed to remove the API server of the deleted config: %w", s.deleteErr), ConfigReadyReason, "", 0)
 }
 
 // setStateBackendStatus writes status.stateBackend: the migration's
@@ -93,25 +93,25 @@ func setConcernCondition(cfg *terracev1.TerraceConfig, condType string, outcomes
 	switch {
 	case !ran:
 	case err != nil:
-		reconcile.MarkFalse(cfg, condType, reasonOf(err), "%s", err.Error())
+		outcome.MarkFalse(cfg, condType, reasonOf(err), "%s", err.Error())
 	case okReason != "":
-		reconcile.MarkTrue(cfg, condType, okReason, "%s", okMessage)
+		outcome.MarkTrue(cfg, condType, okReason, "%s", okMessage)
 	default:
-		reconcile.Delete(cfg, condType)
+		outcome.Delete(cfg, condType)
 	}
 }
 
 // reasonOf is the condition reason of a concern's error.
 func reasonOf(err error) string {
-	var terminal *reconcile.TerminalError
-	var waiting *reconcile.WaitingError
+	var terminal *outcome.TerminalError
+	var waiting *outcome.WaitingError
 	switch {
 	case errors.As(err, &terminal):
 		return terminal.Reason
 	case errors.As(err, &waiting):
 		return waiting.Reason
 	default:
-		return reconcile.ReconciliationFailedReason
+		return outcome.ReconciliationFailedReason
 	}
 }
 
@@ -159,11 +159,11 @@ func decisive(errs []error) error {
 	terminal, transient, waiting := sortFailures(failed)
 	switch {
 	case terminal != nil:
-		return reconcile.Terminal(terminal.Reason, errors.New(msg))
+		return outcome.Terminal(terminal.Reason, errors.New(msg))
 	case len(transient) > 0:
 		return &retryError{message: msg, transient: transient}
 	default:
-		return reconcile.Waiting(waiting.Reason, waiting.RequeueAfter, errors.New(msg))
+		return outcome.Waiting(waiting.Reason, waiting.RequeueAfter, errors.New(msg))
 	}
 }
 
@@ -183,10 +183,10 @@ func retryOf(errs []error) (requeueAfter time.Duration, err error) {
 
 // sortFailures returns the first terminal error, the transient ones and
 // the soonest wait among errs.
-func sortFailures(errs []error) (terminal *reconcile.TerminalError, transient []error, waiting *reconcile.WaitingError) {
+func sortFailures(errs []error) (terminal *outcome.TerminalError, transient []error, waiting *outcome.WaitingError) {
 	for _, err := range errs {
-		var w *reconcile.WaitingError
-		var t *reconcile.TerminalError
+		var w *outcome.WaitingError
+		var t *outcome.TerminalError
 		switch {
 		case err == nil:
 		case errors.As(err, &w):
@@ -238,14 +238,14 @@ func (r *Reconciler) setRunnerPolicyCondition(cfg *terracev1.TerraceConfig, s *c
 		}
 	}
 	if len(parts) == 0 {
-		reconcile.Delete(cfg, RunnerPolicyNarrowedCondition)
+		outcome.Delete(cfg, RunnerPolicyNarrowedCondition)
 		return
 	}
 	msg := strings.Join(parts, "; ")
-	if prev := reconcile.Get(cfg, RunnerPolicyNarrowedCondition); prev == nil || prev.Message != msg {
+	if prev := outcome.Get(cfg, RunnerPolicyNarrowedCondition); prev == nil || prev.Message != msg {
 		r.Recorder.Eventf(cfg, nil, corev1.EventTypeWarning, OutsideRunnerPolicyReason, "Validate", "%s", msg)
 	}
-	reconcile.MarkTrue(cfg, RunnerPolicyNarrowedCondition, OutsideRunnerPolicyReason, "%s", msg)
+	outcome.MarkTrue(cfg, RunnerPolicyNarrowedCondition, OutsideRunnerPolicyReason, "%s", msg)
 }
 
 func conditionStatus(conds []metav1.Condition, t string) metav1.ConditionStatus {

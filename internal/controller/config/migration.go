@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/migrate"
 )
@@ -94,7 +94,7 @@ func (r *Reconciler) migrateNamespace(ctx context.Context, namespace string, sta
 		}
 		if active > 0 {
 			// New runs wait for the migration; these started before it.
-			return before, before, reconcile.Waiting(StateMigratingReason, migrationRecheck,
+			return before, before, outcome.Waiting(StateMigratingReason, migrationRecheck,
 				fmt.Errorf("waiting for %d run(s) in namespace %s to end before its state moves from %s to %s", active, namespace, before.Current, before.Desired))
 		}
 	}
@@ -102,7 +102,7 @@ func (r *Reconciler) migrateNamespace(ctx context.Context, namespace string, sta
 	started := time.Now()
 	after, report, err := r.Migrator.MigrateNamespace(ctx, namespace, logger)
 	if err != nil {
-		return before, before, reconcile.Waiting(StateMigrationFailedReason, migrationRecheck,
+		return before, before, outcome.Waiting(StateMigrationFailedReason, migrationRecheck,
 			fmt.Errorf("moving the state of namespace %s from %s to %s failed; the source is kept and the copy is retried: %w", namespace, before.Current, before.Desired, err))
 	}
 	logger.Info("moved the namespace's state", "from", before.Current, "to", after.Current, "stacks", stacks, "report", report.String(), "duration", time.Since(started).Round(time.Millisecond).String())
@@ -188,7 +188,7 @@ func (p *migrationProgress) report(err error) *terracev1.StateBackendStatus {
 		st.Current = p.from
 	}
 	st.Phase = MigrationMigrating
-	var waiting *reconcile.WaitingError
+	var waiting *outcome.WaitingError
 	if !errors.As(err, &waiting) || waiting.Reason == StateMigrationFailedReason {
 		st.Phase = MigrationFailed
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -25,9 +25,9 @@ func TestMigrationStatus(t *testing.T) {
 		{"nothing to move", [][2]settings.StateLocation{{done, done}}, nil, pg, "", "", [2]int32{2, 2}},
 		{"moved now", [][2]settings.StateLocation{{pending, done}, {done, done}}, nil, pg, "", MigrationVerified, [2]int32{4, 4}},
 		{"waiting for runs", [][2]settings.StateLocation{{done, done}, {pending, pending}},
-			reconcile.Waiting(StateMigratingReason, migrationRecheck, errors.New("waiting for 1 run(s)")), secrets, pg, MigrationMigrating, [2]int32{2, 4}},
+			outcome.Waiting(StateMigratingReason, migrationRecheck, errors.New("waiting for 1 run(s)")), secrets, pg, MigrationMigrating, [2]int32{2, 4}},
 		{"copy failed", [][2]settings.StateLocation{{pending, pending}},
-			reconcile.Waiting(StateMigrationFailedReason, migrationRecheck, errors.New("copy failed")), secrets, pg, MigrationFailed, [2]int32{0, 2}},
+			outcome.Waiting(StateMigrationFailedReason, migrationRecheck, errors.New("copy failed")), secrets, pg, MigrationFailed, [2]int32{0, 2}},
 		{"an unexpected error", [][2]settings.StateLocation{{pending, pending}}, errors.New("boom"), secrets, pg, MigrationFailed, [2]int32{0, 2}},
 	}
 	for _, tc := range cases {

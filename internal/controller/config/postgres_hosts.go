@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -20,7 +20,7 @@ func (r *Reconciler) checkPostgresHost(ctx context.Context, namespace string, re
 	}
 	err := r.PostgresHosts.Check(ctx, namespace, string(value))
 	if errors.Is(err, settings.ErrPostgresHostNotAllowed) {
-		return reconcile.Terminalf(PostgresHostNotAllowedReason, "Secret %s/%s key %q named by %s: %v", namespace, ref.name, ref.key, ref.field, err)
+		return outcome.Terminalf(PostgresHostNotAllowedReason, "Secret %s/%s key %q named by %s: %v", namespace, ref.name, ref.key, ref.field, err)
 	}
 	return err
 }

@@ -21,7 +21,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
@@ -71,7 +71,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("program").
-		For(&terracev1.Program{}, builder.WithPredicates(reconcile.GenerationOrRequestChanged())).
+		For(&terracev1.Program{}, builder.WithPredicates(outcome.GenerationOrRequestChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -100,19 +100,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, nil // nothing is stored outside the object: nothing to clean up
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("program", klog.KObj(obj), "generation", obj.Generation))
-	patcher := reconcile.NewStatusPatcher(r.Client, obj)
+	patcher := outcome.NewStatusPatcher(r.Client, obj)
 	scope := &programScope{program: obj, previous: *obj.Status.DeepCopy()}
 
 	var stepErr error
 	defer func() {
 		out := r.summarize(ctx, scope, stepErr)
-		if err := patcher.Patch(ctx, obj, reconcile.KstatusConditions...); err != nil && !apierrors.IsNotFound(err) {
+		if err := patcher.Patch(ctx, obj, outcome.KstatusConditions...); err != nil && !apierrors.IsNotFound(err) {
 			out.Err = errors.Join(out.Err, err)
 		}
 		result, retErr = out.Result, out.Err
 	}()
 
-	reconcile.HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus)
+	outcome.HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus)
 	for _, s := range []step{r.validate, r.buildArtifact} {
 		if stepErr = s(ctx, scope); stepErr != nil {
 			return
@@ -125,7 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 func (r *Reconciler) validate(_ context.Context, s *programScope) error {
 	if err := validateFiles(s.program.Spec.Files); err != nil {
 		s.invalid = true
-		return reconcile.Terminal(terracev1.InvalidProgramReason, err)
+		return outcome.Terminal(terracev1.InvalidProgramReason, err)
 	}
 	return nil
 }
@@ -137,7 +137,7 @@ func (r *Reconciler) buildArtifact(_ context.Context, s *programScope) error {
 	data, digest, err := artifactserver.BuildProgram(p)
 	if err != nil {
 		s.invalid = true
-		return reconcile.Terminal(terracev1.InvalidProgramReason, err)
+		return outcome.Terminal(terracev1.InvalidProgramReason, err)
 	}
 	size := int64(len(data))
 	s.artifact = &terracev1.Artifact{
@@ -155,7 +155,7 @@ func (r *Reconciler) buildArtifact(_ context.Context, s *programScope) error {
 
 // summarize derives the status from what the steps observed and emits the
 // events for what changed.
-func (r *Reconciler) summarize(ctx context.Context, s *programScope, stepErr error) reconcile.Outcome {
+func (r *Reconciler) summarize(ctx context.Context, s *programScope, stepErr error) outcome.Outcome {
 	p := s.program
 	switch {
 	case s.invalid:
@@ -167,14 +167,14 @@ func (r *Reconciler) summarize(ctx context.Context, s *programScope, stepErr err
 	if s.artifact != nil {
 		readyMessage = fmt.Sprintf("serving artifact for revision %s", stackview.ShortRevision(s.artifact.Revision))
 	}
-	out := reconcile.Summarize(p, stepErr, terracev1.ArtifactReadyReason, readyMessage, 0)
+	out := outcome.Summarize(p, stepErr, terracev1.ArtifactReadyReason, readyMessage, 0)
 	if out.Final {
 		p.Status.ObservedGeneration = p.Generation
 	}
 
 	logger := log.FromContext(ctx)
 	if stepErr != nil {
-		logger.Info("program not ready", "reason", reconcile.Get(p, terracev1.ReadyCondition).Reason, "error", stepErr.Error())
+		logger.Info("program not ready", "reason", outcome.Get(p, terracev1.ReadyCondition).Reason, "error", stepErr.Error())
 		return out
 	}
 	wasReady := conditionStatus(s.previous.Conditions, terracev1.ReadyCondition)

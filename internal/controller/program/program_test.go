@@ -21,7 +21,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/readiness"
 )
@@ -70,7 +70,7 @@ func readyAtGeneration(p *terracev1.Program) bool {
 }
 
 func stalledAtGeneration(p *terracev1.Program) bool {
-	return p.Status.ObservedGeneration == p.Generation && reconcile.IsTrue(p, terracev1.StalledCondition)
+	return p.Status.ObservedGeneration == p.Generation && outcome.IsTrue(p, terracev1.StalledCondition)
 }
 
 func fetch(t *testing.T, id pki.Identity, url string) (int, []byte) {
@@ -135,7 +135,7 @@ func TestProgramServesItsArtifactAndMovesWithEdits(t *testing.T) {
 		t.Fatalf("not Ready at its generation as kstatus reads it: %s %v", why, err)
 	}
 	a := got.Status.Artifact
-	ready := reconcile.Get(got, terracev1.ReadyCondition)
+	ready := outcome.Get(got, terracev1.ReadyCondition)
 	if ready.Reason != terracev1.ArtifactReadyReason || a.URL != baseURL+"/programs/"+ns+"/web/1.tar.gz" || a.Revision != "1@"+a.Digest {
 		t.Fatalf("status: %+v, artifact %+v", ready, a)
 	}
@@ -220,12 +220,12 @@ func TestInvalidProgramStallsAndRecovers(t *testing.T) {
 	))
 	key := client.ObjectKeyFromObject(p)
 	got := waitForProgram(t, key, "Stalled", stalledAtGeneration)
-	ready := reconcile.Get(got, terracev1.ReadyCondition)
+	ready := outcome.Get(got, terracev1.ReadyCondition)
 	if ready.Status != metav1.ConditionFalse || ready.Reason != terracev1.InvalidProgramReason || !strings.HasPrefix(ready.Message, "modules/x/main.tf:3:") {
 		t.Fatalf("Ready: %+v", ready)
 	}
 	t.Logf("invalid program message: %s", ready.Message)
-	if got.Status.Artifact != nil || reconcile.IsTrue(got, terracev1.ReconcilingCondition) {
+	if got.Status.Artifact != nil || outcome.IsTrue(got, terracev1.ReconcilingCondition) {
 		t.Fatalf("an invalid program advertises an artifact or is still Reconciling: %+v", got.Status)
 	}
 	invalidURL := artifactserver.ProgramURL(baseURL, ns, "broken", got.Generation)
@@ -241,7 +241,7 @@ func TestInvalidProgramStallsAndRecovers(t *testing.T) {
 	if ready, why, err := readiness.ReadyAtGeneration(fixed); err != nil || !ready {
 		t.Fatalf("not Ready at its generation as kstatus reads it: %s %v", why, err)
 	}
-	if reconcile.Get(fixed, terracev1.StalledCondition) != nil {
+	if outcome.Get(fixed, terracev1.StalledCondition) != nil {
 		t.Fatal("Stalled survived the fix")
 	}
 	waitForEvent(t, fixed, RecoveredReason)
@@ -257,7 +257,7 @@ func TestOversizeProgramIsInvalid(t *testing.T) {
 	big := strings.Repeat("# padding\n", 30*1024) // ~300 KiB each, ~600 KiB together
 	p := createProgram(t, ns, "huge", files("a.tf", big, "b.tf", big))
 	got := waitForProgram(t, client.ObjectKeyFromObject(p), "Stalled", stalledAtGeneration)
-	if msg := reconcile.Get(got, terracev1.ReadyCondition).Message; !strings.Contains(msg, "more than the 524288 allowed") {
+	if msg := outcome.Get(got, terracev1.ReadyCondition).Message; !strings.Contains(msg, "more than the 524288 allowed") {
 		t.Fatalf("Ready message: %s", msg)
 	}
 }
@@ -276,7 +276,7 @@ func TestNestingBombProgramsStallAndTheControllerStaysUp(t *testing.T) {
 	} {
 		p := createProgram(t, ns, name, files(tc.file, tc.content))
 		got := waitForProgram(t, client.ObjectKeyFromObject(p), "Stalled", stalledAtGeneration)
-		ready := reconcile.Get(got, terracev1.ReadyCondition)
+		ready := outcome.Get(got, terracev1.ReadyCondition)
 		if ready.Status != metav1.ConditionFalse || ready.Reason != terracev1.InvalidProgramReason || !strings.HasPrefix(ready.Message, tc.want) {
 			t.Fatalf("%s: Ready %+v", name, ready)
 		}
@@ -310,7 +310,7 @@ func TestInvalidJSONNamesTheFile(t *testing.T) {
 	ns := env.Namespace(t)
 	p := createProgram(t, ns, "json", files("main.tf", "locals {}\n", "extra.tf.json", "{\n  \"locals\": {\n    \"a\": \n}\n"))
 	got := waitForProgram(t, client.ObjectKeyFromObject(p), "Stalled", stalledAtGeneration)
-	if msg := reconcile.Get(got, terracev1.ReadyCondition).Message; !strings.HasPrefix(msg, "extra.tf.json:4:") {
+	if msg := outcome.Get(got, terracev1.ReadyCondition).Message; !strings.HasPrefix(msg, "extra.tf.json:4:") {
 		t.Fatalf("Ready message: %s", msg)
 	}
 }

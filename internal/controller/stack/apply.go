@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
@@ -34,14 +34,14 @@ func (r *Reconciler) applyApproved(_ context.Context, s *scope) error {
 	stored, err := s.run.stores.Plans.GetPlan(ctx, planKey(s.stack, planID))
 	if errors.Is(err, state.ErrNotFound) {
 		s.observed.lostPlan = planID
-		return reconcile.Terminalf(PlanNoLongerValidReason, "plan %s is no longer stored; a new plan will be made on the next change or terrace.dev/requestedAt", planID)
+		return outcome.Terminalf(PlanNoLongerValidReason, "plan %s is no longer stored; a new plan will be made on the next change or terrace.dev/requestedAt", planID)
 	}
 	if err != nil {
 		return fmt.Errorf("failed to read plan %s: %w", planID, err)
 	}
 	if d := stored.Policy; d != nil && d.Decision == policyDenied {
 		// Never kept for approval today; a record that says so is refused all the same.
-		return reconcile.Terminalf(PolicyDeniedReason, "plan %s is denied by the plan policies and not applied: %s", planID, strings.Join(d.Violations, "; "))
+		return outcome.Terminalf(PolicyDeniedReason, "plan %s is denied by the plan policies and not applied: %s", planID, strings.Join(d.Violations, "; "))
 	}
 	if err := s.run.client.UploadPlan(ctx, planID, stored.Digest, bytes.NewReader(stored.Binary)); err != nil {
 		return classify(s.run.session, err, ApplyFailedReason, "failed to restore the plan in the runner")

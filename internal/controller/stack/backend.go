@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -42,7 +42,7 @@ func (r *Reconciler) resolveBackend(ctx context.Context, s *scope) error {
 	}
 	configJSON, err := json.Marshal(config)
 	if err != nil {
-		return reconcile.Terminalf(InvalidVarsReason, "spec.backend.config is not valid JSON: %v", err)
+		return outcome.Terminalf(InvalidVarsReason, "spec.backend.config is not valid JSON: %v", err)
 	}
 	own := &runnerv1.OwnBackend{Type: b.Type, ConfigJson: configJSON}
 	s.backendVersions = nil
@@ -69,21 +69,21 @@ func (r *Reconciler) readBackendCredential(ctx context.Context, s *scope, i int,
 		return "", "", err
 	}
 	if !allowed {
-		return "", "", reconcile.Terminalf(BackendCredentialsForbiddenReason,
+		return "", "", outcome.Terminalf(BackendCredentialsForbiddenReason,
 			"spec.backend.credentials[%d]: ServiceAccount %s, which the Stack's runner runs as, may not get Secret %s/%s, so Terrace does not read it: grant it get on that Secret",
 			i, sa, ns, name)
 	}
 	sec := &corev1.Secret{}
 	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sec)
 	if apierrors.IsNotFound(err) {
-		return "", "", reconcile.Terminalf(BackendCredentialsNotFoundReason, "spec.backend.credentials[%d]: Secret %s/%s not found: create it", i, ns, name)
+		return "", "", outcome.Terminalf(BackendCredentialsNotFoundReason, "spec.backend.credentials[%d]: Secret %s/%s not found: create it", i, ns, name)
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("failed to read spec.backend.credentials[%d] Secret %s: %w", i, name, err)
 	}
 	value, ok := sec.Data[c.SecretKeyRef.Key]
 	if !ok {
-		return "", "", reconcile.Terminalf(BackendCredentialsNotFoundReason, "spec.backend.credentials[%d]: Secret %s/%s has no key %q: add it", i, ns, name, c.SecretKeyRef.Key)
+		return "", "", outcome.Terminalf(BackendCredentialsNotFoundReason, "spec.backend.credentials[%d]: Secret %s/%s has no key %q: add it", i, ns, name, c.SecretKeyRef.Key)
 	}
 	return string(value), sec.ResourceVersion, nil
 }

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	terracesettings "github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -86,7 +86,7 @@ func TestResolveBackend(t *testing.T) {
 	missingKey := backendStack(`"team"`)
 	missingKey.Spec.Backend.Credentials[0].SecretKeyRef.Key = "password"
 	_, err = resolve(missingKey)
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if !errors.As(err, &terminal) || terminal.Reason != BackendCredentialsNotFoundReason || !strings.Contains(err.Error(), `spec.backend.credentials[0]: Secret team/pg has no key "password"`) {
 		t.Fatalf("missing key: %v", err)
 	}

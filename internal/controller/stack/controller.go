@@ -21,7 +21,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -119,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("stack", klog.KObj(stack))
 	ctx = ctrl.LoggerInto(ctx, log)
-	s := &scope{stack: stack, log: log, patcher: reconcile.NewStatusPatcher(r.Client, stack)}
+	s := &scope{stack: stack, log: log, patcher: outcome.NewStatusPatcher(r.Client, stack)}
 	started := time.Now()
 
 	defer func() {
@@ -147,7 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		// The answer is the Stack as stored: status patches start from
 		// it (the snapshot's resourceVersion would conflict), and it is
 		// current, so a run needs no uncached read to trust it.
-		s.patcher = reconcile.NewStatusPatcher(r.Client, stack)
+		s.patcher = outcome.NewStatusPatcher(r.Client, stack)
 		s.current = true
 	}
 	err := r.decideAndAct(ctx, s)
@@ -179,15 +179,15 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, stepErr error, elapse
 		s.log.V(1).Info("the cached Stack is behind the API server; looking again before starting a run")
 		return ctrl.Result{RequeueAfter: staleCacheRetry}, nil
 	}
-	outcome := r.summarize(ctx, s, stepErr)
+	summary := r.summarize(ctx, s, stepErr)
 	recordMetrics(stack, s, stepErr, elapsed.Seconds())
 	if err := s.patcher.Patch(ctx, stack, ownedConditions...); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, errors.Join(outcome.Err, fmt.Errorf("failed to patch status: %w", err))
+		return ctrl.Result{}, errors.Join(summary.Err, fmt.Errorf("failed to patch status: %w", err))
 	}
-	if outcome.Err != nil {
+	if summary.Err != nil {
 		return ctrl.Result{RequeueAfter: retryBackoff(stack, stack.Status.Failures)}, nil
 	}
-	return outcome.Result, nil
+	return summary.Result, nil
 }
 
 func (r *Reconciler) now() time.Time {

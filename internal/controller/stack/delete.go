@@ -8,7 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/state"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -105,9 +105,9 @@ func (r *Reconciler) destroyChecked(ctx context.Context, s *scope, vars *runnerv
 	made := &planObservation{id: planID, summary: p.GetSummary(), hasChanges: p.GetHasChanges(), at: r.now(), destroy: true}
 	s.observed.plan = made
 	if err := r.checkPolicies(ctx, s, made, p); err != nil {
-		var terminal *reconcile.TerminalError
+		var terminal *outcome.TerminalError
 		if errors.As(err, &terminal) {
-			return reconcile.Terminalf(terminal.Reason, "the destroy %s; nothing was destroyed and the state, plans and releases are kept; change the plan policies (the deletion is retried when they change)", terminal.Err.Error())
+			return outcome.Terminalf(terminal.Reason, "the destroy %s; nothing was destroyed and the state, plans and releases are kept; change the plan policies (the deletion is retried when they change)", terminal.Err.Error())
 		}
 		return err
 	}
@@ -155,13 +155,13 @@ func (r *Reconciler) removeStoredData(ctx context.Context, s *scope) error {
 // the error is fixed, and how to leave the resources instead.
 func deletionBlocked(err error) error {
 	const format = "deletion blocked: %s; fix it, or remove the finalizer %s to leave the resources"
-	var terminal *reconcile.TerminalError
-	var waiting *reconcile.WaitingError
+	var terminal *outcome.TerminalError
+	var waiting *outcome.WaitingError
 	switch {
 	case errors.As(err, &terminal):
-		return reconcile.Terminalf(terminal.Reason, format, terminal.Err.Error(), Finalizer)
+		return outcome.Terminalf(terminal.Reason, format, terminal.Err.Error(), Finalizer)
 	case errors.As(err, &waiting):
-		return reconcile.Waiting(waiting.Reason, waiting.RequeueAfter, fmt.Errorf(format, waiting.Err.Error(), Finalizer))
+		return outcome.Waiting(waiting.Reason, waiting.RequeueAfter, fmt.Errorf(format, waiting.Err.Error(), Finalizer))
 	}
 	return fmt.Errorf("deletion blocked, retrying (or remove the finalizer %s to leave the resources): %w", Finalizer, err)
 }

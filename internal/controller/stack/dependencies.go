@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // DependencyNotReadyReason: a Stack in dependsOn is not Ready yet.
@@ -26,7 +26,7 @@ func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 			ns = s.stack.Namespace
 		}
 		if ns != s.stack.Namespace && !r.Options.AllowCrossNamespaceRefs {
-			return reconcile.Terminalf(CrossNamespaceRefusedReason, "dependsOn %s/%s is in another namespace; the controller refuses cross-namespace references (--allow-cross-namespace-refs)", ns, dep.Name)
+			return outcome.Terminalf(CrossNamespaceRefusedReason, "dependsOn %s/%s is in another namespace; the controller refuses cross-namespace references (--allow-cross-namespace-refs)", ns, dep.Name)
 		}
 		key := types.NamespacedName{Namespace: ns, Name: dep.Name}
 		var other terracev1.Stack
@@ -50,7 +50,7 @@ func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 // does not make it not ready (full kstatus would): a dependent reading
 // its dependency mid-run would wait for nothing.
 func readyAtGeneration(dep *terracev1.Stack) bool {
-	ready := reconcile.Get(dep, terracev1.ReadyCondition)
+	ready := outcome.Get(dep, terracev1.ReadyCondition)
 	return dep.DeletionTimestamp.IsZero() && ready != nil && ready.Status == metav1.ConditionTrue &&
 		(ready.ObservedGeneration == 0 || ready.ObservedGeneration == dep.Generation) &&
 		dep.Status.ObservedGeneration == dep.Generation

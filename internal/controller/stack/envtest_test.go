@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
@@ -24,7 +24,7 @@ func TestEnvtestPlanPendingThenApprovedThenApplied(t *testing.T) {
 	st := e.waitFor("web", "awaiting approval", is(terracev1.ReadyCondition, "False", AwaitingApprovalReason))
 	pending := st.Status.Plan.Pending
 	if pending == "" || !is(terracev1.PlannedCondition, "True", AwaitingApprovalReason)(st) ||
-		!is(terracev1.ReconcilingCondition, "True", AwaitingApprovalReason)(st) || reconcile.Get(st, terracev1.StalledCondition) != nil {
+		!is(terracev1.ReconcilingCondition, "True", AwaitingApprovalReason)(st) || outcome.Get(st, terracev1.StalledCondition) != nil {
 		t.Fatalf("awaiting approval: plan %+v, conditions %s", st.Status.Plan, conditionsText(st))
 	}
 	e.expectEvents("web", "PlanCreated")
@@ -115,11 +115,11 @@ func TestEnvtestTerminalInputErrorStartsNoRun(t *testing.T) {
 		st.Spec.VarsFrom = []terracev1.VarsReference{{Kind: "Secret", Name: "absent"}}
 	})
 	st := e.waitFor("web", "Stalled", is(terracev1.StalledCondition, "True", VarsNotFoundReason))
-	if !is(terracev1.ReadyCondition, "False", VarsNotFoundReason)(st) || reconcile.Get(st, terracev1.ReconcilingCondition) != nil ||
+	if !is(terracev1.ReadyCondition, "False", VarsNotFoundReason)(st) || outcome.Get(st, terracev1.ReconcilingCondition) != nil ||
 		st.Status.ObservedGeneration != st.Generation || st.Status.Failures != 0 || st.Status.LastRun != "" {
 		t.Fatalf("terminal: %s, status %+v", conditionsText(st), st.Status)
 	}
-	if !strings.Contains(reconcile.Get(st, terracev1.ReadyCondition).Message, "absent") {
+	if !strings.Contains(outcome.Get(st, terracev1.ReadyCondition).Message, "absent") {
 		t.Errorf("the message does not name the Secret: %s", conditionsText(st))
 	}
 }
@@ -200,7 +200,7 @@ func TestEnvtestDestroyFailureBlocksDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := e.waitFor("guarded", "blocked by a failed destroy", is(terracev1.StalledCondition, "True", DestroyFailedReason))
-	msg := reconcile.Get(st, terracev1.ReadyCondition).Message
+	msg := outcome.Get(st, terracev1.ReadyCondition).Message
 	if !strings.Contains(msg, "deletion blocked") || !strings.Contains(msg, "refusing to destroy") || !slices.Contains(st.Finalizers, Finalizer) {
 		t.Fatalf("Ready message %q, finalizers %v", msg, st.Finalizers)
 	}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runner"
 )
 
@@ -26,12 +26,12 @@ func classify(sess runSession, err error, reason, what string) error {
 	}
 	switch runner.Reason(err) {
 	case runner.ReasonUndeclaredVariable:
-		return reconcile.Terminalf(UndeclaredVariableReason, "%s: %s", what, runnerMessage(err))
+		return outcome.Terminalf(UndeclaredVariableReason, "%s: %s", what, runnerMessage(err))
 	case runner.ReasonCommandFailed, runner.ReasonInvalidArgument, runner.ReasonDigestMismatch,
 		runner.ReasonUnsafeArchive, runner.ReasonTooLarge:
-		return reconcile.Terminalf(reason, "%s: %s", what, runnerMessage(err))
+		return outcome.Terminalf(reason, "%s: %s", what, runnerMessage(err))
 	case runner.ReasonStateTooLarge:
-		return reconcile.Terminalf(StateTooLargeReason, "%s: %s", what, runnerMessage(err))
+		return outcome.Terminalf(StateTooLargeReason, "%s: %s", what, runnerMessage(err))
 	case runner.ReasonStateLocked:
 		return &stateLockedError{what: what, message: runnerMessage(err)}
 	case runner.ReasonStateUnavailable:
@@ -47,7 +47,7 @@ func classify(sess runSession, err error, reason, what string) error {
 // or broken archive is terminal (the source must change), an unavailable
 // source is looked at again after spec.retryInterval.
 func classifySourceError(s *scope, err error) error {
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if errors.As(err, &terminal) {
 		return err
 	}
@@ -56,26 +56,26 @@ func classifySourceError(s *scope, err error) error {
 	var refused *artifact.FetchStatusError
 	switch {
 	case errors.As(err, &notAllowed):
-		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s: %s; the operator may add it with the controller flag --source-artifact-hosts", desc, notAllowed.Error())
+		return outcome.Terminalf(SourceHostNotAllowedReason, "%s: %s; the operator may add it with the controller flag --source-artifact-hosts", desc, notAllowed.Error())
 	case errors.As(err, &refused):
-		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, refused.Error()))
+		return outcome.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, refused.Error()))
 	case errors.Is(err, artifact.ErrLimitExceeded):
-		return reconcile.Terminalf(SourceTooLargeReason, "%s is too large: %s", desc, runnerMessage(err))
+		return outcome.Terminalf(SourceTooLargeReason, "%s is too large: %s", desc, runnerMessage(err))
 	case errors.Is(err, artifact.ErrUnreachable):
-		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, runnerMessage(err)))
+		return outcome.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable: %s", desc, runnerMessage(err)))
 	}
 	msg := runnerMessage(err)
 	switch runner.Reason(err) {
 	case runner.ReasonDigestMismatch:
-		return reconcile.Terminalf(SourceDigestMismatchReason, "%s: %s; fix the digest, or the tarball it names", desc, msg)
+		return outcome.Terminalf(SourceDigestMismatchReason, "%s: %s; fix the digest, or the tarball it names", desc, msg)
 	case runner.ReasonUnsafeArchive:
-		return reconcile.Terminalf(SourceUnsafeReason, "%s was refused by the runner: %s", desc, msg)
+		return outcome.Terminalf(SourceUnsafeReason, "%s was refused by the runner: %s", desc, msg)
 	case runner.ReasonTooLarge:
-		return reconcile.Terminalf(SourceTooLargeReason, "%s is too large for the runner: %s", desc, msg)
+		return outcome.Terminalf(SourceTooLargeReason, "%s is too large for the runner: %s", desc, msg)
 	case runner.ReasonFetchFailed:
-		return reconcile.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable to the runner: %s", desc, msg))
+		return outcome.Waiting(SourceUnavailableReason, retryBackoff(s.stack, 1), fmt.Errorf("%s is unavailable to the runner: %s", desc, msg))
 	case runner.ReasonInvalidArgument:
-		return reconcile.Terminalf(SourceInvalidReason, "%s cannot be loaded: %s", desc, msg)
+		return outcome.Terminalf(SourceInvalidReason, "%s cannot be loaded: %s", desc, msg)
 	}
 	return fmt.Errorf("failed to load %s into the runner: %w", desc, err)
 }

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runner"
 )
 
@@ -20,7 +20,7 @@ func (liveSession) Died() error { return nil }
 func TestUndeclaredVariableIsATerminalConditionOfItsOwn(t *testing.T) {
 	msg := `the Stack's vars/varsFrom set "false", which the module does not declare (it declares n): YAML reads an unquoted key n ...`
 	err := classify(liveSession{}, runnerError(t, codes.InvalidArgument, runner.ReasonUndeclaredVariable, msg), PlanFailedReason, "plan failed")
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if !errors.As(err, &terminal) || terminal.Reason != UndeclaredVariableReason || !strings.Contains(err.Error(), `"false"`) {
 		t.Fatalf("classify = %#v, want a terminal %s error carrying the runner's message", err, UndeclaredVariableReason)
 	}
@@ -52,14 +52,14 @@ func TestClassifyFollowsTheRunnersReason(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := classify(liveSession{}, tc.err, PlanFailedReason, "plan failed")
-			var terminal *reconcile.TerminalError
+			var terminal *outcome.TerminalError
 			if got := errors.As(err, &terminal); got != tc.terminal {
 				t.Fatalf("classify(%v) terminal = %v, want %v", tc.err, got, tc.terminal)
 			}
 		})
 	}
 	died := classify(deadSession{}, runnerError(t, codes.Unknown, runner.ReasonCommandFailed, "signal: killed"), PlanFailedReason, "plan failed")
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if errors.As(died, &terminal) || !strings.Contains(died.Error(), "the runner died") {
 		t.Fatalf("a runner that died: %v, want a transient error saying so", died)
 	}

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/release"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -83,7 +83,7 @@ func healthDue(s *scope) bool {
 	if len(s.stack.Spec.HealthChecks) == 0 || s.observed.health != nil {
 		return false
 	}
-	c := reconcile.Get(s.stack, terracev1.HealthCheckPassedCondition)
+	c := outcome.Get(s.stack, terracev1.HealthCheckPassedCondition)
 	return c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != s.stack.Generation
 }
 
@@ -111,7 +111,7 @@ func healthText(failed []release.HealthCheckResult) string {
 func setHealthCondition(s *scope) {
 	stack := s.stack
 	if len(stack.Spec.HealthChecks) == 0 {
-		reconcile.Delete(stack, terracev1.HealthCheckPassedCondition)
+		outcome.Delete(stack, terracev1.HealthCheckPassedCondition)
 		return
 	}
 	h := s.observed.health
@@ -119,8 +119,8 @@ func setHealthCondition(s *scope) {
 		return
 	}
 	if failed := h.failed(); len(failed) > 0 {
-		reconcile.MarkFalse(stack, terracev1.HealthCheckPassedCondition, HealthCheckFailedReason, "%s", healthText(failed))
+		outcome.MarkFalse(stack, terracev1.HealthCheckPassedCondition, HealthCheckFailedReason, "%s", healthText(failed))
 		return
 	}
-	reconcile.MarkTrue(stack, terracev1.HealthCheckPassedCondition, HealthCheckPassedReason, "%d health check(s) passed", len(h.results))
+	outcome.MarkTrue(stack, terracev1.HealthCheckPassedCondition, HealthCheckPassedReason, "%d health check(s) passed", len(h.results))
 }

@@ -8,7 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/warmpool"
 )
@@ -22,7 +22,7 @@ const RunnerPolicyViolationReason = "RunnerPolicyViolation"
 // the effective runner policy does not allow.
 func checkRunnerPolicy(s *scope) error {
 	if err := s.config.CheckRunner(s.stack); err != nil {
-		return reconcile.Terminal(RunnerPolicyViolationReason, err)
+		return outcome.Terminal(RunnerPolicyViolationReason, err)
 	}
 	return nil
 }
@@ -90,10 +90,10 @@ func (l LauncherRuns) Start(ctx context.Context, req runRequest) (runSession, er
 	}
 	if err != nil {
 		if errors.Is(err, launcher.ErrPolicyViolation) {
-			return nil, reconcile.Terminal(RunnerPolicyViolationReason, err)
+			return nil, outcome.Terminal(RunnerPolicyViolationReason, err)
 		}
 		if errors.Is(err, launcher.ErrInvalidSpec) {
-			return nil, reconcile.Terminal(RunnerFailedReason, err)
+			return nil, outcome.Terminal(RunnerFailedReason, err)
 		}
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -86,20 +86,20 @@ func (r *Reconciler) readFileMapping(ctx context.Context, s *scope, i int, m ter
 		return nil, "", err
 	}
 	if !allowed {
-		return nil, "", reconcile.Terminalf(FileMappingForbiddenReason,
+		return nil, "", outcome.Terminalf(FileMappingForbiddenReason,
 			"spec.fileMappings[%d]: ServiceAccount %s, which the Stack's runner runs as, may not get Secret %s/%s, so Terrace does not read it: grant it get on that Secret",
 			i, sa, ns, m.SecretRef.Name)
 	}
 	var sec corev1.Secret
 	if err := r.APIReader.Get(ctx, key, &sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "", reconcile.Terminalf(FileMappingNotFoundReason, "spec.fileMappings[%d]: Secret %s/%s not found: create it", i, ns, m.SecretRef.Name)
+			return nil, "", outcome.Terminalf(FileMappingNotFoundReason, "spec.fileMappings[%d]: Secret %s/%s not found: create it", i, ns, m.SecretRef.Name)
 		}
 		return nil, "", fmt.Errorf("failed to read spec.fileMappings[%d] Secret %s: %w", i, m.SecretRef.Name, err)
 	}
 	content, ok := sec.Data[m.SecretRef.Key]
 	if !ok {
-		return nil, "", reconcile.Terminalf(FileMappingNotFoundReason, "spec.fileMappings[%d]: Secret %s/%s has no key %q: add it or name another key", i, ns, m.SecretRef.Name, m.SecretRef.Key)
+		return nil, "", outcome.Terminalf(FileMappingNotFoundReason, "spec.fileMappings[%d]: Secret %s/%s has no key %q: add it or name another key", i, ns, m.SecretRef.Name, m.SecretRef.Key)
 	}
 	loc := runnerv1.FileLocation_FILE_LOCATION_MODULE
 	if m.Location == terracev1.FileMappingHome {

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/settings"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -95,7 +95,7 @@ func TestLoadPolicies(t *testing.T) {
 			}
 			s := &scope{stack: &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns}}, config: settings.Effective{PlanPolicies: refs}}
 			p, err := r.loadPolicies(context.Background(), s)
-			var terminal *reconcile.TerminalError
+			var terminal *outcome.TerminalError
 			switch {
 			case tt.wantReason == "" && err != nil:
 				t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/ownership"
 	"github.com/terrace-dev/terrace/internal/pki"
@@ -52,7 +52,7 @@ func (r *Reconciler) ownedOutputsSecret(ctx context.Context, stack *terracev1.St
 		return nil, fmt.Errorf("failed to read outputs Secret %s: %w", name, err)
 	}
 	if !ownership.Owns(sec, stack, ownership.ComponentOutputs) {
-		return nil, reconcile.Terminalf(OutputsSecretConflictReason,
+		return nil, outcome.Terminalf(OutputsSecretConflictReason,
 			"spec.writeOutputsToSecret: Secret %s already exists and %s, so Terrace leaves it untouched: "+
 				"set spec.writeOutputsToSecret.name to a Secret that does not exist yet (Terrace creates it), or delete Secret %s if nothing needs it",
 			name, ownership.Describe(sec), name)
@@ -123,7 +123,7 @@ func (r *Reconciler) removePreviousOutputsSecret(ctx context.Context, s *scope, 
 	default:
 		var sec *corev1.Secret
 		sec, err = r.ownedOutputsSecret(ctx, s.stack, prev)
-		var terminal *reconcile.TerminalError
+		var terminal *outcome.TerminalError
 		switch {
 		case errors.As(err, &terminal):
 			err = nil // not ours (any more): never touched

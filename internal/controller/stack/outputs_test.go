@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/ownership"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/scheme"
@@ -105,7 +105,7 @@ func TestOutputsSecretIsCreatedAsTerracesOwn(t *testing.T) {
 }
 
 func isConflict(err error) bool {
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	return errors.As(err, &terminal) && terminal.Reason == OutputsSecretConflictReason
 }
 

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/runphase"
@@ -39,7 +39,7 @@ func (r *Reconciler) plan(_ context.Context, s *scope) error {
 	made := r.observePlan(s, planID, p.GetSummary(), p.GetHasChanges())
 	run.record = planRecord{id: planID, summary: p.GetSummary(), started: started}
 	if err := r.checkPolicies(ctx, s, made, p); err != nil {
-		var terminal *reconcile.TerminalError
+		var terminal *outcome.TerminalError
 		if !errors.As(err, &terminal) {
 			return err
 		}

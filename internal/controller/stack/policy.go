@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/policy"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runner"
@@ -73,7 +73,7 @@ func (r *Reconciler) loadPolicies(ctx context.Context, s *scope) (*planPolicies,
 		var cm corev1.ConfigMap
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &cm)
 		if apierrors.IsNotFound(err) {
-			return nil, reconcile.Terminalf(PolicyNotFoundReason, "TerraceConfig %s spec.planPolicy names ConfigMap %s/%s, which does not exist: create it or remove the reference", ref.Source, ref.Namespace, ref.Name)
+			return nil, outcome.Terminalf(PolicyNotFoundReason, "TerraceConfig %s spec.planPolicy names ConfigMap %s/%s, which does not exist: create it or remove the reference", ref.Source, ref.Namespace, ref.Name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("failed to read policy ConfigMap %s/%s: %w", ref.Namespace, ref.Name, err)
@@ -86,13 +86,13 @@ func (r *Reconciler) loadPolicies(ctx context.Context, s *scope) (*planPolicies,
 			}
 		}
 		if found == 0 {
-			return nil, reconcile.Terminalf(InvalidPolicyReason, "policy ConfigMap %s/%s (named by TerraceConfig %s) has no key ending in .rego", ref.Namespace, ref.Name, ref.Source)
+			return nil, outcome.Terminalf(InvalidPolicyReason, "policy ConfigMap %s/%s (named by TerraceConfig %s) has no key ending in .rego", ref.Namespace, ref.Name, ref.Source)
 		}
 	}
 	set, err := policy.Compile(ctx, modules)
 	var invalid *policy.InvalidError
 	if errors.As(err, &invalid) {
-		return nil, reconcile.Terminalf(InvalidPolicyReason, "plan policies do not compile: %s", invalid.Message)
+		return nil, outcome.Terminalf(InvalidPolicyReason, "plan policies do not compile: %s", invalid.Message)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to compile the plan policies: %w", err)
@@ -124,12 +124,12 @@ func (r *Reconciler) decidePlan(ctx context.Context, s *scope, made *planObserva
 	if p.JSONOmitted {
 		made.policy = &terracev1.PlanPolicyStatus{Decision: policyDenied, PoliciesDigest: digest,
 			Violations: []string{"the plan JSON is over the controller's limit and cannot be checked"}}
-		return reconcile.Terminalf(PolicyEvaluationFailedReason, "plan %s cannot be checked against the plan policies: its JSON is over the controller's limit", made.id)
+		return outcome.Terminalf(PolicyEvaluationFailedReason, "plan %s cannot be checked against the plan policies: its JSON is over the controller's limit", made.id)
 	}
 	decision, err := s.options.policies.set.Evaluate(ctx, p.JSON)
 	if err != nil {
 		made.policy = &terracev1.PlanPolicyStatus{Decision: policyDenied, PoliciesDigest: digest, Violations: []string{err.Error()}}
-		return reconcile.Terminalf(PolicyEvaluationFailedReason, "plan %s was not applied: %s", made.id, err.Error())
+		return outcome.Terminalf(PolicyEvaluationFailedReason, "plan %s was not applied: %s", made.id, err.Error())
 	}
 	made.policy = &terracev1.PlanPolicyStatus{Decision: policyAllowed, PoliciesDigest: digest,
 		Violations: firstMessages(decision.Violations), Warnings: firstMessages(decision.Warnings)}
@@ -143,7 +143,7 @@ func (r *Reconciler) decidePlan(ctx context.Context, s *scope, made *planObserva
 	if made.hasChanges {
 		r.warningEvent(s.stack, PolicyDeniedReason, "plan %s denied: %s", made.id, strings.Join(decision.Violations, "; "))
 	}
-	return reconcile.Terminalf(PolicyDeniedReason, "plan %s is denied by the plan policies and not applied: %s",
+	return outcome.Terminalf(PolicyDeniedReason, "plan %s is denied by the plan policies and not applied: %s",
 		made.id, strings.Join(decision.Violations, "; "))
 }
 
@@ -161,7 +161,7 @@ func setPolicyCondition(s *scope) {
 		return // the reconcile ended before the policies were read
 	}
 	if len(s.config.PlanPolicies) == 0 {
-		reconcile.Delete(stack, terracev1.PolicyDeniedCondition)
+		outcome.Delete(stack, terracev1.PolicyDeniedCondition)
 		return
 	}
 	if o.plan == nil {
@@ -172,19 +172,19 @@ func setPolicyCondition(s *scope) {
 	case d == nil:
 		return // a plan that ended before its decision (a denied state size, say)
 	case d.Decision == policyDenied && !o.plan.hasChanges:
-		reconcile.MarkTrue(stack, terracev1.PolicyDeniedCondition, PolicyDeniedReason, "plan %s has no changes, so nothing was blocked, but the policies deny what the Stack keeps: %s", o.plan.id, strings.Join(d.Violations, "; "))
+		outcome.MarkTrue(stack, terracev1.PolicyDeniedCondition, PolicyDeniedReason, "plan %s has no changes, so nothing was blocked, but the policies deny what the Stack keeps: %s", o.plan.id, strings.Join(d.Violations, "; "))
 	case d.Decision == policyDenied:
-		reconcile.MarkTrue(stack, terracev1.PolicyDeniedCondition, PolicyDeniedReason, "plan %s: %s", o.plan.id, strings.Join(d.Violations, "; "))
+		outcome.MarkTrue(stack, terracev1.PolicyDeniedCondition, PolicyDeniedReason, "plan %s: %s", o.plan.id, strings.Join(d.Violations, "; "))
 	case len(d.Warnings) > 0:
-		reconcile.MarkFalse(stack, terracev1.PolicyDeniedCondition, PolicyPassedReason, "plan %s passed with %d warning(s): %s", o.plan.id, len(d.Warnings), strings.Join(d.Warnings, "; "))
+		outcome.MarkFalse(stack, terracev1.PolicyDeniedCondition, PolicyPassedReason, "plan %s passed with %d warning(s): %s", o.plan.id, len(d.Warnings), strings.Join(d.Warnings, "; "))
 	default:
-		reconcile.MarkFalse(stack, terracev1.PolicyDeniedCondition, PolicyPassedReason, "plan %s passed the plan policies", o.plan.id)
+		outcome.MarkFalse(stack, terracev1.PolicyDeniedCondition, PolicyPassedReason, "plan %s passed the plan policies", o.plan.id)
 	}
 }
 
 // stacksForPolicyConfigMap wakes the Stacks governed by a TerraceConfig
 // that names the ConfigMap, so a changed policy is applied to them now.
-func (r *Reconciler) stacksForPolicyConfigMap(ctx context.Context, o client.Object) []ctrlreconcile.Request {
+func (r *Reconciler) stacksForPolicyConfigMap(ctx context.Context, o client.Object) []reconcile.Request {
 	var cfg terracev1.TerraceConfig
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: terracev1.TerraceConfigName}, &cfg); err != nil {
 		if !apierrors.IsNotFound(err) {

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
@@ -122,7 +122,7 @@ func (r *Reconciler) releaseDeadRunLock(ctx context.Context, s *scope) error {
 // what the run writes.
 func (r *Reconciler) waitForMigration(_ context.Context, s *scope) error {
 	holder := s.run.lockHolder
-	return reconcile.Waiting(StateMigrationPendingReason, migrationRecheck, fmt.Errorf("the state of %s is being copied to another backend (lock %s since %s)", stateKey(s.stack), holder.ID, holder.Created.Format(time.RFC3339)))
+	return outcome.Waiting(StateMigrationPendingReason, migrationRecheck, fmt.Errorf("the state of %s is being copied to another backend (lock %s since %s)", stateKey(s.stack), holder.ID, holder.Created.Format(time.RFC3339)))
 }
 
 // holdUnsavedState keeps the Stack Stalled with StateNotSaved while the
@@ -131,7 +131,7 @@ func (r *Reconciler) waitForMigration(_ context.Context, s *scope) error {
 // releases it without (the user's choice).
 func (r *Reconciler) holdUnsavedState(_ context.Context, s *scope) error {
 	id := tf.ErroredStateID(s.stack.Status.Plan.ID)
-	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state; it is kept in the Stack's plan store as %s; the Stack does not run while the failed run's lock is held: push it first with `terrace push-state %s %s -n %s`",
+	return outcome.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state; it is kept in the Stack's plan store as %s; the Stack does not run while the failed run's lock is held: push it first with `terrace push-state %s %s -n %s`",
 		s.stack.Status.Plan.ID, id, s.stack.Name, id, s.stack.Namespace)
 }
 

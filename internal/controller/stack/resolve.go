@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // The actions before a run: read what the Stack needs, then wait, look
@@ -59,7 +59,7 @@ func (r *Reconciler) waitForDependencies(_ context.Context, s *scope) error {
 	if after <= 0 {
 		after = 30 * time.Second
 	}
-	return reconcile.Waiting(DependencyNotReadyReason, after, fmt.Errorf("waiting for dependencies to be Ready: %s", s.observed.dependencyWait))
+	return outcome.Waiting(DependencyNotReadyReason, after, fmt.Errorf("waiting for dependencies to be Ready: %s", s.observed.dependencyWait))
 }
 
 // suspend does nothing: spec.suspend stops every run until it is unset.

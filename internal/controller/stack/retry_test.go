@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
@@ -36,7 +36,7 @@ func TestTheRetryDelayAfterARestartIsTheOneTheEventNames(t *testing.T) {
 	}
 	recorder := events.NewFakeRecorder(10)
 	r := &Reconciler{Client: c, Recorder: recorder} // a new process: nothing in memory
-	s := &scope{stack: live, log: logr.Discard(), patcher: reconcile.NewStatusPatcher(c, live),
+	s := &scope{stack: live, log: logr.Discard(), patcher: outcome.NewStatusPatcher(c, live),
 		config: settings.Effective{Interval: time.Hour}}
 
 	result, err := r.finish(ctx, s, errors.New("failed to read the Stack before a run: connection refused"), 0)

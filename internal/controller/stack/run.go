@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/stackview"
@@ -33,7 +33,7 @@ const (
 	DriftRepairedReason     = "DriftRepaired"
 	NoDriftReason           = "NoDrift"
 	PlanOnlyReason          = "PlanOnly"
-	ProgressingReason       = reconcile.ProgressingReason
+	ProgressingReason       = outcome.ProgressingReason
 	PlanNoLongerValidReason = "PlanNoLongerValid"
 )
 

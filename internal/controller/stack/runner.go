@@ -10,7 +10,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
@@ -45,12 +45,12 @@ func (r *Reconciler) openStores(ctx context.Context, namespace string) (*storeSe
 	set, err := r.Stores.For(ctx, namespace)
 	switch {
 	case errors.Is(err, backend.ErrMisconfigured):
-		return nil, reconcile.Terminal(StateBackendMisconfiguredReason, err)
+		return nil, outcome.Terminal(StateBackendMisconfiguredReason, err)
 	case err != nil:
 		return nil, fmt.Errorf("failed to open the state backend: %w", err)
 	}
 	if loc := set.Location; loc.Pending() {
-		return nil, reconcile.Waiting(StateMigrationPendingReason, migrationRecheck, fmt.Errorf(
+		return nil, outcome.Waiting(StateMigrationPendingReason, migrationRecheck, fmt.Errorf(
 			"the state of namespace %s is moving from %s to %s (see the TerraceConfig's status.stateBackend): runs wait until the copy is verified",
 			namespace, loc.Current, loc.Desired))
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 )
 
@@ -48,7 +48,7 @@ func (r *Reconciler) checkRunnerAccess(ctx context.Context, s *scope) error {
 	if len(denied) == 0 {
 		return nil
 	}
-	return reconcile.Terminal(RunnerObjectForbiddenReason, runnerAccessError(ns, sa, denied))
+	return outcome.Terminal(RunnerObjectForbiddenReason, runnerAccessError(ns, sa, denied))
 }
 
 // runnerAccessError names each refused object, the fields that name it,

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // TestEnvtestRunnerPodSpecAttacks is issue 44 item 2 against a real API
@@ -47,7 +47,7 @@ func TestEnvtestRunnerPodSpecAttacks(t *testing.T) {
 	for _, a := range runnerAttacks {
 		name := attackStackName(a.name)
 		st := e.waitFor(name, "Stalled with "+a.reason, is(terracev1.StalledCondition, "True", a.reason))
-		ready := reconcile.Get(st, terracev1.ReadyCondition)
+		ready := outcome.Get(st, terracev1.ReadyCondition)
 		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != a.reason || !strings.Contains(ready.Message, a.field) {
 			t.Errorf("%s: Ready %+v, want False/%s naming %s", name, ready, a.reason, a.field)
 		}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	terracesettings "github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -101,7 +101,7 @@ func TestRunnerPodSpecAttacksAreRefused(t *testing.T) {
 				r := runnerAccessReconciler(auth, objs...)
 				s := &scope{stack: stackWithRunner(tt.tmpl, tt.sa)}
 				err := r.resolveConfig(context.Background(), s)
-				var terminal *reconcile.TerminalError
+				var terminal *outcome.TerminalError
 				if !errors.As(err, &terminal) || terminal.Reason != tt.reason {
 					t.Fatalf("err = %v, want terminal %s", err, tt.reason)
 				}
@@ -176,7 +176,7 @@ func TestRunnerObjectsTheServiceAccountMayReadAreAllowed(t *testing.T) {
 	// One grant revoked: refused again, naming only that object.
 	delete(auth.grants, user+" get configmaps/settings")
 	err := r.resolveConfig(context.Background(), &scope{stack: stackWithRunner(tmpl, "deployer")})
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if !errors.As(err, &terminal) || terminal.Reason != RunnerObjectForbiddenReason ||
 		!strings.Contains(err.Error(), "spec.runner.volumes[1].projected.sources[1].configMap.name, spec.runner.envFrom[0].configMapRef: ConfigMap team/settings") ||
 		strings.Contains(err.Error(), "app-creds") {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/launcher"
 )
 
@@ -188,7 +188,7 @@ func (q *runScheduler) collect(stack *terracev1.Stack) (ctrl.Result, bool) {
 		return ctrl.Result{}, true
 	}
 	delete(q.detached, key)
-	requested, _ := reconcile.RequestedAt(stack)
+	requested, _ := outcome.RequestedAt(stack)
 	changed := stack.Generation != d.generation || stack.DeletionTimestamp != nil || requested != d.requested
 	if changed || (d.touched && !d.failed) {
 		return ctrl.Result{}, false
@@ -235,13 +235,13 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 	if !ans.granted {
 		s.observed.kind = runNothing // no run: terrace_runs_total counts none
 		s.log.V(1).Info("run queued", "kind", kind, "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse)
-		return reconcile.Waiting(RunQueuedReason, queuedRecheck, errors.New(ans.message(key.Namespace)))
+		return outcome.Waiting(RunQueuedReason, queuedRecheck, errors.New(ans.message(key.Namespace)))
 	}
 	if kind == runDestroy {
 		defer q.release(key)
 		return r.runInReconcile(ctx, s, kind)
 	}
-	requested, _ := reconcile.RequestedAt(s.stack)
+	requested, _ := outcome.RequestedAt(s.stack)
 	q.mu.Lock()
 	q.detached[key] = &detachedRun{generation: s.stack.Generation, requested: requested}
 	q.mu.Unlock()
@@ -267,13 +267,13 @@ func (r *Reconciler) runInReconcile(ctx context.Context, s *scope, kind runKind)
 func (r *Reconciler) runDetached(ctx context.Context, s *scope, kind runKind) {
 	q, key := r.scheduler, client.ObjectKeyFromObject(s.stack)
 	started := time.Now()
-	var outcome ctrl.Result
+	var ended ctrl.Result
 	failed := true
 	defer q.running.Done()
 	defer func() {
 		q.mu.Lock()
 		if d := q.detached[key]; d != nil {
-			d.ended, d.result, d.failed = true, outcome, failed
+			d.ended, d.result, d.failed = true, ended, failed
 		}
 		q.mu.Unlock()
 		q.release(key)
@@ -285,10 +285,10 @@ func (r *Reconciler) runDetached(ctx context.Context, s *scope, kind runKind) {
 		if err != nil {
 			// The status patch failed: retried after the Stack's own
 			// backoff, as its Warning event says.
-			outcome = ctrl.Result{RequeueAfter: retryBackoff(s.stack, max(s.stack.Status.Failures, 1))}
+			ended = ctrl.Result{RequeueAfter: retryBackoff(s.stack, max(s.stack.Status.Failures, 1))}
 			return nil
 		}
-		outcome, failed = result, s.stack.Status.Failures > 0
+		ended, failed = result, s.stack.Status.Failures > 0
 		return nil
 	})
 }
@@ -315,7 +315,7 @@ func (r *Reconciler) checkRunTimeout(_ context.Context, s *scope) error {
 	if limit <= 0 || t == nil || t.Duration <= limit {
 		return nil
 	}
-	return reconcile.Terminalf(RunTimeoutTooLongReason,
+	return outcome.Terminalf(RunTimeoutTooLongReason,
 		"spec.timeout %s is above %s, the longest run this operator allows (--max-run-timeout): lower spec.timeout to %s or less",
 		t.Duration, limit, limit)
 }

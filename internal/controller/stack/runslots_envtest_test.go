@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // endlessModule sleeps in its apply for longer than any test: an endless
@@ -170,7 +170,7 @@ func TestEnvtestEndlessRunsOfOneTenantLeaveRunsForOthers(t *testing.T) {
 			if err := attacker.c.Get(context.Background(), client.ObjectKey{Namespace: attacker.ns, Name: name}, st); err != nil {
 				return false
 			}
-			if c := reconcile.Get(st, terracev1.ReconcilingCondition); c == nil || c.Status != metav1.ConditionTrue {
+			if c := outcome.Get(st, terracev1.ReconcilingCondition); c == nil || c.Status != metav1.ConditionTrue {
 				return false
 			}
 		}
@@ -206,7 +206,7 @@ func TestEnvtestEndlessRunsOfOneTenantLeaveRunsForOthers(t *testing.T) {
 		t.Fatalf("Stacks of the attacker without a runner: %v, want exactly one (the fourth, queued)", queued)
 	}
 	st := attacker.waitFor(queued[0], "queued", is(terracev1.ReconcilingCondition, "True", RunQueuedReason))
-	if c := reconcile.Get(st, terracev1.ReadyCondition); c == nil || c.Status != metav1.ConditionFalse || c.Reason != RunQueuedReason ||
+	if c := outcome.Get(st, terracev1.ReadyCondition); c == nil || c.Status != metav1.ConditionFalse || c.Reason != RunQueuedReason ||
 		!strings.Contains(c.Message, "--max-runs-per-namespace=3") {
 		t.Errorf("queued Stack: conditions %s; want Ready=False RunQueued naming --max-runs-per-namespace=3", conditionsText(st))
 	}
@@ -254,7 +254,7 @@ func TestEnvtestEndlessRunsOfOneTenantLeaveRunsForOthers(t *testing.T) {
 	t.Logf("with every run slot held, a Stack needing no runner was reconciled in %v", time.Since(busy).Round(time.Millisecond))
 	victim.stack("waits", dataModule, map[string]string{"greeting": "hi"}, nil)
 	st = victim.waitFor("waits", "queued", is(terracev1.ReadyCondition, "False", RunQueuedReason))
-	if c := reconcile.Get(st, terracev1.ReadyCondition); !strings.Contains(c.Message, "all 4 run slots are taken") {
+	if c := outcome.Get(st, terracev1.ReadyCondition); !strings.Contains(c.Message, "all 4 run slots are taken") {
 		t.Errorf("queued with every slot taken: %q", c.Message)
 	}
 }
@@ -270,7 +270,7 @@ func TestEnvtestATimeoutAboveTheOperatorsLimitIsRefused(t *testing.T) {
 		st.Spec.Timeout = &metav1.Duration{Duration: 1000 * time.Hour}
 	})
 	st := e.waitFor("long", "refused", is(terracev1.StalledCondition, "True", RunTimeoutTooLongReason))
-	c := reconcile.Get(st, terracev1.ReadyCondition)
+	c := outcome.Get(st, terracev1.ReadyCondition)
 	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "1000h0m0s") || !strings.Contains(c.Message, "--max-run-timeout") || !strings.Contains(c.Message, "2h0m0s") {
 		t.Errorf("conditions %s; want Ready=False naming spec.timeout, the limit (2h0m0s) and --max-run-timeout", conditionsText(st))
 	}

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/launcher"
 )
 
@@ -298,7 +298,7 @@ func TestRunTimeoutLimit(t *testing.T) {
 		r := &Reconciler{Options: Options{MaxRunTimeout: tc.limit}}
 		s := stack(tc.timeout)
 		err := r.checkRunTimeout(context.Background(), s)
-		var terminal *reconcile.TerminalError
+		var terminal *outcome.TerminalError
 		if refused := errors.As(err, &terminal); refused != tc.refused || (refused && terminal.Reason != RunTimeoutTooLongReason) {
 			t.Errorf("limit %v, timeout %v: %v; refused: %v", tc.limit, tc.timeout, err, tc.refused)
 		}

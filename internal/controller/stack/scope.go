@@ -6,7 +6,7 @@ import (
 	"github.com/go-logr/logr"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
@@ -23,7 +23,7 @@ type scope struct {
 	log   logr.Logger
 	// patcher is the reconcile's one status patcher: the deferred
 	// summarize and the announcement of a run both write through it.
-	patcher *reconcile.StatusPatcher
+	patcher *outcome.StatusPatcher
 
 	config settings.Effective
 	source *source

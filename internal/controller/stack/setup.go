@@ -12,11 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	ctrlsource "sigs.k8s.io/controller-runtime/pkg/source"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
 
@@ -75,7 +75,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("stack").
-		For(&terracev1.Stack{}, builder.WithPredicates(predicate.Or(reconcile.GenerationOrRequestChanged(), predicate.AnnotationChangedPredicate{}))).
+		For(&terracev1.Stack{}, builder.WithPredicates(predicate.Or(outcome.GenerationOrRequestChanged(), predicate.AnnotationChangedPredicate{}))).
 		Watches(&terracev1.Program{}, handler.EnqueueRequestsFromMapFunc(r.stacksForProgram),
 			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		Watches(&terracev1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.dependents),
@@ -94,7 +94,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return nil
 }
 
-func (r *Reconciler) stacksForProgram(ctx context.Context, o client.Object) []ctrlreconcile.Request {
+func (r *Reconciler) stacksForProgram(ctx context.Context, o client.Object) []reconcile.Request {
 	var list terracev1.StackList
 	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{programRefIndex: o.GetName()}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "failed to list Stacks of a Program")
@@ -103,7 +103,7 @@ func (r *Reconciler) stacksForProgram(ctx context.Context, o client.Object) []ct
 	return requests(list.Items)
 }
 
-func (r *Reconciler) dependents(ctx context.Context, o client.Object) []ctrlreconcile.Request {
+func (r *Reconciler) dependents(ctx context.Context, o client.Object) []reconcile.Request {
 	var list terracev1.StackList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{dependsOnIndex: o.GetNamespace() + "/" + o.GetName()}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "failed to list dependent Stacks")
@@ -112,10 +112,10 @@ func (r *Reconciler) dependents(ctx context.Context, o client.Object) []ctrlreco
 	return requests(list.Items)
 }
 
-func requests(stacks []terracev1.Stack) []ctrlreconcile.Request {
-	reqs := make([]ctrlreconcile.Request, 0, len(stacks))
+func requests(stacks []terracev1.Stack) []reconcile.Request {
+	reqs := make([]reconcile.Request, 0, len(stacks))
 	for _, s := range stacks {
-		reqs = append(reqs, ctrlreconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
 	}
 	return reqs
 }
@@ -130,7 +130,7 @@ func (readyChanged) Update(e event.UpdateEvent) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	o, n := reconcile.Get(oldS, terracev1.ReadyCondition), reconcile.Get(newS, terracev1.ReadyCondition)
+	o, n := outcome.Get(oldS, terracev1.ReadyCondition), outcome.Get(newS, terracev1.ReadyCondition)
 	if o == nil || n == nil {
 		return o != n
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/readiness"
 )
 
@@ -104,13 +104,13 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 	var prog terracev1.Program
 	if err := r.Client.Get(ctx, key, &prog); err != nil {
 		if apierrors.IsNotFound(err) {
-			return reconcile.Waiting(SourceNotFoundReason, sourceWait, fmt.Errorf("Program %s not found: create it or fix spec.source.programRef", key))
+			return outcome.Waiting(SourceNotFoundReason, sourceWait, fmt.Errorf("Program %s not found: create it or fix spec.source.programRef", key))
 		}
 		return fmt.Errorf("failed to get Program %s: %w", key, err)
 	}
-	ready := reconcile.Get(&prog, terracev1.ReadyCondition)
+	ready := outcome.Get(&prog, terracev1.ReadyCondition)
 	if ready != nil && ready.ObservedGeneration == prog.Generation && ready.Reason == terracev1.InvalidProgramReason {
-		return reconcile.Terminalf(InvalidProgramReason, "Program %s is invalid: %s", key, ready.Message)
+		return outcome.Terminalf(InvalidProgramReason, "Program %s is invalid: %s", key, ready.Message)
 	}
 	ok, _, err := readiness.ReadyAtGeneration(&prog)
 	if err != nil {
@@ -118,7 +118,7 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 	}
 	a := prog.Status.Artifact
 	if a == nil || !ok {
-		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s has no artifact for generation %d yet", key, prog.Generation))
+		return outcome.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s has no artifact for generation %d yet", key, prog.Generation))
 	}
 	// The tarball is built here (from the artifact server's cache), before
 	// any run starts: a status.artifact another controller version wrote
@@ -128,7 +128,7 @@ func (r *Reconciler) resolveProgram(ctx context.Context, s *scope, name string) 
 		return err
 	}
 	if digest != a.Digest {
-		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s generation %d builds to %s, its status.artifact says %s; waiting for the Program's status to catch up", key, prog.Generation, digest, a.Digest))
+		return outcome.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("Program %s generation %d builds to %s, its status.artifact says %s; waiting for the Program's status to catch up", key, prog.Generation, digest, a.Digest))
 	}
 	s.source = &source{description: "Program " + key.String(), digest: a.Digest, revision: a.Revision, origin: fromProgram, data: data}
 	return nil
@@ -140,7 +140,7 @@ func (r *Reconciler) resolveFluxSource(ctx context.Context, s *scope, ref *terra
 		ns = s.stack.Namespace
 	}
 	if ns != s.stack.Namespace && !r.Options.AllowCrossNamespaceRefs {
-		return reconcile.Terminalf(CrossNamespaceRefusedReason, "%s %s/%s is in another namespace; the controller refuses cross-namespace references (--allow-cross-namespace-refs)", ref.Kind, ns, ref.Name)
+		return outcome.Terminalf(CrossNamespaceRefusedReason, "%s %s/%s is in another namespace; the controller refuses cross-namespace references (--allow-cross-namespace-refs)", ref.Kind, ns, ref.Name)
 	}
 	apiVersion := ref.APIVersion
 	if apiVersion == "" {
@@ -154,7 +154,7 @@ func (r *Reconciler) resolveFluxSource(ctx context.Context, s *scope, ref *terra
 	desc := fmt.Sprintf("%s %s", ref.Kind, key)
 	if err := r.APIReader.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-			return reconcile.Waiting(SourceNotFoundReason, sourceWait, fmt.Errorf("%s not found: %v", desc, err))
+			return outcome.Waiting(SourceNotFoundReason, sourceWait, fmt.Errorf("%s not found: %v", desc, err))
 		}
 		return fmt.Errorf("failed to get %s: %w", desc, err)
 	}
@@ -162,7 +162,7 @@ func (r *Reconciler) resolveFluxSource(ctx context.Context, s *scope, ref *terra
 	digest, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest")
 	revision, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
 	if url == "" || digest == "" {
-		return reconcile.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("%s has no artifact yet", desc))
+		return outcome.Waiting(SourceNotReadyReason, sourceWait, fmt.Errorf("%s has no artifact yet", desc))
 	}
 	if revision == "" {
 		revision = digest
@@ -180,10 +180,10 @@ func (r *Reconciler) resolveFluxSource(ctx context.Context, s *scope, ref *terra
 func (r *Reconciler) checkArtifactHost(desc, rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact URL without an http(s) host; only artifacts on the hosts of the controller flag --source-artifact-hosts (%s) are fetched", desc, r.Options.SourceArtifactHosts)
+		return outcome.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact URL without an http(s) host; only artifacts on the hosts of the controller flag --source-artifact-hosts (%s) are fetched", desc, r.Options.SourceArtifactHosts)
 	}
 	if !r.Options.SourceArtifactHosts.Allows(u) {
-		return reconcile.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact on host %s, which is not an allowed source host (%s); the operator may add it with the controller flag --source-artifact-hosts", desc, u.Host, r.Options.SourceArtifactHosts)
+		return outcome.Terminalf(SourceHostNotAllowedReason, "%s advertises an artifact on host %s, which is not an allowed source host (%s); the operator may add it with the controller flag --source-artifact-hosts", desc, u.Host, r.Options.SourceArtifactHosts)
 	}
 	return nil
 }

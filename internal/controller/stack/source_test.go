@@ -16,7 +16,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runner"
 )
 
@@ -53,8 +53,8 @@ func TestClassifySourceErrorGivesEachFailureItsReason(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := classifySourceError(s, tc.err)
-			var terminal *reconcile.TerminalError
-			var waiting *reconcile.WaitingError
+			var terminal *outcome.TerminalError
+			var waiting *outcome.WaitingError
 			switch {
 			case errors.As(err, &terminal):
 				if !tc.terminal || terminal.Reason != tc.reason {
@@ -73,7 +73,7 @@ func TestClassifySourceErrorGivesEachFailureItsReason(t *testing.T) {
 		})
 	}
 	// A runner that died, or a call cut off, is transient: the run is retried.
-	if err := classifySourceError(s, status.Error(codes.Unavailable, "connection reset")); errors.As(err, new(*reconcile.TerminalError)) || errors.As(err, new(*reconcile.WaitingError)) {
+	if err := classifySourceError(s, status.Error(codes.Unavailable, "connection reset")); errors.As(err, new(*outcome.TerminalError)) || errors.As(err, new(*outcome.WaitingError)) {
 		t.Errorf("a broken connection to the runner is not transient: %v", err)
 	}
 }
@@ -111,7 +111,7 @@ func TestFluxArtifactHostIsCheckedBeforeAnyRun(t *testing.T) {
 				Spec:       terracev1.StackSpec{Source: terracev1.StackSource{SourceRef: &terracev1.SourceReference{Kind: "GitRepository", Name: "infra"}}},
 			}}
 			err := r.resolveSource(context.Background(), s)
-			var terminal *reconcile.TerminalError
+			var terminal *outcome.TerminalError
 			if !tc.refuse {
 				if err != nil || s.source.origin != fromFluxArtifact {
 					t.Fatalf("allowed host refused: %v", err)

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	ctrlsource "sigs.k8s.io/controller-runtime/pkg/source"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -35,7 +35,7 @@ type sourceWatches struct {
 	controller controller.Controller
 	cache      cache.Cache
 	mapper     meta.RESTMapper
-	stacks     func(ctx context.Context, kind, namespace, name string) []ctrlreconcile.Request
+	stacks     func(ctx context.Context, kind, namespace, name string) []reconcile.Request
 
 	mu      sync.Mutex
 	started map[schema.GroupVersionKind]bool
@@ -58,7 +58,7 @@ func (w *sourceWatches) ensure(ctx context.Context, gvk schema.GroupVersionKind)
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(gvk)
 	kind := gvk.Kind
-	src := ctrlsource.Kind(w.cache, obj, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *metav1.PartialObjectMetadata) []ctrlreconcile.Request {
+	src := ctrlsource.Kind(w.cache, obj, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *metav1.PartialObjectMetadata) []reconcile.Request {
 		return w.stacks(ctx, kind, o.GetNamespace(), o.GetName())
 	}), predicate.TypedResourceVersionChangedPredicate[*metav1.PartialObjectMetadata]{})
 	if err := w.controller.Watch(src); err != nil {
@@ -73,7 +73,7 @@ func (w *sourceWatches) ensure(ctx context.Context, gvk schema.GroupVersionKind)
 }
 
 // stacksForSource lists the Stacks that name the source.
-func (r *Reconciler) stacksForSource(ctx context.Context, kind, namespace, name string) []ctrlreconcile.Request {
+func (r *Reconciler) stacksForSource(ctx context.Context, kind, namespace, name string) []reconcile.Request {
 	var list terracev1.StackList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{sourceRefIndex: sourceRefKey(kind, namespace, name)}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "failed to list the Stacks of a source")

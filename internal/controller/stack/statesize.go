@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/tf"
@@ -27,7 +27,7 @@ func (r *Reconciler) checkStateSize(p *runnerv1.PlanResult) error {
 	if limit <= 0 || p.GetPlannedStateBytes() <= limit {
 		return nil
 	}
-	return reconcile.Terminalf(StateTooLargeReason, "%s", tf.StateTooLargeMessage(p.GetPlanId(), p.GetPlannedStateBytes(), limit))
+	return outcome.Terminalf(StateTooLargeReason, "%s", tf.StateTooLargeMessage(p.GetPlanId(), p.GetPlannedStateBytes(), limit))
 }
 
 // keepErroredState handles a plan whose state the state server refused
@@ -56,12 +56,12 @@ func (r *Reconciler) keepErroredState(ctx context.Context, s *scope) error {
 	if err != nil {
 		s.log.Error(err, "failed to keep the state the state server refused", "id", id, "parts kept", parts.ids)
 		r.recordFailedRelease(ctx, s, p, "applied, but the state server refused the state as too large, and it could not be kept")
-		return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save could not be kept either (%s): see the controller's log", runnerMessage(applyErr), err.Error())
+		return outcome.Terminalf(StateTooLargeReason, "%s; the state tofu could not save could not be kept either (%s): see the controller's log", runnerMessage(applyErr), err.Error())
 	}
 	where := partsWhere(parts.ids)
 	r.recordFailedRelease(ctx, s, p, "applied, but the state server refused the state as too large; it is kept as plan "+where)
 	r.warningEvent(s.stack, StateTooLargeReason, "the state the state server refused after applying %s is kept as plan %s", p.id, where)
-	return reconcile.Terminalf(StateTooLargeReason, "%s; the state tofu could not save is kept in the Stack's plan store as %s; once the limit allows, `terrace push-state %s %s -n %s` makes it the current state", runnerMessage(applyErr), where, s.stack.Name, id, s.stack.Namespace)
+	return outcome.Terminalf(StateTooLargeReason, "%s; the state tofu could not save is kept in the Stack's plan store as %s; once the limit allows, `terrace push-state %s %s -n %s` makes it the current state", runnerMessage(applyErr), where, s.stack.Name, id, s.stack.Namespace)
 }
 
 const (

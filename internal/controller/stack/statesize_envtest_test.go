@@ -12,7 +12,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/state"
@@ -59,7 +59,7 @@ func TestEnvtestOversizeStateIsRefusedAtPlanTime(t *testing.T) {
 				st.Spec.Vars["pad"] = pad(suiteMaxStateBytes + 1024)
 			})
 			st := e.waitFor("big", "Stalled StateTooLarge", is(terracev1.StalledCondition, "True", StateTooLargeReason))
-			msg := reconcile.Get(st, terracev1.ReadyCondition).Message
+			msg := outcome.Get(st, terracev1.ReadyCondition).Message
 			if !strings.Contains(msg, "was not applied") || !strings.Contains(msg, "--state-server-max-state-bytes") || st.Status.Failures != 0 {
 				t.Fatalf("Ready message %q, failures %d: want the limit named, no retries", msg, st.Status.Failures)
 			}
@@ -98,7 +98,7 @@ func TestEnvtestStateRefusedAfterApplyIsKept(t *testing.T) {
 	// Input and output: twice the pad in the state, once in the plan.
 	e.update("big", func(st *terracev1.Stack) { st.Spec.Vars["pad"] = pad(suiteMaxStateBytes * 2 / 3) })
 	st := e.waitFor("big", "Stalled StateTooLarge", is(terracev1.StalledCondition, "True", StateTooLargeReason))
-	msg := reconcile.Get(st, terracev1.ReadyCondition).Message
+	msg := outcome.Get(st, terracev1.ReadyCondition).Message
 	if !strings.Contains(msg, "kept in the Stack's plan store as errored-state-") {
 		t.Fatalf("Ready message %q does not say where the state was kept", msg)
 	}

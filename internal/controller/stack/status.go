@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
@@ -45,7 +45,7 @@ func requestedReconcile(stack *terracev1.Stack) (string, bool) {
 }
 
 func conditionTrue(stack *terracev1.Stack, t string) bool {
-	return reconcile.IsTrue(stack, t)
+	return outcome.IsTrue(stack, t)
 }
 
 // summarizeProgress records a run that is starting: its id (the state
@@ -59,15 +59,15 @@ func summarizeProgress(s *scope, reannounce, changes bool) {
 	msg := s.observed.runStarted.message
 	switch {
 	case changes:
-		reconcile.MarkReconciling(s.stack, ProgressingReason, "%s", msg)
+		outcome.MarkReconciling(s.stack, ProgressingReason, "%s", msg)
 	case reannounce:
-		reconcile.MarkTrue(s.stack, terracev1.ReconcilingCondition, ProgressingReason, "%s", msg)
+		outcome.MarkTrue(s.stack, terracev1.ReconcilingCondition, ProgressingReason, "%s", msg)
 	}
 }
 
 // summarize derives the status from the observations and the step error,
 // and decides what Reconcile returns.
-func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) reconcile.Outcome {
+func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) outcome.Outcome {
 	stack, o := s.stack, &s.observed
 	st := &stack.Status
 	wasReady := conditionTrue(stack, terracev1.ReadyCondition)
@@ -80,8 +80,8 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	recordRun(s)
 	r.recordBackendLock(s, stepErr)
 	if o.suspended {
-		reconcile.Delete(stack, terracev1.ReconcilingCondition)
-		return reconcile.Outcome{Final: true}
+		outcome.Delete(stack, terracev1.ReconcilingCondition)
+		return outcome.Outcome{Final: true}
 	}
 	if stack.DeletionTimestamp == nil {
 		r.setDependenciesCondition(s)
@@ -95,23 +95,23 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 		// pass) and Reconciling with reason AwaitingApproval (so kstatus,
 		// and Flux or Argo CD through it, do not take the Stack for
 		// Current), not Stalled: nothing is wrong.
-		err = reconcile.Awaiting(AwaitingApprovalReason, "%s", readyMessage(s))
+		err = outcome.Awaiting(AwaitingApprovalReason, "%s", readyMessage(s))
 	}
-	outcome := reconcile.Summarize(stack, err, readyReason(s), readyMessage(s), nextLook(s))
-	var waiting *reconcile.WaitingError
+	summary := outcome.Summarize(stack, err, readyReason(s), readyMessage(s), nextLook(s))
+	var waiting *outcome.WaitingError
 	switch {
-	case outcome.Err != nil:
+	case summary.Err != nil:
 		// Transient: retried after retryInterval doubled per failure,
 		// from this stored count (finish), as the event says.
 		st.Failures++
 		backoff := retryBackoff(stack, st.Failures)
 		s.log.Error(stepErr, "run failed; retrying", "failures", st.Failures, "retryIn", backoff)
-		r.warningEvent(stack, reconcile.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
+		r.warningEvent(stack, outcome.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
 	case errors.As(err, &waiting):
 	default:
 		st.Failures = 0
 	}
-	if outcome.Final {
+	if summary.Final {
 		st.ObservedGeneration = stack.Generation
 	}
 	// A run that applied has said so in its Applied event, which names the
@@ -119,7 +119,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) rec
 	if !wasReady && conditionTrue(stack, terracev1.ReadyCondition) && st.ObservedGeneration > 0 && o.kind != runNothing && o.applied == nil {
 		r.normalEvent(stack, "Ready", "%s", readyMessage(s))
 	}
-	return outcome
+	return summary
 }
 
 // recordRun writes what a run did into the status fields that remember it.
@@ -214,35 +214,35 @@ func (r *Reconciler) setPlanConditions(s *scope) {
 	p := stack.Status.Plan
 	switch {
 	case o.awaitingApproval() && p != nil:
-		reconcile.MarkTrue(stack, terracev1.PlannedCondition, AwaitingApprovalReason, "plan %s (+%d ~%d -%d) awaits approval", p.Pending, p.Add, p.Change, p.Destroy)
+		outcome.MarkTrue(stack, terracev1.PlannedCondition, AwaitingApprovalReason, "plan %s (+%d ~%d -%d) awaits approval", p.Pending, p.Add, p.Change, p.Destroy)
 	case o.plan != nil && o.plan.hasChanges:
-		reconcile.MarkTrue(stack, terracev1.PlannedCondition, PlannedReason, "plan %s: +%d ~%d -%d", p.ID, p.Add, p.Change, p.Destroy)
+		outcome.MarkTrue(stack, terracev1.PlannedCondition, PlannedReason, "plan %s: +%d ~%d -%d", p.ID, p.Add, p.Change, p.Destroy)
 	case o.plan != nil:
-		reconcile.MarkTrue(stack, terracev1.PlannedCondition, NoChangesReason, "plan %s has no changes", p.ID)
+		outcome.MarkTrue(stack, terracev1.PlannedCondition, NoChangesReason, "plan %s has no changes", p.ID)
 	}
 	if o.applied != nil {
-		reconcile.MarkTrue(stack, terracev1.AppliedCondition, AppliedReason, "applied %s", stack.Status.LastAppliedRevision)
+		outcome.MarkTrue(stack, terracev1.AppliedCondition, AppliedReason, "applied %s", stack.Status.LastAppliedRevision)
 	}
 	switch {
 	case o.drift.found && o.applied != nil:
-		reconcile.MarkTrue(stack, terracev1.DriftedCondition, DriftRepairedReason, "resources changed outside Terrace were put back (%s) at %s", planCounts(stack), r.now().UTC().Format(time.RFC3339))
+		outcome.MarkTrue(stack, terracev1.DriftedCondition, DriftRepairedReason, "resources changed outside Terrace were put back (%s) at %s", planCounts(stack), r.now().UTC().Format(time.RFC3339))
 	case o.drift.found:
-		reconcile.MarkTrue(stack, terracev1.DriftedCondition, DriftDetectedReason, "resources changed outside Terrace: %s", planCounts(stack))
+		outcome.MarkTrue(stack, terracev1.DriftedCondition, DriftDetectedReason, "resources changed outside Terrace: %s", planCounts(stack))
 	case o.drift.checked || o.applied != nil:
-		reconcile.MarkFalse(stack, terracev1.DriftedCondition, NoDriftReason, "no drift at %s", r.now().UTC().Format(time.RFC3339))
+		outcome.MarkFalse(stack, terracev1.DriftedCondition, NoDriftReason, "no drift at %s", r.now().UTC().Format(time.RFC3339))
 	}
 }
 
 func (r *Reconciler) setDependenciesCondition(s *scope) {
 	if len(s.stack.Spec.DependsOn) == 0 {
-		reconcile.Delete(s.stack, terracev1.DependenciesReadyCondition)
+		outcome.Delete(s.stack, terracev1.DependenciesReadyCondition)
 		return
 	}
 	if s.observed.dependencyWait != "" {
-		reconcile.MarkFalse(s.stack, terracev1.DependenciesReadyCondition, DependencyNotReadyReason, "waiting for %s", s.observed.dependencyWait)
+		outcome.MarkFalse(s.stack, terracev1.DependenciesReadyCondition, DependencyNotReadyReason, "waiting for %s", s.observed.dependencyWait)
 		return
 	}
-	reconcile.MarkTrue(s.stack, terracev1.DependenciesReadyCondition, "DependenciesReady", "all dependencies are Ready")
+	outcome.MarkTrue(s.stack, terracev1.DependenciesReadyCondition, "DependenciesReady", "all dependencies are Ready")
 }
 
 func planCounts(stack *terracev1.Stack) string {

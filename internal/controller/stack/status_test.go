@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/readiness"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/settings"
@@ -101,7 +101,7 @@ func TestSummarize(t *testing.T) {
 		{
 			name:    "terminal input error",
 			observe: observations{},
-			err:     fmt.Errorf("failed to read inputs: %w", reconcile.Terminalf(VarsNotFoundReason, "spec.varsFrom[0]: Secret team/creds not found")),
+			err:     fmt.Errorf("failed to read inputs: %w", outcome.Terminalf(VarsNotFoundReason, "spec.varsFrom[0]: Secret team/creds not found")),
 			want: want{ready: "False/VarsNotFound", reconciling: "-", stalled: "True/VarsNotFound", planned: "-", applied: "-", drifted: "-",
 				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:old", readyMessage: "Secret team/creds not found"},
 		},
@@ -115,7 +115,7 @@ func TestSummarize(t *testing.T) {
 		{
 			name:    "waiting on a dependency",
 			observe: observations{dependencyWait: "team/db"},
-			err:     reconcile.Waiting(DependencyNotReadyReason, 30*time.Second, errors.New("waiting for dependencies to be Ready: team/db")),
+			err:     outcome.Waiting(DependencyNotReadyReason, 30*time.Second, errors.New("waiting for dependencies to be Ready: team/db")),
 			want: want{ready: "False/DependencyNotReady", reconciling: "True/DependencyNotReady", stalled: "-", planned: "-", applied: "-", drifted: "-",
 				requeueAfter: 30 * time.Second, appliedDigest: "sha256:old", readyMessage: "team/db"},
 		},
@@ -140,7 +140,7 @@ func TestSummarize(t *testing.T) {
 				return st
 			},
 			observe: observations{kind: runDestroy, runStarted: &runAnnouncement{id: "r1", message: "destroying"}},
-			err:     deletionBlocked(reconcile.Terminalf(DestroyFailedReason, "destroy failed: Error: refusing")),
+			err:     deletionBlocked(outcome.Terminalf(DestroyFailedReason, "destroy failed: Error: refusing")),
 			want: want{ready: "False/DestroyFailed", reconciling: "-", stalled: "True/DestroyFailed", planned: "-", applied: "-", drifted: "-",
 				final: true, requeueAfter: 10 * time.Minute, appliedDigest: "sha256:old", readyMessage: "deletion blocked: destroy failed: Error: refusing; fix it, or remove the finalizer"},
 		},
@@ -183,7 +183,7 @@ func TestSummarize(t *testing.T) {
 			if w.final != (st.ObservedGeneration == stack.Generation) {
 				t.Errorf("observedGeneration %d at generation %d, final %v", st.ObservedGeneration, stack.Generation, w.final)
 			}
-			if msg := reconcile.Get(stack, terracev1.ReadyCondition).Message; !strings.Contains(msg, w.readyMessage) {
+			if msg := outcome.Get(stack, terracev1.ReadyCondition).Message; !strings.Contains(msg, w.readyMessage) {
 				t.Errorf("Ready message %q does not contain %q", msg, w.readyMessage)
 			}
 			if got := firstEventReason(recorder); got != w.event {
@@ -229,7 +229,7 @@ func TestSummarizeRecordsTheRun(t *testing.T) {
 }
 
 func conditionText(stack *terracev1.Stack, t string) string {
-	c := reconcile.Get(stack, t)
+	c := outcome.Get(stack, t)
 	if c == nil {
 		return "-"
 	}

@@ -20,7 +20,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // eventLog is the suite's event recorder: it keeps every event by object.
@@ -215,7 +215,7 @@ func (e *suiteEnv) expectEvents(name string, want ...string) {
 
 func is(cond, status, reason string) func(*terracev1.Stack) bool {
 	return func(st *terracev1.Stack) bool {
-		c := reconcile.Get(st, cond)
+		c := outcome.Get(st, cond)
 		return c != nil && string(c.Status) == status && c.Reason == reason && c.ObservedGeneration == st.Generation
 	}
 }

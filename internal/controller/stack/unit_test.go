@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	"github.com/terrace-dev/terrace/internal/settings"
 )
@@ -114,7 +114,7 @@ func TestGatherInputs(t *testing.T) {
 	// Missing, not optional: terminal, naming the object.
 	stack.Spec.VarsFrom = append(stack.Spec.VarsFrom, terracev1.VarsReference{Kind: "Secret", Name: "gone"})
 	err := r.gatherInputs(context.Background(), s)
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if !errors.As(err, &terminal) || terminal.Reason != VarsNotFoundReason {
 		t.Fatalf("missing Secret: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/state"
@@ -58,7 +58,7 @@ func (r *Reconciler) saveUnsavedState(ctx context.Context, s *scope) error {
 		return retried
 	case err != nil:
 		r.recordFailedRelease(ctx, s, p, "applied, but neither tofu nor the controller could save the state")
-		return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the state it left could not be read from the runner (%s): the stored state may miss this apply's changes; check the resources before the Stack runs again", p.id, runnerMessage(err))
+		return outcome.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the state it left could not be read from the runner (%s): the stored state may miss this apply's changes; check the resources before the Stack runs again", p.id, runnerMessage(err))
 	}
 	if err := r.retryUnsavedWrite(ctx, s, left.Bytes()); err != nil {
 		return r.keepUnsavedState(ctx, s, p, id, left.Bytes(), err)
@@ -123,10 +123,10 @@ func (r *Reconciler) keepUnsavedState(ctx context.Context, s *scope, p planRecor
 	if err != nil {
 		s.log.Error(err, "failed to keep the state tofu could not save; it is lost with the runner", "id", id)
 		r.recordFailedRelease(ctx, s, p, "applied, but neither tofu nor the controller could save the state, and it could not be kept")
-		return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), the controller could not write it either (%s), nor keep it (%s): the stored state misses this apply's changes; see the controller's log", p.id, writeErr.Error(), err.Error())
+		return outcome.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), the controller could not write it either (%s), nor keep it (%s): the stored state misses this apply's changes; see the controller's log", p.id, writeErr.Error(), err.Error())
 	}
 	where := partsWhere(parts.ids)
 	r.recordFailedRelease(ctx, s, p, "applied, but neither tofu nor the controller could save the state; it is kept as plan "+where)
 	r.warningEvent(s.stack, StateNotSavedReason, "the state tofu could not save after applying %s is kept as plan %s", p.id, where)
-	return reconcile.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s; the Stack does not run while the failed run's lock is held: push it first with `terrace push-state %s %s -n %s`", p.id, writeErr.Error(), where, s.stack.Name, id, s.stack.Namespace)
+	return outcome.Terminalf(StateNotSavedReason, "tofu applied %s but could not save the state (the state server did not answer), and the controller could not write it either (%s): it is kept in the Stack's plan store as %s; the Stack does not run while the failed run's lock is held: push it first with `terrace push-state %s %s -n %s`", p.id, writeErr.Error(), where, s.stack.Name, id, s.stack.Namespace)
 }

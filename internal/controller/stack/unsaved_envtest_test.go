@@ -15,7 +15,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
@@ -297,7 +297,7 @@ func TestEnvtestAStackWhoseStateIsKeptWaitsForThePush(t *testing.T) {
 	if got := recoverThenDecide(); got != StateHeld {
 		t.Fatalf("with the state kept: %s, want %s", got, StateHeld)
 	}
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if err := actionFor(StateHeld).do(r, ctx, s); !errors.As(err, &terminal) || terminal.Reason != StateNotSavedReason || !strings.Contains(err.Error(), "terrace push-state") {
 		t.Fatalf("err %v, want StateNotSaved naming terrace push-state", err)
 	}

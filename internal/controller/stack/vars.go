@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // Condition reasons about inputs.
@@ -56,7 +56,7 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 			if ref.Optional {
 				continue
 			}
-			return reconcile.Terminalf(VarsNotFoundReason, "spec.varsFrom[%d]: %s %s/%s not found: create it or mark the entry optional", i, ref.Kind, s.stack.Namespace, ref.Name)
+			return outcome.Terminalf(VarsNotFoundReason, "spec.varsFrom[%d]: %s %s/%s not found: create it or mark the entry optional", i, ref.Kind, s.stack.Namespace, ref.Name)
 		}
 		if err != nil {
 			return fmt.Errorf("failed to read spec.varsFrom[%d] %s %s: %w", i, ref.Kind, ref.Name, err)
@@ -74,7 +74,7 @@ func (r *Reconciler) gatherInputs(ctx context.Context, s *scope) error {
 				if ref.Optional {
 					continue
 				}
-				return reconcile.Terminalf(VarsNotFoundReason, "spec.varsFrom[%d]: %s %s/%s has no key %q: add it or remove it from keys", i, ref.Kind, s.stack.Namespace, ref.Name, k)
+				return outcome.Terminalf(VarsNotFoundReason, "spec.varsFrom[%d]: %s %s/%s has no key %q: add it or remove it from keys", i, ref.Kind, s.stack.Namespace, ref.Name, k)
 			}
 			vars[k] = asJSONValue(raw)
 			fromSecret[k] = ref.Kind == "Secret"
@@ -131,8 +131,8 @@ func (r *Reconciler) readVarsObject(ctx context.Context, s *scope, i int, ref te
 }
 
 func isTerminalOrWaiting(err error) bool {
-	var terminal *reconcile.TerminalError
-	var waiting *reconcile.WaitingError
+	var terminal *outcome.TerminalError
+	var waiting *outcome.WaitingError
 	return errors.As(err, &terminal) || errors.As(err, &waiting)
 }
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/ownership"
 	"github.com/terrace-dev/terrace/internal/runnerpolicy"
 	"github.com/terrace-dev/terrace/internal/settings"
@@ -62,14 +62,14 @@ func (r *Reconciler) checkVarsAccess(ctx context.Context, s *scope, i int, ref t
 		case err == nil && ownership.Owns(sec, s.stack, ownership.ComponentValues):
 			return sec, nil
 		case err == nil && ownership.Marked(sec, ownership.ComponentValues) && metav1.GetControllerOfNoCopy(sec) == nil:
-			return nil, reconcile.Waiting(VarsSourcePendingReason, valuesBindingRecheck,
+			return nil, outcome.Waiting(VarsSourcePendingReason, valuesBindingRecheck,
 				fmt.Errorf("spec.varsFrom[%d]: values Secret %s is not bound to a Stack yet; if this lasts, create the installation again", i, ref.Name))
 		}
 	}
 	// The same answer whether or not the object exists: a Stack author
 	// learns nothing about objects the ServiceAccount may not read.
 	resource := strings.ToLower(ref.Kind) + "s"
-	return nil, reconcile.Terminalf(VarsSourceForbiddenReason,
+	return nil, outcome.Terminalf(VarsSourceForbiddenReason,
 		"spec.varsFrom[%d]: ServiceAccount %s, which the Stack's runner runs as, may not get %s %s/%s, so Terrace does not read it: "+
 			"grant it with a Role and RoleBinding (kubectl -n %s create role read-%s --verb=get --resource=%s --resource-name=%s; "+
 			"kubectl -n %s create rolebinding read-%s --role=read-%s --serviceaccount=%s:%s) or name an object it may read",

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/ownership"
 	"github.com/terrace-dev/terrace/internal/scheme"
 	terracesettings "github.com/terrace-dev/terrace/internal/settings"
@@ -88,7 +88,7 @@ func TestVarsFromIsReadWithTheRunnerServiceAccountsRights(t *testing.T) {
 		stack.Spec.VarsFrom = []terracev1.VarsReference{{Kind: "Secret", Name: "app-creds"}, ref}
 		s.inputs = nil
 		err := r.gatherInputs(context.Background(), s)
-		var terminal *reconcile.TerminalError
+		var terminal *outcome.TerminalError
 		if !errors.As(err, &terminal) || terminal.Reason != VarsSourceForbiddenReason {
 			t.Fatalf("%+v: %v", ref, err)
 		}
@@ -134,11 +134,11 @@ func TestInstallationValuesBoundToTheStackAreRead(t *testing.T) {
 	if err := gather("web-values"); err != nil {
 		t.Fatalf("own values: %v", err)
 	}
-	var terminal *reconcile.TerminalError
+	var terminal *outcome.TerminalError
 	if err := gather("other-values"); !errors.As(err, &terminal) || terminal.Reason != VarsSourceForbiddenReason {
 		t.Fatalf("another installation's values: %v", err)
 	}
-	var waiting *reconcile.WaitingError
+	var waiting *outcome.WaitingError
 	if err := gather("new-values"); !errors.As(err, &waiting) || waiting.Reason != VarsSourcePendingReason {
 		t.Fatalf("unbound values: %v", err)
 	}

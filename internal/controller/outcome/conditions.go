@@ -1,9 +1,9 @@
-// Package reconcile holds the small pieces every Terrace reconciler shares:
+// Package outcome holds the small pieces every Terrace reconciler shares:
 // kstatus conditions, the three kinds of errors (terminal, waiting,
 // transient) and how each maps to conditions and a ctrl.Result, a status
 // patcher that writes only the conditions its controller owns, and the
 // terrace.dev/requestedAt annotation.
-package reconcile
+package outcome
 
 import (
 	"fmt"
