@@ -5,8 +5,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // The JSON shapes of the REST API as its clients decode them, written with

@@ -15,9 +15,9 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/backend"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state/postgres"
 	"github.com/terrace-dev/terrace/internal/state/postgres/pgtest"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	apiv1 "github.com/terrace-dev/terrace/proto/terrace/api/v1"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 func newHistoryCommand() *cobra.Command {

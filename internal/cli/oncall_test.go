@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )

@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 func newOutputsCommand() *cobra.Command {

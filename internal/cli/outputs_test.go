@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/terrace-dev/terrace/internal/readiness"
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 

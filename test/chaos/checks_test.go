@@ -17,7 +17,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // endCheck is what the end of the test found for one workload.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // The end checks must be able to fail: these feed them what a lost

@@ -19,9 +19,9 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/postgres"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 

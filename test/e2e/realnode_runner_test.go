@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/scheme"
 )
 
@@ -62,7 +62,7 @@ func TestRunnerKilledByTheOOMKillerEndsInAClearCondition(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "small"}, &s); err != nil {
 			return err
 		}
-		ready := reconcile.Get(&s, terracev1.ReadyCondition)
+		ready := outcome.Get(&s, terracev1.ReadyCondition)
 		if ready == nil || ready.Status != metav1.ConditionFalse {
 			return fmt.Errorf("Ready is %+v", ready)
 		}

@@ -23,7 +23,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/devcluster"
 )
 
@@ -293,10 +293,10 @@ func waitingOn(reason, text string) func(*terracev1.Stack) error {
 		if err := conditionIs(terracev1.ReadyCondition, metav1.ConditionFalse, reason)(s); err != nil {
 			return err
 		}
-		if reconcile.IsTrue(s, terracev1.StalledCondition) {
+		if outcome.IsTrue(s, terracev1.StalledCondition) {
 			return fmt.Errorf("Stalled, want waiting")
 		}
-		if msg := reconcile.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, text) {
+		if msg := outcome.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, text) {
 			return fmt.Errorf("Ready message %q does not contain %q", msg, text)
 		}
 		return nil
@@ -341,7 +341,7 @@ func TestStackFromFluxSources(t *testing.T) {
 		}
 		// The message names the source and the digest it advertises, never
 		// the digest of what was served.
-		msg := reconcile.Get(s, terracev1.ReadyCondition).Message
+		msg := outcome.Get(s, terracev1.ReadyCondition).Message
 		if !strings.Contains(msg, "GitRepository "+e.ns+"/tampered") || !strings.Contains(msg, wrong.Digest) {
 			return fmt.Errorf("message names neither the source nor its digest: %s", msg)
 		}

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
@@ -241,7 +241,7 @@ func (e *stackEnv) runnerPid(t *testing.T, stack, runID string) int {
 func (e *stackEnv) waitApplying(t *testing.T, previous string) string {
 	t.Helper()
 	s := e.waitStack(t, "slow", stackTimeout, "a run in progress", func(s *terracev1.Stack) error {
-		if !reconcile.IsTrue(s, terracev1.ReconcilingCondition) {
+		if !outcome.IsTrue(s, terracev1.ReconcilingCondition) {
 			return fmt.Errorf("not reconciling")
 		}
 		if s.Status.CurrentRun == "" || s.Status.CurrentRun == previous {

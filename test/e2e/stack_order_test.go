@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // TestStackDependsOnAndSuspend: a Stack waits for its dependency, runs
@@ -28,7 +28,7 @@ func TestStackDependsOnAndSuspend(t *testing.T) {
 	e.create(t, app)
 
 	e.waitStack(t, "app", stackTimeout, "waiting on base", conditionIs(terracev1.DependenciesReadyCondition, metav1.ConditionFalse, "DependencyNotReady"))
-	if st := e.getStack(t, "base"); st.Status.LastAttemptedRevision != "" || reconcile.IsTrue(st, terracev1.ReadyCondition) {
+	if st := e.getStack(t, "base"); st.Status.LastAttemptedRevision != "" || outcome.IsTrue(st, terracev1.ReadyCondition) {
 		t.Fatalf("a suspended Stack ran: %s", conditionsText(st))
 	}
 	if st := e.getStack(t, "app"); st.Status.LastAttemptedRevision != "" {
@@ -38,11 +38,11 @@ func TestStackDependsOnAndSuspend(t *testing.T) {
 	e.updateStack(t, "base", func(s *terracev1.Stack) { s.Spec.Suspend = false })
 	e.waitStack(t, "base", stackTimeout, "Ready once resumed", readyAt)
 	app = e.waitStack(t, "app", stackTimeout, "Ready after its dependency", readyAt)
-	if !reconcile.IsTrue(app, terracev1.DependenciesReadyCondition) {
+	if !outcome.IsTrue(app, terracev1.DependenciesReadyCondition) {
 		t.Errorf("DependenciesReady not True: %s", conditionsText(app))
 	}
-	baseReady := reconcile.Get(e.getStack(t, "base"), terracev1.ReadyCondition).LastTransitionTime
-	appApplied := reconcile.Get(app, terracev1.AppliedCondition)
+	baseReady := outcome.Get(e.getStack(t, "base"), terracev1.ReadyCondition).LastTransitionTime
+	appApplied := outcome.Get(app, terracev1.AppliedCondition)
 	if appApplied == nil || appApplied.LastTransitionTime.Before(&baseReady) {
 		t.Errorf("app applied at %v, before base was Ready at %v", appApplied, baseReady)
 	}
@@ -58,7 +58,7 @@ func TestStackCrossNamespaceDependencyIsRefused(t *testing.T) {
 	app.Spec.DependsOn = []terracev1.DependencyReference{{Name: "network", Namespace: "platform"}}
 	e.create(t, app)
 	st := e.waitStack(t, "app", stackTimeout, "refused", conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "CrossNamespaceRefRefused"))
-	if msg := reconcile.Get(st, terracev1.ReadyCondition).Message; !strings.Contains(msg, "platform/network") || !strings.Contains(msg, "--allow-cross-namespace-refs") {
+	if msg := outcome.Get(st, terracev1.ReadyCondition).Message; !strings.Contains(msg, "platform/network") || !strings.Contains(msg, "--allow-cross-namespace-refs") {
 		t.Errorf("Ready message does not say what and why: %s", msg)
 	}
 	if st.Status.LastAttemptedRevision != "" {

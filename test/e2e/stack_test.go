@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/readiness"
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
 
@@ -241,7 +241,7 @@ func TestStackBadInputsStallAndRecover(t *testing.T) {
 		if err := conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "VarsNotFound")(s); err != nil {
 			return err
 		}
-		if msg := reconcile.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "creds") {
+		if msg := outcome.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "creds") {
 			return fmt.Errorf("message does not name the Secret: %s", msg)
 		}
 		return nil
@@ -260,7 +260,7 @@ func TestStackBadInputsStallAndRecover(t *testing.T) {
 		if err := conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "PlanFailed")(s); err != nil {
 			return err
 		}
-		if msg := reconcile.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "replicas") {
+		if msg := outcome.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "replicas") {
 			return fmt.Errorf("message does not name the variable: %s", msg)
 		}
 		return nil
@@ -277,7 +277,7 @@ func TestStackBadInputsStallAndRecover(t *testing.T) {
 		if err := conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, terracev1.InvalidProgramReason)(s); err != nil {
 			return err
 		}
-		if msg := reconcile.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "main.tf:") {
+		if msg := outcome.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "main.tf:") {
 			return fmt.Errorf("message does not name file and line: %s", msg)
 		}
 		return nil
@@ -287,7 +287,7 @@ func TestStackBadInputsStallAndRecover(t *testing.T) {
 		if err := readyAt(s); err != nil {
 			return err
 		}
-		if reconcile.IsTrue(s, terracev1.StalledCondition) {
+		if outcome.IsTrue(s, terracev1.StalledCondition) {
 			return fmt.Errorf("still Stalled")
 		}
 		return nil

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/launcher"
 )
 
@@ -85,13 +85,13 @@ func TestStackRunTimeout(t *testing.T) {
 	runner := e.runnerPid(t, "slow", e.getStack(t, "slow").Status.CurrentRun)
 
 	failed := e.waitStack(t, "slow", 30*time.Second, "the run reported as timed out", func(s *terracev1.Stack) error {
-		ready := reconcile.Get(s, terracev1.ReadyCondition)
+		ready := outcome.Get(s, terracev1.ReadyCondition)
 		if ready == nil || ready.Status != metav1.ConditionFalse || ready.ObservedGeneration != s.Generation {
 			return fmt.Errorf("not failed at generation %d", s.Generation) // Unknown while the run lasts
 		}
 		return nil
 	})
-	msg := reconcile.Get(failed, terracev1.ReadyCondition).Message
+	msg := outcome.Get(failed, terracev1.ReadyCondition).Message
 	if !strings.Contains(strings.ToLower(msg), "timeout") || !strings.Contains(msg, shortRunTimeout.String()) {
 		t.Errorf("the Ready message does not say the run hit spec.timeout (%s): %q", shortRunTimeout, msg)
 	}

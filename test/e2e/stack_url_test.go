@@ -10,7 +10,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // TestStackFromURL deploys a tarball served over HTTP, and refuses one
@@ -48,7 +48,7 @@ func TestStackFromURL(t *testing.T) {
 		if err := conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "SourceDigestMismatch")(s); err != nil {
 			return err
 		}
-		if msg := reconcile.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "sha256:") {
+		if msg := outcome.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, "sha256:") {
 			return fmt.Errorf("message does not show the digests: %s", msg)
 		}
 		return nil

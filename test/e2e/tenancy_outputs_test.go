@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/controller/stack"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 )
@@ -87,7 +87,7 @@ func refusedWith(reason string, parts ...string) func(*terracev1.Stack) error {
 		if err := conditionIs(terracev1.ReadyCondition, metav1.ConditionFalse, reason)(s); err != nil {
 			return err
 		}
-		msg := reconcile.Get(s, terracev1.ReadyCondition).Message
+		msg := outcome.Get(s, terracev1.ReadyCondition).Message
 		for _, p := range parts {
 			if !strings.Contains(msg, p) {
 				return fmt.Errorf("the message does not say %q: %s", p, msg)

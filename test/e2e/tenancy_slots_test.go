@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // endlessModule sleeps in its apply for longer than the test: an endless
@@ -93,7 +93,7 @@ func TestTenancyEndlessRunsLeaveRunsForOthers(t *testing.T) {
 			switch {
 			case slices.ContainsFunc(s.Status.Conditions, func(c metav1.Condition) bool { return c.Reason == "RunQueued" }):
 				queued++
-			case reconcile.IsTrue(s, terracev1.ReconcilingCondition) && s.Status.CurrentRun != "":
+			case outcome.IsTrue(s, terracev1.ReconcilingCondition) && s.Status.CurrentRun != "":
 				running++
 			}
 		}

@@ -23,7 +23,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 )
 
 // internalEndpoint stands for a service only the controller's network
@@ -229,7 +229,7 @@ func TestTenantURLSourceIsFetchedByTheRunnerNotTheController(t *testing.T) {
 		if err := conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "SourceDigestMismatch")(s); err != nil {
 			return err
 		}
-		if msg := reconcile.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, wrongDigest) || !strings.Contains(msg, "does not match") {
+		if msg := outcome.Get(s, terracev1.ReadyCondition).Message; !strings.Contains(msg, wrongDigest) || !strings.Contains(msg, "does not match") {
 			return fmt.Errorf("the message does not say which digest was expected: %s", msg)
 		}
 		return nil
@@ -277,7 +277,7 @@ func TestTenantFluxArtifactOnAnotherHostIsRefused(t *testing.T) {
 		if err := conditionIs(terracev1.StalledCondition, metav1.ConditionTrue, "SourceHostNotAllowed")(s); err != nil {
 			return err
 		}
-		msg := reconcile.Get(s, terracev1.ReadyCondition).Message
+		msg := outcome.Get(s, terracev1.ReadyCondition).Message
 		if !strings.Contains(msg, ep.host()) || !strings.Contains(msg, "--source-artifact-hosts") {
 			return fmt.Errorf("the message names neither the host nor the flag: %s", msg)
 		}

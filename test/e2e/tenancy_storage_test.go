@@ -28,7 +28,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/config"
-	"github.com/terrace-dev/terrace/internal/controller/reconcile"
+	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 	"github.com/terrace-dev/terrace/internal/tf"
@@ -334,12 +334,12 @@ output "name" { value = terraform_data.this.output }
 		if s.Status.LastHandledReconcileAt != requested {
 			return fmt.Errorf("request not handled yet")
 		}
-		if c := reconcile.Get(s, terracev1.ReadyCondition); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(strings.ToLower(c.Message), "state") {
+		if c := outcome.Get(s, terracev1.ReadyCondition); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(strings.ToLower(c.Message), "state") {
 			return fmt.Errorf("not failing on its state: %s", conditionsText(s))
 		}
 		return nil
 	})
-	t.Logf("B's Ready condition: %s", reconcile.Get(st, terracev1.ReadyCondition).Message)
+	t.Logf("B's Ready condition: %s", outcome.Get(st, terracev1.ReadyCondition).Message)
 	if !strings.Contains(controllerLog.String(), "not sealed for state "+e.ns+"/b/default") {
 		t.Errorf("the controller log does not say B's state was not sealed for B")
 	}
@@ -431,7 +431,7 @@ func TestNamespaceConfigCannotPointTheControllerAtAnyPostgres(t *testing.T) {
 				if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: terracev1.TerraceConfigName}, &cfg); err != nil {
 					return err
 				}
-				c := reconcile.Get(&cfg, terracev1.ReadyCondition)
+				c := outcome.Get(&cfg, terracev1.ReadyCondition)
 				if c == nil || c.Reason != config.PostgresHostNotAllowedReason {
 					return fmt.Errorf("Ready = %+v", c)
 				}
@@ -441,13 +441,13 @@ func TestNamespaceConfigCannotPointTheControllerAtAnyPostgres(t *testing.T) {
 				return nil
 			})
 			st := e.waitStack(t, "refused", stackTimeout, "the Stack to report the refused host", func(s *terracev1.Stack) error {
-				c := reconcile.Get(s, terracev1.ReadyCondition)
+				c := outcome.Get(s, terracev1.ReadyCondition)
 				if c == nil || c.Reason != "StateBackendMisconfigured" || !strings.Contains(c.Message, "--postgres-allowed-hosts") {
 					return fmt.Errorf("conditions: %s", conditionsText(s))
 				}
 				return nil
 			})
-			if msg := reconcile.Get(st, terracev1.ReadyCondition).Message; strings.Contains(msg, "hunter2") {
+			if msg := outcome.Get(st, terracev1.ReadyCondition).Message; strings.Contains(msg, "hunter2") {
 				t.Errorf("the Stack's condition quotes the password: %s", msg)
 			}
 		})

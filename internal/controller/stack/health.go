@@ -9,7 +9,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/outcome"
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 

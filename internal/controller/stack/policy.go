@@ -17,9 +17,9 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/policy"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/settings"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // Condition reasons about plan policies.

@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // This file keeps the release history in line with the state: every

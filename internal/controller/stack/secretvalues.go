@@ -1,7 +1,7 @@
 package stack
 
 import (
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
 

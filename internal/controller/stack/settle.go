@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/runphase"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // settle is the one step after every run that leaves the inputs applied

@@ -21,8 +21,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // Backend is one storage backend's stores.

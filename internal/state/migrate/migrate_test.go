@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
 	"github.com/terrace-dev/terrace/internal/state/migrate"
 	"github.com/terrace-dev/terrace/internal/state/postgres"
 	"github.com/terrace-dev/terrace/internal/state/postgres/pgtest"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/state/secrets"
 	"github.com/terrace-dev/terrace/internal/state/storetest"
 	"github.com/terrace-dev/terrace/internal/testenv"

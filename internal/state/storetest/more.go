@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // Writers and IncrementsPerWriter size the concurrency test: 20 goroutines

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // Backend is one backend's stores, scoped to a fresh namespace.

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/terrace-dev/terrace/internal/release"
 	"github.com/terrace-dev/terrace/internal/state"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // memReleases is a release.Store in memory that counts its listings.

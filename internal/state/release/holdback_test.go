@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/terrace-dev/terrace/internal/release"
+	"github.com/terrace-dev/terrace/internal/state/release"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
 
