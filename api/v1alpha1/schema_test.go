@@ -78,10 +78,25 @@ func TestSchemaRefusesInvalidObjects(t *testing.T) {
 		{"program leading dot-dot", program(map[string]terracev1.ProgramFile{"../main.tf": "x"}), "spec.files", "relative paths"},
 		{"program empty segment", program(map[string]terracev1.ProgramFile{"modules//main.tf": "x"}), "spec.files", "relative paths"},
 		{"program trailing slash", program(map[string]terracev1.ProgramFile{"modules/": "x"}), "spec.files", "relative paths"},
-		{"stack without source", stack(func(s *terracev1.StackSpec) { s.Source = terracev1.StackSource{} }), "spec.source", "exactly one of programRef, sourceRef and url"},
+		{"stack without source", stack(func(s *terracev1.StackSpec) { s.Source = terracev1.StackSource{} }), "spec.source", "exactly one of programRef, sourceRef, url and git"},
 		{"stack with two sources", stack(func(s *terracev1.StackSpec) {
 			s.Source.URL, s.Source.Digest = "https://example.com/m.tar.gz", goodDigest
-		}), "spec.source", "exactly one of programRef, sourceRef and url"},
+		}), "spec.source", "exactly one of programRef, sourceRef, url and git"},
+		{"stack git and programRef", stack(func(s *terracev1.StackSpec) {
+			s.Source.Git = &terracev1.GitSource{URL: "https://git.example/team/infra.git"}
+		}), "spec.source", "exactly one of programRef, sourceRef, url and git"},
+		{"stack git file url", stack(func(s *terracev1.StackSpec) {
+			s.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "file:///etc"}}
+		}), "spec.source.git.url", "should match"},
+		{"stack git branch and tag", stack(func(s *terracev1.StackSpec) {
+			s.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "https://git.example/a.git", Ref: &terracev1.GitRef{Branch: "main", Tag: "v1"}}}
+		}), "spec.source.git.ref", "set one of branch, tag, semver and commit"},
+		{"stack git short commit", stack(func(s *terracev1.StackSpec) {
+			s.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "https://git.example/a.git", Ref: &terracev1.GitRef{Commit: "abc123"}}}
+		}), "spec.source.git.ref.commit", "should match"},
+		{"stack git unknown forge", stack(func(s *terracev1.StackSpec) {
+			s.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "https://git.example/a.git", PullRequests: &terracev1.GitPullRequests{Enabled: true, Provider: "bitbucket", SecretRef: terracev1.LocalObjectReference{Name: "forge"}}}}
+		}), "spec.source.git.pullRequests.provider", "Unsupported value"},
 		{"stack url without digest", stack(func(s *terracev1.StackSpec) {
 			s.Source = terracev1.StackSource{URL: "https://example.com/m.tar.gz"}
 		}), "spec.source", "url requires digest"},
@@ -185,6 +200,17 @@ func TestSchemaAcceptsValidObjectsAndAppliesDefaults(t *testing.T) {
 		}),
 		stack(func(s *terracev1.StackSpec) {
 			s.Source = terracev1.StackSource{SourceRef: &terracev1.SourceReference{Kind: "GitRepository", Name: "infra"}}
+		}),
+		stack(func(s *terracev1.StackSpec) {
+			s.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "git@git.example:team/infra.git",
+				Ref: &terracev1.GitRef{Branch: "main", Commit: "0123456789abcdef0123456789abcdef01234567"}}}
+		}),
+		stack(func(s *terracev1.StackSpec) {
+			s.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "https://git.example/team/infra.git",
+				Ref:          &terracev1.GitRef{SemVer: ">=1.0.0 <2.0.0"},
+				SecretRef:    &terracev1.LocalObjectReference{Name: "git-credentials"},
+				PullRequests: &terracev1.GitPullRequests{Enabled: true, Provider: terracev1.GitProviderGitea, APIURL: "https://git.example", SecretRef: terracev1.LocalObjectReference{Name: "forge"}},
+				Webhook:      &terracev1.GitWebhook{SecretRef: terracev1.LocalObjectReference{Name: "hook"}}}}
 		}),
 		config("default", func(c *terracev1.TerraceConfigSpec) {
 			c.Runner = &terracev1.RunnerConfig{Binary: terracev1.BinaryTerraform}

@@ -102,6 +102,18 @@ type StackStatus struct {
 	// +optional
 	LastPlannedRevision string `json:"lastPlannedRevision,omitempty"`
 
+	// Git is the commit the last clone of spec.source.git resolved.
+	// +optional
+	Git *GitStatus `json:"git,omitempty"`
+
+	// PullRequests lists the plans of the repository's open pull requests
+	// (spec.source.git.pullRequests), one per pull request.
+	// +optional
+	// +listType=map
+	// +listMapKey=number
+	// +kubebuilder:validation:MaxItems=100
+	PullRequests []PullRequestPlan `json:"pullRequests,omitempty"`
+
 	// Plan summarises the latest plan.
 	// +optional
 	Plan *PlanStatus `json:"plan,omitempty"`
@@ -159,4 +171,75 @@ type StackStatus struct {
 	BackendLock *BackendLockStatus `json:"backendLock,omitempty"`
 
 	ReconcileRequestStatus `json:",inline"`
+}
+
+// GitStatus describes the commit a Git source resolved to.
+type GitStatus struct {
+	// Revision is "<ref>@sha1:<40 hex>", as Flux writes it.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+
+	// Message is the first line of the commit message (at most 256 bytes).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Message string `json:"message,omitempty"`
+
+	// Author is the commit's author, "Name <email>".
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Author string `json:"author,omitempty"`
+
+	// CommittedAt is the commit's time.
+	// +optional
+	CommittedAt *metav1.Time `json:"committedAt,omitempty"`
+}
+
+// Pull-request plan statuses.
+const (
+	PullRequestPlanPending = "Pending"
+	PullRequestPlanPlanned = "Planned"
+	PullRequestPlanFailed  = "Failed"
+)
+
+// PullRequestPlan is the plan of one open pull request's head commit.
+type PullRequestPlan struct {
+	// Number of the pull request (merge request on GitLab).
+	// +required
+	Number int64 `json:"number"`
+
+	// Title of the pull request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Title string `json:"title,omitempty"`
+
+	// URL of the pull request on the forge.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url,omitempty"`
+
+	// HeadRevision is the planned head commit, "<branch>@sha1:<40 hex>".
+	// +optional
+	HeadRevision string `json:"headRevision,omitempty"`
+
+	// Status is Pending, Planned or Failed.
+	// +optional
+	// +kubebuilder:validation:Enum=Pending;Planned;Failed
+	Status string `json:"status,omitempty"`
+
+	// Add, Change and Destroy count the plan's resource changes.
+	// +optional
+	Add int32 `json:"add,omitempty"`
+	// +optional
+	Change int32 `json:"change,omitempty"`
+	// +optional
+	Destroy int32 `json:"destroy,omitempty"`
+
+	// Message says why a plan failed, or what it is waiting for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// PlannedAt is when the head commit was last planned.
+	// +optional
+	PlannedAt *metav1.Time `json:"plannedAt,omitempty"`
 }
