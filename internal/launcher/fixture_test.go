@@ -25,7 +25,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pki"
-	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runner/server"
 	"github.com/terrace-dev/terrace/internal/testenv"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
@@ -263,7 +263,7 @@ func (f *fixture) serveRunnerWarm(secret *corev1.Secret, ip string, warm bool) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	srv, err := runner.NewServer(runner.Config{
+	srv, err := server.New(server.Config{
 		Executor: executor, Certificate: certs, Trust: certs,
 		BackendLeaf: func() (*pki.Leaf, error) { return pki.LoadLeafFiles(dir) },
 		Log:         logr.Discard(),

@@ -201,7 +201,7 @@ func closeAndRecvErr[T any](closeAndRecv func() (T, error), sendErr error) error
 }
 
 func sendReader(r io.Reader, send func([]byte) error) error {
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, ChunkSize)
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {

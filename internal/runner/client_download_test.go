@@ -61,7 +61,7 @@ func TestDownloadPlanUpToReadsAFileOverThePlanFileLimit(t *testing.T) {
 	if header.GetSize() != int64(len(file)) || !bytes.Equal(w.data.Bytes(), file) {
 		t.Fatalf("got %d bytes (header %d), want the %d-byte file", w.total, header.GetSize(), len(file))
 	}
-	if w.largest > chunkSize {
+	if w.largest > ChunkSize {
 		t.Fatalf("a single write of %d bytes: the file is to be passed on as it comes", w.largest)
 	}
 	if _, err := c.DownloadPlanUpTo(t.Context(), "errored-state-p", 2<<20, w); !errors.As(err, &tooLarge) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -26,7 +27,7 @@ type hostileRunner struct {
 const hostileBytes = 1 << 30
 
 func (h *hostileRunner) stream(ctx context.Context, send func([]byte) error) error {
-	chunk := make([]byte, chunkSize)
+	chunk := make([]byte, ChunkSize)
 	for i := range chunk {
 		chunk[i] = 'x'
 	}
@@ -44,7 +45,7 @@ func (h *hostileRunner) stream(ctx context.Context, send func([]byte) error) err
 
 // Plan sends 96 MiB of plan JSON, then its result.
 func (h *hostileRunner) Plan(_ *runnerv1.PlanRequest, s grpc.ServerStreamingServer[runnerv1.PlanResponse]) error {
-	chunk := make([]byte, chunkSize)
+	chunk := make([]byte, ChunkSize)
 	const total = 96 << 20
 	for n := 0; n < total; n += len(chunk) {
 		if err := s.Send(&runnerv1.PlanResponse{Event: &runnerv1.PlanResponse_JsonChunk{JsonChunk: chunk}}); err != nil {
@@ -78,8 +79,23 @@ func (h *hostileRunner) DownloadPlan(_ *runnerv1.DownloadPlanRequest, s grpc.Ser
 // returns the controller's real client for it.
 func startHostileRunner(t *testing.T, h runnerv1.RunnerServiceServer) *Client {
 	t.Helper()
-	authority := newAuthority(t)
-	runnerCert := certSource(t, issue(t, authority, testRunnerIdentity))
+	runnerIdentity := pki.RunnerIdentity("team-a", "web", "run-1")
+	authority, err := pki.NewAuthority(pki.DefaultCAValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := func(id pki.Identity) pki.CertificateSource {
+		l, err := authority.Issue(pki.LeafRequest{Identity: id, Validity: time.Hour, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.TLSCertificate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pki.StaticCertificate(c)
+	}
+	runnerCert := leaf(runnerIdentity)
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(runnerCert, authority, nil))))
 	runnerv1.RegisterRunnerServiceServer(srv, h)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -88,8 +104,8 @@ func startHostileRunner(t *testing.T, h runnerv1.RunnerServiceServer) *Client {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	controller := certSource(t, issue(t, authority, pki.ControllerIdentity))
-	c, err := Dial(t.Context(), ln.Addr().String(), ClientTLSConfig(controller, authority, testRunnerIdentity))
+	controller := leaf(pki.ControllerIdentity)
+	c, err := Dial(t.Context(), ln.Addr().String(), ClientTLSConfig(controller, authority, runnerIdentity))
 	if err != nil {
 		t.Fatal(err)
 	}

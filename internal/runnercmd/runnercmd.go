@@ -25,6 +25,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runner/server"
 	"github.com/terrace-dev/terrace/internal/runnerbin"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
@@ -166,7 +167,7 @@ func runRunner(ctx context.Context, o runnerOptions) error {
 	if err != nil {
 		return err
 	}
-	srv, err := runner.NewServer(runner.Config{
+	srv, err := server.New(server.Config{
 		Executor:         executor,
 		Certificate:      certs,
 		Trust:            certs,
@@ -198,7 +199,7 @@ func runRunner(ctx context.Context, o runnerOptions) error {
 
 // serveHealth answers plain HTTP probes: /healthz while the process lives,
 // /readyz while the gRPC service is serving.
-func serveHealth(addr string, srv *runner.Server, log logr.Logger) (func(), error) {
+func serveHealth(addr string, srv *server.Server, log logr.Logger) (func(), error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -27,6 +27,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/backend"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/runner/server"
 	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 	"github.com/terrace-dev/terrace/internal/testenv"
@@ -222,7 +223,7 @@ func (p *processRuns) Start(ctx context.Context, req runRequest) (runSession, er
 	if err != nil {
 		return nil, err
 	}
-	srv, err := runner.NewServer(runner.Config{
+	srv, err := server.New(server.Config{
 		Executor: executor, Certificate: pki.StaticCertificate(cert), Trust: pki.TrustFunc(p.authority.TrustPool),
 		BackendLeaf: func() (*pki.Leaf, error) { return leaf, nil }, Log: logr.Discard(),
 	})

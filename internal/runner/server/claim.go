@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"context"
@@ -10,13 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
-
-// ReasonNotClaimed: a warm runner was asked to work before a run claimed
-// it, or to be claimed twice, or a runner started for one run was asked to
-// be claimed (FailedPrecondition).
-const ReasonNotClaimed = "NOT_CLAIMED"
 
 // claim is what a warm runner holds once a run has claimed it: the run's
 // credentials, kept in memory only, which die with the pod.
@@ -72,20 +68,20 @@ func (s *Server) backendLeaf() (*pki.Leaf, error) {
 // credentials, once, in a warm runner.
 func (s *Server) Claim(_ context.Context, req *runnerv1.ClaimRequest) (*runnerv1.ClaimResponse, error) {
 	if !s.cfg.Warm {
-		return nil, statusError(codes.FailedPrecondition, ReasonNotClaimed, "this runner was started for one run and cannot be claimed")
+		return nil, statusError(codes.FailedPrecondition, runner.ReasonNotClaimed, "this runner was started for one run and cannot be claimed")
 	}
 	leaf := &pki.Leaf{CertPEM: req.GetCertificatePem(), KeyPEM: req.GetKeyPem(), CABundlePEM: req.GetCaBundlePem()}
 	id, cert, err := runIdentity(leaf)
 	if err != nil {
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, "the claim's credentials are not a run's: "+err.Error())
+		return nil, statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, "the claim's credentials are not a run's: "+err.Error())
 	}
 	if err := s.sameNamespace(id); err != nil {
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+		return nil, statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, err.Error())
 	}
 	s.claim.mu.Lock()
 	defer s.claim.mu.Unlock()
 	if s.claim.leaf != nil {
-		return nil, statusError(codes.FailedPrecondition, ReasonNotClaimed, fmt.Sprintf("this warm runner was already claimed by %s: warm runners are single-use", s.claim.identity))
+		return nil, statusError(codes.FailedPrecondition, runner.ReasonNotClaimed, fmt.Sprintf("this warm runner was already claimed by %s: warm runners are single-use", s.claim.identity))
 	}
 	s.claim.leaf, s.claim.cert, s.claim.identity = leaf, cert, id
 	s.cfg.Log.Info("claimed", "identity", id.String())
@@ -135,14 +131,4 @@ func (s *Server) sameNamespace(run pki.Identity) error {
 		return fmt.Errorf("run %s is not of namespace %s, where this warm runner runs", run, ns)
 	}
 	return nil
-}
-
-// Claim hands a warm runner the credentials of the run that claims it and
-// returns the run identity the runner now presents.
-func (c *Client) Claim(ctx context.Context, leaf *pki.Leaf) (pki.Identity, error) {
-	resp, err := c.rpc.Claim(ctx, &runnerv1.ClaimRequest{CertificatePem: leaf.CertPEM, KeyPem: leaf.KeyPEM, CaBundlePem: leaf.CABundlePEM})
-	if err != nil {
-		return "", fmt.Errorf("failed to claim the warm runner: %w", err)
-	}
-	return pki.Identity(resp.GetIdentity()), nil
 }

@@ -1,7 +1,9 @@
-// Package runner is the runner's gRPC service (terrace.runner.v1) around
-// internal/tf, and the client the controller drives it with. The server
-// speaks only mutual TLS and accepts only the controller's identity.
-package runner
+// Package server is the runner's gRPC service (terrace.runner.v1) around
+// internal/tf: what runs in the runner pod. It speaks only mutual TLS and
+// accepts only the controller's identity. The controller's side is the
+// client in the parent package, which this package shares its protocol
+// constants and error reasons with.
+package server
 
 import (
 	"context"
@@ -23,23 +25,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
-
-// chunkSize is the largest payload of one streamed message, well under
-// gRPC's 4 MiB default.
-const chunkSize = 1 << 20
-
-// Defaults of the size limits.
-const (
-	DefaultMaxArchiveBytes  = 100 << 20
-	DefaultMaxPlanFileBytes = 1 << 30
-)
-
-// ServiceName is the name the health service reports for the runner.
-const ServiceName = "terrace.runner.v1.RunnerService"
 
 // Config configures a Server.
 type Config struct {
@@ -86,16 +76,16 @@ type Server struct {
 	echo sync.Mutex
 }
 
-// NewServer checks cfg and returns a server.
-func NewServer(cfg Config) (*Server, error) {
+// New checks cfg and returns a server.
+func New(cfg Config) (*Server, error) {
 	if cfg.Executor == nil || cfg.Certificate == nil || cfg.Trust == nil {
 		return nil, errors.New("a runner server needs an executor, a certificate and a trust source")
 	}
 	if cfg.MaxArchiveBytes <= 0 {
-		cfg.MaxArchiveBytes = DefaultMaxArchiveBytes
+		cfg.MaxArchiveBytes = runner.DefaultMaxArchiveBytes
 	}
 	if cfg.MaxPlanFileBytes <= 0 {
-		cfg.MaxPlanFileBytes = DefaultMaxPlanFileBytes
+		cfg.MaxPlanFileBytes = runner.DefaultMaxPlanFileBytes
 	}
 	s := &Server{cfg: cfg, exec: cfg.Executor, health: health.NewServer()}
 	transport := &http.Transport{
@@ -106,7 +96,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.fetch = &http.Client{Transport: transport, Timeout: 10 * time.Minute}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(runner.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s, nil
 }
 
@@ -161,7 +151,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // the result never finds the runner still busy.
 func (s *Server) acquire(op string) (func(), error) {
 	if !s.claimed() {
-		return nil, statusError(codes.FailedPrecondition, ReasonNotClaimed, "this warm runner has not been claimed by a run: "+op+" refused")
+		return nil, statusError(codes.FailedPrecondition, runner.ReasonNotClaimed, "this warm runner has not been claimed by a run: "+op+" refused")
 	}
 	if !s.busy.TryLock() {
 		return nil, busyError(op)
@@ -224,10 +214,10 @@ func (s *Server) logSender(send func(*runnerv1.LogLine) error) (tf.LogFunc, *syn
 	}, &mu
 }
 
-// sendChunks cuts data into chunkSize pieces for send.
+// sendChunks cuts data into runner.ChunkSize pieces for send.
 func sendChunks(data []byte, send func([]byte) error) error {
 	for len(data) > 0 {
-		n := min(len(data), chunkSize)
+		n := min(len(data), runner.ChunkSize)
 		if err := send(data[:n]); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/testenv"
 	"github.com/terrace-dev/terrace/internal/tf"
@@ -209,7 +210,7 @@ resource "terraform_data" "a" {
 	if err == nil || applied {
 		t.Fatalf("applied %v, err %v; want the apply's failure", applied, err)
 	}
-	if Reason(err) != ReasonCommandFailed || !strings.Contains(err.Error(), "the output is not y") {
+	if runner.Reason(err) != runner.ReasonCommandFailed || !strings.Contains(err.Error(), "the output is not y") {
 		t.Errorf("err = %v, want the postcondition's message", err)
 	}
 	if plan == nil || plan.GetSummary().GetAdd() != 1 {
@@ -236,7 +237,7 @@ func TestOneProcessRefusesWhatItCannotPlanAsAFailedPlan(t *testing.T) {
 		t.Errorf("err = %v, want tofu's diagnostic on the variable", err)
 	}
 	for _, req := range []*runnerv1.PlanRequest{{OneProcess: true}, {OneProcess: true, PlanId: "p2", Destroy: true}} {
-		if _, _, err := tr.client.PlanAndApply(ctx, req, nil, nil); Reason(err) != ReasonInvalidArgument {
+		if _, _, err := tr.client.PlanAndApply(ctx, req, nil, nil); runner.Reason(err) != runner.ReasonInvalidArgument {
 			t.Errorf("PlanAndApply(%v) = %v, want an invalid argument", req, err)
 		}
 	}

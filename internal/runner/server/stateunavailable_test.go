@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -53,7 +54,7 @@ func TestAStateServerRestartIsRiddenThroughOrReportedAsUnavailable(t *testing.T)
 	// answer (the controller retries it), not that the module is wrong.
 	backend.failing.Store(1 << 30)
 	_, err := tr.client.Init(ctx, init, nil)
-	if Reason(err) != ReasonStateUnavailable || !strings.Contains(err.Error(), "Failed to get state") {
-		t.Fatalf("init against a state server that does not answer returned %v (reason %q), want %s", err, Reason(err), ReasonStateUnavailable)
+	if runner.Reason(err) != runner.ReasonStateUnavailable || !strings.Contains(err.Error(), "Failed to get state") {
+		t.Fatalf("init against a state server that does not answer returned %v (reason %q), want %s", err, runner.Reason(err), runner.ReasonStateUnavailable)
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/terrace-dev/terrace/internal/artifact"
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -42,7 +43,7 @@ func chunkPipe(recv func() ([]byte, bool, error)) *io.PipeReader {
 				return
 			}
 			if isHeader {
-				_ = pw.CloseWithError(statusError(codes.InvalidArgument, ReasonInvalidArgument, "a header may only be the first message"))
+				_ = pw.CloseWithError(statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, "a header may only be the first message"))
 				return
 			}
 			if _, err := pw.Write(chunk); err != nil {
@@ -57,7 +58,7 @@ var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 func checkDigest(d string) error {
 	if !digestPattern.MatchString(d) {
-		return statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("digest %q must be sha256:<64 lowercase hex digits>", d))
+		return statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, fmt.Sprintf("digest %q must be sha256:<64 lowercase hex digits>", d))
 	}
 	return nil
 }
@@ -79,7 +80,7 @@ func (s *Server) Upload(stream runnerv1.RunnerService_UploadServer) error {
 	}
 	header := first.GetHeader()
 	if header == nil {
-		return statusError(codes.InvalidArgument, ReasonInvalidArgument, "the first upload message must be the header with the digest")
+		return statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, "the first upload message must be the header with the digest")
 	}
 	if err := checkDigest(header.GetDigest()); err != nil {
 		return err
@@ -146,12 +147,12 @@ func (s *Server) fetchClient(req *runnerv1.FetchRequest) (*http.Client, error) {
 	u, err := url.Parse(req.GetUrl())
 	if req.GetExternal() {
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, "fetch needs an http or https URL with a host")
+			return nil, statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, "fetch needs an http or https URL with a host")
 		}
 		return externalFetch, nil
 	}
 	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("fetch needs an https URL of the controller, not %q", req.GetUrl()))
+		return nil, statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, fmt.Sprintf("fetch needs an https URL of the controller, not %q", req.GetUrl()))
 	}
 	return s.fetch, nil
 }
@@ -172,7 +173,7 @@ func (s *Server) DownloadPlan(req *runnerv1.DownloadPlanRequest, stream runnerv1
 	if err := stream.Send(&runnerv1.DownloadPlanResponse{Part: &runnerv1.DownloadPlanResponse_Header{Header: header}}); err != nil {
 		return err
 	}
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, runner.ChunkSize)
 	for {
 		n, err := io.ReadFull(f, buf)
 		if n > 0 {
@@ -202,7 +203,7 @@ func (s *Server) UploadPlan(stream runnerv1.RunnerService_UploadPlanServer) erro
 	}
 	header := first.GetHeader()
 	if header == nil {
-		return statusError(codes.InvalidArgument, ReasonInvalidArgument, "the first plan upload message must be the header with the plan id and digest")
+		return statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, "the first plan upload message must be the header with the plan id and digest")
 	}
 	pr := chunkPipe(func() ([]byte, bool, error) {
 		msg, err := stream.Recv()

@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/testenv"
 	"github.com/terrace-dev/terrace/internal/tf"
 )
@@ -27,7 +28,7 @@ var testRunnerIdentity = pki.RunnerIdentity("team-a", "web", "run-1")
 type testRunner struct {
 	authority *pki.Authority
 	server    *Server
-	client    *Client
+	client    *runner.Client
 	addr      string
 	base      string // parent of the work dir: nothing may appear here
 	workDir   string
@@ -97,7 +98,7 @@ func startRunnerWith(t *testing.T, authority *pki.Authority, tfMutate func(*tf.C
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	srv, err := NewServer(cfg)
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func startRunnerWith(t *testing.T, authority *pki.Authority, tfMutate func(*tf.C
 			expect = id
 		}
 	}
-	tr.client = tr.dial(t, ClientTLSConfig(certSource(t, issue(t, authority, pki.ControllerIdentity)), pki.TrustFunc(authority.TrustPool), expect))
+	tr.client = tr.dial(t, runner.ClientTLSConfig(certSource(t, issue(t, authority, pki.ControllerIdentity)), pki.TrustFunc(authority.TrustPool), expect))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := tr.client.WaitReady(ctx); err != nil {
@@ -126,9 +127,9 @@ func startRunnerWith(t *testing.T, authority *pki.Authority, tfMutate func(*tf.C
 	return tr
 }
 
-func (tr *testRunner) dial(t *testing.T, cfg *tls.Config) *Client {
+func (tr *testRunner) dial(t *testing.T, cfg *tls.Config) *runner.Client {
 	t.Helper()
-	c, err := Dial(context.Background(), tr.addr, cfg)
+	c, err := runner.Dial(context.Background(), tr.addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -24,8 +25,8 @@ func TestUndeclaredVariablesAreExplained(t *testing.T) {
 	}
 	refused := func(t *testing.T, err error, want ...string) {
 		t.Helper()
-		if Reason(err) != ReasonUndeclaredVariable || status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("plan answered %v, want InvalidArgument with reason %s", err, ReasonUndeclaredVariable)
+		if runner.Reason(err) != runner.ReasonUndeclaredVariable || status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("plan answered %v, want InvalidArgument with reason %s", err, runner.ReasonUndeclaredVariable)
 		}
 		for _, w := range want {
 			if !strings.Contains(err.Error(), w) {

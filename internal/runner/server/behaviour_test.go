@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -24,7 +25,7 @@ func TestInvalidConfigurationNamesFileAndLine(t *testing.T) {
 
 	tr.upload(t, map[string]string{"main.tf": "resource \"terraform_data\" \"a\" {\n  input = \"x\"\n  this is not hcl\n}\n"})
 	_, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil)
-	if Reason(err) != ReasonCommandFailed || !strings.Contains(err.Error(), "main.tf line 3") {
+	if runner.Reason(err) != runner.ReasonCommandFailed || !strings.Contains(err.Error(), "main.tf line 3") {
 		t.Fatalf("init of invalid HCL answered %v, want a command failure naming main.tf line 3", err)
 	}
 
@@ -40,7 +41,7 @@ func TestInvalidConfigurationNamesFileAndLine(t *testing.T) {
 	}
 	logs := &logCollector{}
 	_, err = tr.client.Plan(ctx, &runnerv1.PlanRequest{}, logs.log)
-	if Reason(err) != ReasonCommandFailed || !strings.Contains(err.Error(), "outputs.tf line 4") || !strings.Contains(err.Error(), "local.missing") {
+	if runner.Reason(err) != runner.ReasonCommandFailed || !strings.Contains(err.Error(), "outputs.tf line 4") || !strings.Contains(err.Error(), "local.missing") {
 		t.Fatalf("plan of an invalid reference answered %v, want a command failure naming outputs.tf line 4", err)
 	}
 	if !strings.Contains(logs.text(), "outputs.tf line 4") {
@@ -96,10 +97,10 @@ func TestOneOperationAtATimeAndCancelInterruptsTofu(t *testing.T) {
 		t.Fatalf("tofu holds no state lock during apply: %v", err)
 	}
 	_, err = tr.client.Plan(ctx, &runnerv1.PlanRequest{}, nil)
-	if status.Code(err) != codes.FailedPrecondition || !IsBusy(err) {
+	if status.Code(err) != codes.FailedPrecondition || !runner.IsBusy(err) {
 		t.Fatalf("a concurrent plan answered %v, want FailedPrecondition (busy)", err)
 	}
-	if _, err := tr.client.Outputs(ctx); !IsBusy(err) {
+	if _, err := tr.client.Outputs(ctx); !runner.IsBusy(err) {
 		t.Fatalf("a concurrent output answered %v, want busy", err)
 	}
 
@@ -113,7 +114,7 @@ func TestOneOperationAtATimeAndCancelInterruptsTofu(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if !IsBusy(err) {
+		if !runner.IsBusy(err) {
 			t.Fatalf("outputs after the cancel answered %v", err)
 		}
 		select {
@@ -165,9 +166,9 @@ func TestLargePlanAndStateStreamAcrossRunners(t *testing.T) {
 	defer cancel()
 	planner := startRunner(t, nil)
 	// The value lands in the plan JSON several times over (before, after,
-	// planned values, output changes): past DefaultLimits, which another
+	// planned values, output changes): past runner.DefaultLimits, which another
 	// test holds. This one is about streaming past gRPC's 4 MiB.
-	planner.client.SetLimits(Limits{PlanJSONBytes: 64 << 20, ShowPlanBytes: 64 << 20})
+	planner.client.SetLimits(runner.Limits{PlanJSONBytes: 64 << 20, ShowPlanBytes: 64 << 20})
 	planner.upload(t, map[string]string{"main.tf": bigModule})
 	if _, err := planner.client.Init(ctx, &runnerv1.InitRequest{}, nil); err != nil {
 		t.Fatalf("init failed: %v", err)
@@ -194,7 +195,7 @@ func TestLargePlanAndStateStreamAcrossRunners(t *testing.T) {
 
 	// A fresh runner, as after an approval hours later, applies the kept plan.
 	applier := startRunner(t, planner.authority)
-	applier.client.SetLimits(Limits{PlanJSONBytes: 64 << 20, ShowPlanBytes: 64 << 20})
+	applier.client.SetLimits(runner.Limits{PlanJSONBytes: 64 << 20, ShowPlanBytes: 64 << 20})
 	applier.upload(t, map[string]string{"main.tf": bigModule})
 	if _, err := applier.client.Init(ctx, &runnerv1.InitRequest{}, nil); err != nil {
 		t.Fatalf("init on the second runner failed: %v", err)

@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"archive/tar"
@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -36,7 +37,7 @@ func TestHandshakeRefusesAnyoneButTheController(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tr.dial(t, ClientTLSConfig(tc.cert, trust, testRunnerIdentity))
+			c := tr.dial(t, runner.ClientTLSConfig(tc.cert, trust, testRunnerIdentity))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err := c.Health(ctx)
@@ -51,7 +52,7 @@ func TestHandshakeRefusesAnyoneButTheController(t *testing.T) {
 	}
 	t.Run("client refuses a runner with another identity", func(t *testing.T) {
 		controller := certSource(t, issue(t, tr.authority, pki.ControllerIdentity))
-		c := tr.dial(t, ClientTLSConfig(controller, trust, pki.RunnerIdentity("team-a", "web", "run-2")))
+		c := tr.dial(t, runner.ClientTLSConfig(controller, trust, pki.RunnerIdentity("team-a", "web", "run-2")))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := c.Health(ctx); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "run-2") {
@@ -116,11 +117,11 @@ func TestUploadRefusesUnsafeArchives(t *testing.T) {
 		reason  string
 		mention string
 	}{
-		{name: "dot-dot entry", entries: []tarEntry{{name: "main.tf", body: good, typeflag: tar.TypeReg}, {name: "../evil.tf", body: "pwned", typeflag: tar.TypeReg}}, reason: ReasonUnsafeArchive, mention: "../evil.tf"},
-		{name: "absolute path", entries: []tarEntry{{name: "/tmp/evil-absolute.tf", body: "pwned", typeflag: tar.TypeReg}}, reason: ReasonUnsafeArchive, mention: "/tmp/evil-absolute.tf"},
-		{name: "symlink escaping the root", entries: []tarEntry{{name: "main.tf", body: good, typeflag: tar.TypeReg}, {name: "escape", linkname: "../../..", typeflag: tar.TypeSymlink}, {name: "escape/evil.tf", body: "pwned", typeflag: tar.TypeReg}}, reason: ReasonUnsafeArchive, mention: "escape"},
-		{name: "digest mismatch", entries: []tarEntry{{name: "main.tf", body: good, typeflag: tar.TypeReg}}, digest: "sha256:" + strings.Repeat("ab", 32), reason: ReasonDigestMismatch, mention: "digest"},
-		{name: "oversize archive", entries: []tarEntry{{name: "big.bin", body: string(random), typeflag: tar.TypeReg}}, reason: ReasonTooLarge, mention: "larger than"},
+		{name: "dot-dot entry", entries: []tarEntry{{name: "main.tf", body: good, typeflag: tar.TypeReg}, {name: "../evil.tf", body: "pwned", typeflag: tar.TypeReg}}, reason: runner.ReasonUnsafeArchive, mention: "../evil.tf"},
+		{name: "absolute path", entries: []tarEntry{{name: "/tmp/evil-absolute.tf", body: "pwned", typeflag: tar.TypeReg}}, reason: runner.ReasonUnsafeArchive, mention: "/tmp/evil-absolute.tf"},
+		{name: "symlink escaping the root", entries: []tarEntry{{name: "main.tf", body: good, typeflag: tar.TypeReg}, {name: "escape", linkname: "../../..", typeflag: tar.TypeSymlink}, {name: "escape/evil.tf", body: "pwned", typeflag: tar.TypeReg}}, reason: runner.ReasonUnsafeArchive, mention: "escape"},
+		{name: "digest mismatch", entries: []tarEntry{{name: "main.tf", body: good, typeflag: tar.TypeReg}}, digest: "sha256:" + strings.Repeat("ab", 32), reason: runner.ReasonDigestMismatch, mention: "digest"},
+		{name: "oversize archive", entries: []tarEntry{{name: "big.bin", body: string(random), typeflag: tar.TypeReg}}, reason: runner.ReasonTooLarge, mention: "larger than"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,8 +132,8 @@ func TestUploadRefusesUnsafeArchives(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, err := tr.client.Upload(ctx, digest, bytes.NewReader(data))
-			if status.Code(err) != codes.InvalidArgument || Reason(err) != tc.reason {
-				t.Fatalf("upload answered %v (reason %q), want InvalidArgument %s", err, Reason(err), tc.reason)
+			if status.Code(err) != codes.InvalidArgument || runner.Reason(err) != tc.reason {
+				t.Fatalf("upload answered %v (reason %q), want InvalidArgument %s", err, runner.Reason(err), tc.reason)
 			}
 			if !strings.Contains(status.Convert(err).Message(), tc.mention) {
 				t.Errorf("error %q does not mention %q", status.Convert(err).Message(), tc.mention)
@@ -141,8 +142,8 @@ func TestUploadRefusesUnsafeArchives(t *testing.T) {
 				t.Fatalf("files written outside the work dir: %v", outside)
 			}
 			// Nothing of a refused archive stays in the source either.
-			if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil); Reason(err) != ReasonNotReady {
-				t.Fatalf("init after a refused upload answered %v, want %s", err, ReasonNotReady)
+			if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil); runner.Reason(err) != runner.ReasonNotReady {
+				t.Fatalf("init after a refused upload answered %v, want %s", err, runner.ReasonNotReady)
 			}
 		})
 	}
@@ -178,8 +179,8 @@ func TestFetchFromTheControllerOnly(t *testing.T) {
 		t.Fatalf("init of the fetched source failed: %v", err)
 	}
 
-	if _, err := tr.client.Fetch(ctx, controllerURL+"/programs/team-a/web/1.tar.gz", "sha256:"+strings.Repeat("cd", 32)); Reason(err) != ReasonDigestMismatch {
-		t.Errorf("fetch with a wrong digest answered %v, want %s", err, ReasonDigestMismatch)
+	if _, err := tr.client.Fetch(ctx, controllerURL+"/programs/team-a/web/1.tar.gz", "sha256:"+strings.Repeat("cd", 32)); runner.Reason(err) != runner.ReasonDigestMismatch {
+		t.Errorf("fetch with a wrong digest answered %v, want %s", err, runner.ReasonDigestMismatch)
 	}
 	if _, err := tr.client.Fetch(ctx, controllerURL+"/programs/team-a/web/2.tar.gz", digest); status.Code(err) != codes.NotFound {
 		t.Errorf("fetch of a missing artifact answered %v, want NotFound", err)
@@ -227,15 +228,15 @@ func TestFetchExternalFromThePodItself(t *testing.T) {
 
 	secretDigest := sha256.Sum256([]byte(secret))
 	_, err = tr.client.FetchExternal(ctx, srv.URL+"/creds", digest)
-	if Reason(err) != ReasonDigestMismatch {
-		t.Fatalf("fetch of the wrong content answered %v, want %s", err, ReasonDigestMismatch)
+	if runner.Reason(err) != runner.ReasonDigestMismatch {
+		t.Fatalf("fetch of the wrong content answered %v, want %s", err, runner.ReasonDigestMismatch)
 	}
 	if msg := err.Error(); strings.Contains(msg, secret) || strings.Contains(msg, hex.EncodeToString(secretDigest[:])) || !strings.Contains(msg, digest) {
 		t.Errorf("mismatch message quotes what was received, or not the digest expected: %s", msg)
 	}
 	_, err = tr.client.FetchExternal(ctx, srv.URL+"/missing", digest)
-	if Reason(err) != ReasonFetchFailed || status.Code(err) != codes.NotFound {
-		t.Fatalf("fetch of a missing URL answered %v, want NotFound %s", err, ReasonFetchFailed)
+	if runner.Reason(err) != runner.ReasonFetchFailed || status.Code(err) != codes.NotFound {
+		t.Fatalf("fetch of a missing URL answered %v, want NotFound %s", err, runner.ReasonFetchFailed)
 	}
 	if msg := status.Convert(err).Message(); strings.Contains(msg, secret) || !strings.Contains(msg, "HTTP 404 from "+strings.TrimPrefix(srv.URL, "http://")) {
 		t.Errorf("404 message %q", msg)
@@ -246,8 +247,8 @@ func TestFetchExternalFromThePodItself(t *testing.T) {
 	}
 	closed := l.Addr().String()
 	_ = l.Close()
-	if _, err := tr.client.FetchExternal(ctx, "http://"+closed+"/x.tar.gz", digest); Reason(err) != ReasonFetchFailed || status.Code(err) != codes.Unavailable {
-		t.Errorf("fetch from a closed port answered %v, want Unavailable %s", err, ReasonFetchFailed)
+	if _, err := tr.client.FetchExternal(ctx, "http://"+closed+"/x.tar.gz", digest); runner.Reason(err) != runner.ReasonFetchFailed || status.Code(err) != codes.Unavailable {
+		t.Errorf("fetch from a closed port answered %v, want Unavailable %s", err, runner.ReasonFetchFailed)
 	}
 	if _, err := tr.client.FetchExternal(ctx, "file:///etc/passwd", digest); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("fetch of a file URL answered %v, want InvalidArgument", err)

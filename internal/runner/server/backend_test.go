@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"archive/zip"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -93,7 +94,7 @@ func TestHTTPBackendUsesTheRunnerCertificateWithoutStoringIt(t *testing.T) {
 	backend.mu.Lock()
 	backend.lock = []byte(`{"ID":"dead-run-lock","Operation":"OperationTypeApply","Who":"run-0"}`)
 	backend.mu.Unlock()
-	if _, err := tr.client.Plan(ctx, &runnerv1.PlanRequest{}, nil); Reason(err) != ReasonStateLocked || !strings.Contains(err.Error(), "dead-run-lock") {
+	if _, err := tr.client.Plan(ctx, &runnerv1.PlanRequest{}, nil); runner.Reason(err) != runner.ReasonStateLocked || !strings.Contains(err.Error(), "dead-run-lock") {
 		t.Fatalf("plan against a held lock answered %v, want a STATE_LOCKED failure naming the lock", err)
 	}
 	if err := tr.client.ForceUnlock(ctx, "dead-run-lock"); err != nil {

@@ -1,6 +1,8 @@
-package runner
+package server
 
 import (
+	"github.com/terrace-dev/terrace/internal/runner"
+
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -33,7 +35,7 @@ const (
 // outputs the runner reads from its own state.
 func (s *Server) CheckHealth(ctx context.Context, req *runnerv1.CheckHealthRequest) (*runnerv1.CheckHealthResponse, error) {
 	if len(req.GetChecks()) > maxHealthChecks {
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("at most %d health checks", maxHealthChecks))
+		return nil, statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, fmt.Sprintf("at most %d health checks", maxHealthChecks))
 	}
 	release, err := s.acquire("check-health")
 	if err != nil {
@@ -177,13 +179,4 @@ func checkTCP(ctx context.Context, address string) error {
 		return fmt.Errorf("connect failed: %v", err)
 	}
 	return conn.Close()
-}
-
-// CheckHealth asks the runner to run health checks.
-func (c *Client) CheckHealth(ctx context.Context, checks []*runnerv1.HealthCheck) ([]*runnerv1.HealthCheckResult, error) {
-	resp, err := c.rpc.CheckHealth(ctx, &runnerv1.CheckHealthRequest{Checks: checks})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetResults(), nil
 }

@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/terrace-dev/terrace/internal/runner"
 	"github.com/terrace-dev/terrace/internal/runphase"
 	"github.com/terrace-dev/terrace/internal/tf"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
@@ -28,7 +29,7 @@ func (s *Server) Init(req *runnerv1.InitRequest, stream runnerv1.RunnerService_I
 			return s.toStatus(fmt.Errorf("failed to load the runner certificate for the http backend: %w", err))
 		}
 		if leaf == nil {
-			return statusError(codes.FailedPrecondition, ReasonNotReady, "this runner has no certificate files for the http backend")
+			return statusError(codes.FailedPrecondition, runner.ReasonNotReady, "this runner has no certificate files for the http backend")
 		}
 		opts.HTTPBackend = &tf.HTTPBackend{
 			Address: b.GetAddress(), LockAddress: b.GetLockAddress(), UnlockAddress: b.GetUnlockAddress(),
@@ -113,7 +114,7 @@ func stateTooLarge(res *tf.PlanResult, limit int64) error {
 	if limit <= 0 || res.PlannedStateBytes <= limit {
 		return nil
 	}
-	return statusError(codes.FailedPrecondition, ReasonStateTooLarge, tf.StateTooLargeMessage(res.PlanID, res.PlannedStateBytes, limit))
+	return statusError(codes.FailedPrecondition, runner.ReasonStateTooLarge, tf.StateTooLargeMessage(res.PlanID, res.PlannedStateBytes, limit))
 }
 
 // Plan saves a plan and streams its logs, redacted JSON and summary.
@@ -230,7 +231,7 @@ func (s *Server) ShowPlan(req *runnerv1.ShowPlanRequest, stream runnerv1.RunnerS
 	case runnerv1.PlanFormat_PLAN_FORMAT_HUMAN:
 		data, err = s.exec.ShowPlanHuman(stream.Context(), req.GetPlanId())
 	default:
-		return statusError(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("unknown plan format %v", req.GetFormat()))
+		return statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, fmt.Sprintf("unknown plan format %v", req.GetFormat()))
 	}
 	if err != nil {
 		return s.toStatus(err)
@@ -278,7 +279,7 @@ func (s *Server) Output(_ *runnerv1.OutputRequest, stream runnerv1.RunnerService
 		value := []byte(o.Value)
 		first := true
 		for first || len(value) > 0 {
-			n := min(len(value), chunkSize)
+			n := min(len(value), runner.ChunkSize)
 			msg := &runnerv1.OutputResponse{Name: name, Sensitive: o.Sensitive, ValueChunk: value[:n], Last: n == len(value)}
 			if first {
 				msg.TypeJson = o.Type

@@ -1,4 +1,4 @@
-package runner
+package server
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/terrace-dev/terrace/internal/pki"
+	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -51,21 +52,21 @@ func TestWarmRunnerWorksOnlyForTheRunThatClaimedIt(t *testing.T) {
 	})
 	url := serveTLS(t, handler, pki.ServerTLSConfig(certSource(t, issue(t, tr.authority, pki.ControllerIdentity)), pki.TrustFunc(tr.authority.TrustPool), nil)) + "/programs/team-a/web/1.tar.gz"
 
-	if _, err := tr.client.Fetch(ctx, url, digest); Reason(err) != ReasonNotClaimed {
-		t.Fatalf("fetch before the claim answered %v, want %s", err, ReasonNotClaimed)
+	if _, err := tr.client.Fetch(ctx, url, digest); runner.Reason(err) != runner.ReasonNotClaimed {
+		t.Fatalf("fetch before the claim answered %v, want %s", err, runner.ReasonNotClaimed)
 	}
-	if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil); Reason(err) != ReasonNotClaimed {
-		t.Fatalf("init before the claim answered %v, want %s", err, ReasonNotClaimed)
+	if _, err := tr.client.Init(ctx, &runnerv1.InitRequest{}, nil); runner.Reason(err) != runner.ReasonNotClaimed {
+		t.Fatalf("init before the claim answered %v, want %s", err, runner.ReasonNotClaimed)
 	}
 	if len(seen) != 0 {
 		t.Fatalf("an unclaimed runner made requests as %v", seen)
 	}
 
-	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.RunnerIdentity("team-b", "web", "run-1"))); Reason(err) != ReasonInvalidArgument {
-		t.Errorf("a claim by a run of another namespace answered %v, want %s", err, ReasonInvalidArgument)
+	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.RunnerIdentity("team-b", "web", "run-1"))); runner.Reason(err) != runner.ReasonInvalidArgument {
+		t.Errorf("a claim by a run of another namespace answered %v, want %s", err, runner.ReasonInvalidArgument)
 	}
-	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.ControllerIdentity)); Reason(err) != ReasonInvalidArgument {
-		t.Errorf("a claim with the controller's identity answered %v, want %s", err, ReasonInvalidArgument)
+	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.ControllerIdentity)); runner.Reason(err) != runner.ReasonInvalidArgument {
+		t.Errorf("a claim with the controller's identity answered %v, want %s", err, runner.ReasonInvalidArgument)
 	}
 
 	run := pki.RunnerIdentity("team-a", "web", "run-1")
@@ -79,8 +80,8 @@ func TestWarmRunnerWorksOnlyForTheRunThatClaimedIt(t *testing.T) {
 	if len(seen) != 1 || seen[0] != run {
 		t.Errorf("the claimed runner fetched as %v, want the run's identity %s", seen, run)
 	}
-	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.RunnerIdentity("team-a", "web", "run-2"))); Reason(err) != ReasonNotClaimed {
-		t.Errorf("a second claim answered %v, want %s: warm runners are single-use", err, ReasonNotClaimed)
+	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.RunnerIdentity("team-a", "web", "run-2"))); runner.Reason(err) != runner.ReasonNotClaimed {
+		t.Errorf("a second claim answered %v, want %s: warm runners are single-use", err, runner.ReasonNotClaimed)
 	}
 }
 
@@ -89,7 +90,7 @@ func TestRunnerOfOneRunCannotBeClaimed(t *testing.T) {
 	tr := startRunner(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.RunnerIdentity("team-a", "web", "run-2"))); Reason(err) != ReasonNotClaimed {
-		t.Errorf("claiming a runner of one run answered %v, want %s", err, ReasonNotClaimed)
+	if _, err := tr.client.Claim(ctx, issue(t, tr.authority, pki.RunnerIdentity("team-a", "web", "run-2"))); runner.Reason(err) != runner.ReasonNotClaimed {
+		t.Errorf("claiming a runner of one run answered %v, want %s", err, runner.ReasonNotClaimed)
 	}
 }

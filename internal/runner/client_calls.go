@@ -1,0 +1,28 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/terrace-dev/terrace/internal/pki"
+	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
+)
+
+// Claim hands a warm runner the credentials of the run that claims it and
+// returns the run identity the runner now presents.
+func (c *Client) Claim(ctx context.Context, leaf *pki.Leaf) (pki.Identity, error) {
+	resp, err := c.rpc.Claim(ctx, &runnerv1.ClaimRequest{CertificatePem: leaf.CertPEM, KeyPem: leaf.KeyPEM, CaBundlePem: leaf.CABundlePEM})
+	if err != nil {
+		return "", fmt.Errorf("failed to claim the warm runner: %w", err)
+	}
+	return pki.Identity(resp.GetIdentity()), nil
+}
+
+// CheckHealth asks the runner to run health checks.
+func (c *Client) CheckHealth(ctx context.Context, checks []*runnerv1.HealthCheck) ([]*runnerv1.HealthCheckResult, error) {
+	resp, err := c.rpc.CheckHealth(ctx, &runnerv1.CheckHealthRequest{Checks: checks})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetResults(), nil
+}
