@@ -242,4 +242,11 @@ type PullRequestPlan struct {
 	// PlannedAt is when the head commit was last planned.
 	// +optional
 	PlannedAt *metav1.Time `json:"plannedAt,omitempty"`
+
+	// RunID is the run planning the head commit while it runs. Its runner's
+	// certificate is a read-only identity: the state server lets it read
+	// the Stack's state only while this names the run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	RunID string `json:"runID,omitempty"`
 }

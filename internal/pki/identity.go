@@ -101,6 +101,28 @@ func (id Identity) Runner() (namespace, stack, runID string, ok bool) {
 	return parts[0], parts[1], parts[2], true
 }
 
+// readOnlySegment ends the identity of a read-only run.
+const readOnlySegment = "read-only"
+
+// ReadOnlyRunnerIdentity is the identity of a plan-only run of a pull
+// request: terrace://runner/{namespace}/{stack}/{runID}/read-only. It names
+// the Stack, but Runner refuses it, so no server that checks Runner accepts
+// it; the state server lets it read that Stack's state and nothing else
+// (no write, lock, unlock or delete), while the run is current.
+func ReadOnlyRunnerIdentity(namespace, stack, runID string) Identity {
+	return RunnerIdentity(namespace, stack, runID) + "/" + readOnlySegment
+}
+
+// ReadOnlyRunner splits a read-only run's identity; ok is false for any
+// other identity, a run's own included.
+func (id Identity) ReadOnlyRunner() (namespace, stack, runID string, ok bool) {
+	run, found := strings.CutSuffix(string(id), "/"+readOnlySegment)
+	if !found {
+		return "", "", "", false
+	}
+	return Identity(run).Runner()
+}
+
 // Validate reports whether id is one of the identities Terrace issues.
 func (id Identity) Validate() error {
 	if id == ControllerIdentity {
@@ -115,8 +137,11 @@ func (id Identity) Validate() error {
 	if _, _, _, ok := id.RunnerClass(); ok {
 		return nil
 	}
-	return fmt.Errorf("%q is not a terrace identity (want %s, %s, %s or %s)", string(id), ControllerIdentity, RunnerIdentity("{namespace}", "{stack}", "{runID}"),
-		RunnerClassIdentity("{namespace}", "{class}", "{pod}"), APIIdentity("{namespace}"))
+	if _, _, _, ok := id.ReadOnlyRunner(); ok {
+		return nil
+	}
+	return fmt.Errorf("%q is not a terrace identity (want %s, %s, %s, %s or %s)", string(id), ControllerIdentity, RunnerIdentity("{namespace}", "{stack}", "{runID}"),
+		ReadOnlyRunnerIdentity("{namespace}", "{stack}", "{runID}"), RunnerClassIdentity("{namespace}", "{class}", "{pod}"), APIIdentity("{namespace}"))
 }
 
 func (id Identity) String() string { return string(id) }

@@ -244,3 +244,30 @@ func TestRunnerClassIdentityNamesNoStack(t *testing.T) {
 		t.Errorf("a run of a Stack named class parses as a class identity")
 	}
 }
+
+func TestReadOnlyRunnerIdentityIsNoRunIdentity(t *testing.T) {
+	id := ReadOnlyRunnerIdentity("team-a", "web", "pr-12-0a1b2c")
+	if id != "terrace://runner/team-a/web/pr-12-0a1b2c/read-only" {
+		t.Fatalf("unexpected identity %q", id)
+	}
+	if err := id.Validate(); err != nil {
+		t.Fatalf("Validate(%s) = %v", id, err)
+	}
+	ns, stack, run, ok := id.ReadOnlyRunner()
+	if !ok || ns != "team-a" || stack != "web" || run != "pr-12-0a1b2c" {
+		t.Errorf("ReadOnlyRunner() = %q %q %q %v", ns, stack, run, ok)
+	}
+	// Every server that admits runs by Runner() refuses it: the artifact
+	// server, the runner's claim, a run's own access to its state.
+	if _, _, _, ok := id.Runner(); ok {
+		t.Errorf("%s parses as a run identity", id)
+	}
+	if _, _, _, ok := RunnerIdentity("team-a", "web", "read-only").ReadOnlyRunner(); ok {
+		t.Errorf("a run named read-only parses as a read-only identity")
+	}
+	for _, bad := range []Identity{"terrace://runner/team-a/web/run/x/read-only", "terrace://runner/team-a/WEB/run/read-only"} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%q validated", bad)
+		}
+	}
+}

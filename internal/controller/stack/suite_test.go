@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,6 +168,14 @@ func (c currentRunChecker) IsCurrentRun(ctx context.Context, namespace, stack, r
 		return false, client.IgnoreNotFound(err)
 	}
 	return st.Status.CurrentRun == runID, nil
+}
+
+func (c currentRunChecker) IsCurrentPullRequestRun(ctx context.Context, namespace, stack, runID, _ string) (bool, error) {
+	var st terracev1.Stack
+	if err := c.live.Get(ctx, client.ObjectKey{Namespace: namespace, Name: stack}, &st); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return slices.ContainsFunc(st.Status.PullRequests, func(p terracev1.PullRequestPlan) bool { return p.RunID == runID }), nil
 }
 
 // processRuns starts each run's runner as a gRPC server in this process,

@@ -21,6 +21,9 @@ func (h *Handler) authorize(ctx context.Context, id pki.Identity, podUID string,
 	if id == pki.ControllerIdentity {
 		return nil
 	}
+	if ns, stack, runID, ok := id.ReadOnlyRunner(); ok {
+		return h.authorizeReadOnly(ctx, id, podUID, key, method, ns, stack, runID)
+	}
 	ns, stack, runID, ok := id.Runner()
 	if !ok {
 		return fmt.Errorf("%w: identity %s may not use the state server", errForbidden, id)
@@ -40,6 +43,30 @@ func (h *Handler) authorize(ctx context.Context, id pki.Identity, podUID string,
 	}
 	if !current {
 		return fmt.Errorf("%w: run %s is not the current run of Stack %s/%s, or this certificate is not its runner pod's: it works only while the run is current, from the pod it was issued for", errForbidden, runID, ns, stack)
+	}
+	return nil
+}
+
+// authorizeReadOnly lets a read-only run (a pull request's plan) read its
+// own Stack's state and nothing more: no write, lock, unlock or delete,
+// whatever the module it runs tries. tofu plans such a run with -lock=false;
+// its certificate is what is checked, so no flag of the run's can widen it.
+func (h *Handler) authorizeReadOnly(ctx context.Context, id pki.Identity, podUID string, key state.Key, method, ns, stack, runID string) error {
+	if ns != key.Namespace || stack != key.Stack {
+		return fmt.Errorf("%w: identity %s may not use the state of %s/%s", errForbidden, id, key.Namespace, key.Stack)
+	}
+	if method != http.MethodGet {
+		return fmt.Errorf("%w: %s is a pull request's plan-only run: it may read the state of %s/%s, never change or lock it (%s refused)", errForbidden, id, ns, stack, method)
+	}
+	if h.Runs == nil {
+		return fmt.Errorf("%w: runner identities are not accepted: the server has no way to tell current runs", errForbidden)
+	}
+	current, err := h.Runs.IsCurrentPullRequestRun(ctx, ns, stack, runID, podUID)
+	if err != nil {
+		return fmt.Errorf("failed to check that run %s is current: %w", runID, err)
+	}
+	if !current {
+		return fmt.Errorf("%w: run %s is not a current pull-request run of Stack %s/%s, or this certificate is not its runner pod's", errForbidden, runID, ns, stack)
 	}
 	return nil
 }

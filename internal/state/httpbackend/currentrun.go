@@ -3,6 +3,7 @@ package httpbackend
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,9 @@ type RunChecker interface {
 	// and podUID the UID of its runner pod: the pod the run's certificate
 	// was issued for (pki.PodUIDFromCertificate; "" is no pod, never current).
 	IsCurrentRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error)
+	// IsCurrentPullRequestRun is IsCurrentRun for a pull request's
+	// plan-only run: one the Stack's status.pullRequests names.
+	IsCurrentPullRequestRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error)
 }
 
 // StackRuns is the RunChecker of the controller. A run is current while the
@@ -60,19 +64,31 @@ const maxEndedRuns = 10000
 
 // IsCurrentRun implements RunChecker.
 func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error) {
-	if podUID == "" {
+	return s.isCurrentRun(ctx, runRef{namespace: namespace, stack: stack, runID: runID, podUID: types.UID(podUID)})
+}
+
+// IsCurrentPullRequestRun implements RunChecker.
+func (s *StackRuns) IsCurrentPullRequestRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error) {
+	return s.isCurrentRun(ctx, runRef{namespace: namespace, stack: stack, runID: runID, podUID: types.UID(podUID), pullRequest: true})
+}
+
+func (s *StackRuns) isCurrentRun(ctx context.Context, run runRef) (bool, error) {
+	namespace, stack, runID := run.namespace, run.stack, run.runID
+	if run.podUID == "" {
 		// A certificate bound to no pod: issued before runs were bound to
 		// their pods, or not for a run at all.
 		return false, nil
 	}
 	key := namespace + "/" + stack + "/" + runID
+	if run.pullRequest {
+		key += "/read-only"
+	}
 	s.mu.Lock()
 	ended := s.ended[key]
 	s.mu.Unlock()
 	if ended {
 		return false, nil
 	}
-	run := runRef{namespace: namespace, stack: stack, runID: runID, podUID: types.UID(podUID)}
 	ok, podName, err := isCurrent(ctx, s.Stacks, s.Pods, run, "")
 	if err == nil && ok {
 		return true, nil
@@ -96,6 +112,17 @@ func (s *StackRuns) IsCurrentRun(ctx context.Context, namespace, stack, runID, p
 type runRef struct {
 	namespace, stack, runID string
 	podUID                  types.UID
+	// pullRequest: a read-only run, current while status.pullRequests
+	// names it (status.currentRun never does).
+	pullRequest bool
+}
+
+// namedBy reports whether st's status names run as current.
+func (run runRef) namedBy(st *terracev1.Stack) bool {
+	if !run.pullRequest {
+		return st.Status.CurrentRun == run.runID
+	}
+	return slices.ContainsFunc(st.Status.PullRequests, func(p terracev1.PullRequestPlan) bool { return p.RunID == run.runID })
 }
 
 // isCurrent reads the Stack and, when its status names the run, the run's
@@ -111,7 +138,7 @@ func isCurrent(ctx context.Context, stacks, pods client.Reader, run runRef, podN
 		}
 		return false, "", fmt.Errorf("failed to read Stack %s/%s: %w", namespace, stack, err)
 	}
-	if st.Status.CurrentRun != runID {
+	if run.runID == "" || !run.namedBy(st) {
 		return false, "", nil
 	}
 	pod := runnerPodMetadata()

@@ -100,6 +100,9 @@ func (f *fixture) leaf(t *testing.T, id pki.Identity) *pki.Leaf {
 	if ns, stack, runID, ok := id.Runner(); ok {
 		req.PodUID = f.runs.podUID(t, ns, stack, runID)
 	}
+	if ns, stack, runID, ok := id.ReadOnlyRunner(); ok {
+		req.PodUID = f.runs.podUID(t, ns, stack, runID)
+	}
 	leaf, err := f.authority.Issue(req)
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,24 @@ func (r *runRegistry) startRun(t *testing.T, ns, stack, runID string) {
 	}
 }
 
+// startPullRequestRun records runID as the plan-only run of pull request
+// number in the Stack's status.pullRequests, with a runner pod.
+func (r *runRegistry) startPullRequestRun(t *testing.T, ns, stack string, number int64, runID string) {
+	t.Helper()
+	ctx := context.Background()
+	st := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: stack}}
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(st), st); err != nil {
+		t.Fatal(err)
+	}
+	st.Status.PullRequests = append(st.Status.PullRequests, terracev1.PullRequestPlan{Number: number, RunID: runID, Status: terracev1.PullRequestPlanPending})
+	if err := r.client.Update(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.client.Create(ctx, runnerPod(ns, stack, runID, runPodUID(ns, stack, runID))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runnerPod is the runner pod of a run as the launcher makes it.
 func runnerPod(ns, stack, runID string, uid types.UID) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: launcher.PodName(stack, runID), UID: uid, Labels: map[string]string{
