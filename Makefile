@@ -105,7 +105,7 @@ deps-demo:
 test: deps ## The whole suite: verify, unit, envtest and end-to-end tests, with the tools from `make tools`.
 	hack/phase.sh tools hack/tools/build.sh >/dev/null
 	hack/phase.sh verify $(MAKE) verify
-	hack/phase.sh go-test env $$(hack/tools/build.sh --env) go test ./... -count=1 -timeout 45m
+	hack/phase.sh go-test env $$(hack/tools/build.sh --env) hack/go-test.sh -count=1 -timeout 45m
 
 test-e2e: deps ## The end-to-end tier alone: dev cluster, runner pods, real tofu.
 	hack/tools/build.sh >/dev/null
