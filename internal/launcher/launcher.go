@@ -133,6 +133,12 @@ type RunSpec struct {
 	// Timings, when set, receives the run's pod phase: from Start until
 	// the runner answers over mutual TLS (the run's StartDuration).
 	Timings *runphase.Timings
+
+	// ReadOnly runs a pull request's plan: the pod's certificate is the
+	// run's read-only identity (pki.ReadOnlyRunnerIdentity), with which the
+	// state server lets it read the Stack's state and nothing more. Such a
+	// run never claims a warm pod (a warm pod is handed a run identity).
+	ReadOnly bool
 }
 
 // Launcher starts runner pods. It is safe for concurrent use.
@@ -253,6 +259,9 @@ func (l *Launcher) Start(ctx context.Context, spec RunSpec) (*Run, error) {
 	started := time.Now()
 	podName := p.podName
 	identity := pki.RunnerIdentity(stack.Namespace, stack.Name, spec.RunID)
+	if spec.ReadOnly {
+		identity = pki.ReadOnlyRunnerIdentity(stack.Namespace, stack.Name, spec.RunID)
+	}
 	log := ctrl.LoggerFrom(ctx).WithValues("runID", spec.RunID, "pod", types.NamespacedName{Namespace: stack.Namespace, Name: podName}.String())
 
 	validity := min(p.deadline+10*time.Minute, l.opts.Authority.Options().MaxLeafValidity)

@@ -263,3 +263,36 @@ func TestCloseDeletesAnIdleRunsPodAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// A pull request's run: its pod's certificate is the read-only identity,
+// the controller expects that identity, and it never takes a warm pod.
+func TestReadOnlyRunCarriesTheReadOnlyIdentity(t *testing.T) {
+	f := newFixture(t)
+	spec := f.spec("pr-7-a")
+	spec.ReadOnly = true
+	ch := f.startAsync(context.Background(), spec)
+	f.waitForPod("pr-7-a")
+	secret := f.secret("pr-7-a")
+	leaf, err := pki.LeafFromSecretData(secret.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := leaf.Certificate()
+	want := pki.ReadOnlyRunnerIdentity(f.stack.Namespace, "web", "pr-7-a")
+	if id, _ := pki.IdentityFromCertificate(cert); id != want {
+		t.Fatalf("leaf identity = %s, want %s", id, want)
+	}
+	f.serveRunner(secret, f.nextPodIP())
+	f.setStatus("pr-7-a", running("127.0.0.1", false))
+	res := f.await(ch, 20*time.Second)
+	if res.err != nil {
+		t.Fatalf("Start: %v", res.err)
+	}
+	if res.run.Identity() != want {
+		t.Errorf("run identity = %s, want %s", res.run.Identity(), want)
+	}
+	if err := res.run.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.podGone("pr-7-a")
+}

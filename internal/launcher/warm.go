@@ -165,6 +165,9 @@ func (l *Launcher) Claim(ctx context.Context, w *Run, spec RunSpec) (*Run, error
 	if err := validateRunSpec(&spec); err != nil {
 		return nil, l.discardWarm(ctx, w, err)
 	}
+	if spec.ReadOnly {
+		return nil, l.discardWarm(ctx, w, fmt.Errorf("%w: a read-only run cannot claim a warm pod", ErrInvalidSpec))
+	}
 	if spec.RunID != w.ID() {
 		return nil, l.discardWarm(ctx, w, fmt.Errorf("%w: run %s cannot claim warm pod %s", ErrInvalidSpec, spec.RunID, w.pod.Name))
 	}

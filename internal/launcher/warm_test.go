@@ -141,6 +141,16 @@ func TestClaimRefusesARunOfAnotherID(t *testing.T) {
 	})
 }
 
+func TestClaimRefusesAReadOnlyRun(t *testing.T) {
+	f := newFixture(t)
+	w := f.startWarmReady()
+	spec := f.spec(w.ID())
+	spec.ReadOnly = true
+	if _, err := f.launcher.Claim(context.Background(), w, spec); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("a read-only run claimed a warm pod: %v", err)
+	}
+}
+
 // TestClaimChecksTheRunnerPolicy: the runner policy holds for a warm pod's
 // run as for a cold one: a run whose image the policy refuses cannot claim
 // it, gets ErrPolicyViolation, and the pod is deleted, never handed on.
