@@ -50,6 +50,18 @@ func installationOf(stack *terracev1.Stack) *apiv1.Installation {
 	if src.SourceRef != nil {
 		in.Source.SourceRef = src.SourceRef.Kind + "/" + src.SourceRef.Name
 	}
+	if src.Git != nil {
+		in.Source.GitUrl = src.Git.URL
+	}
+	if g := stack.Status.Git; g != nil {
+		in.Git = &apiv1.GitCommit{Revision: g.Revision, Message: g.Message, Author: g.Author, CommittedAt: timestampOf(g.CommittedAt)}
+	}
+	for _, pr := range stack.Status.PullRequests {
+		in.PullRequests = append(in.PullRequests, &apiv1.PullRequestPlan{
+			Number: pr.Number, Title: pr.Title, Url: pr.URL, HeadRevision: pr.HeadRevision, Status: pr.Status,
+			Add: pr.Add, Change: pr.Change, Destroy: pr.Destroy, Message: pr.Message, PlannedAt: timestampOf(pr.PlannedAt),
+		})
+	}
 	if in.Installation {
 		// Another Stack's Secrets are its own, not values this API writes.
 		in.ValuesSecret = valuesSecretOf(stack)

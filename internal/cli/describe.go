@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -132,6 +133,7 @@ func printDescription(out io.Writer, d *description, now time.Time) error {
 		// What Flux, Argo CD and kubectl wait make of the Stack.
 		field("kstatus", fmt.Sprintf("%s: %s", health, oneLine(why)))
 	}
+	field("Git commit", gitCommitText(st.Status.Git, now))
 	field("Applied revision", st.Status.LastAppliedRevision)
 	field("Attempted revision", st.Status.LastAttemptedRevision)
 	field("Planned revision", st.Status.LastPlannedRevision)
@@ -158,6 +160,7 @@ func printDescription(out io.Writer, d *description, now time.Time) error {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(c.LastTransitionTime, now), oneLine(c.Message))
 		}
 	})
+	printPullRequests(out, st, now)
 	printPolicyAndInventory(out, d)
 	section(out, "Last runs (releases)", len(d.Releases), func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "  REVISION\tSTATUS\tSOURCE REVISION\tPLAN\tSTARTED\tDURATION\tTOOL")
@@ -203,8 +206,64 @@ func sourceText(st *terracev1.Stack) string {
 		return fmt.Sprintf("%s %s/%s", src.SourceRef.Kind, ns, src.SourceRef.Name)
 	case src.URL != "":
 		return src.URL + " (" + src.Digest + ")"
+	case src.Git != nil:
+		return "Git " + src.Git.URL + " " + gitRefText(src.Git.Ref)
 	}
 	return ""
+}
+
+// gitRefText is the ref a Git source follows, as the user set it.
+func gitRefText(ref *terracev1.GitRef) string {
+	switch {
+	case ref == nil:
+		return "branch main"
+	case ref.Tag != "":
+		return "tag " + ref.Tag
+	case ref.SemVer != "":
+		return "semver " + ref.SemVer
+	case ref.Commit != "" && ref.Branch != "":
+		return "commit " + ref.Commit + " on branch " + ref.Branch
+	case ref.Commit != "":
+		return "commit " + ref.Commit
+	default:
+		return "branch " + valueOr(ref.Branch, "main")
+	}
+}
+
+// gitCommitText is the commit a Git source resolved to, with its message.
+func gitCommitText(g *terracev1.GitStatus, now time.Time) string {
+	if g == nil || g.Revision == "" {
+		return ""
+	}
+	text := g.Revision
+	if g.Message != "" {
+		text += " " + strconv.Quote(g.Message)
+	}
+	if g.Author != "" {
+		text += " by " + g.Author
+	}
+	if g.CommittedAt != nil {
+		text += ", " + age(*g.CommittedAt, now) + " ago"
+	}
+	return text
+}
+
+// printPullRequests lists the plans of the Stack's open pull requests.
+func printPullRequests(out io.Writer, st *terracev1.Stack, now time.Time) {
+	if st.Spec.Source.Git == nil || st.Spec.Source.Git.PullRequests == nil || !st.Spec.Source.Git.PullRequests.Enabled {
+		return
+	}
+	section(out, "Pull request plans", len(st.Status.PullRequests), func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "  PULL REQUEST\tHEAD\tSTATUS\tPLAN\tPLANNED\tURL\tMESSAGE")
+		for _, p := range st.Status.PullRequests {
+			planned := "-"
+			if p.PlannedAt != nil {
+				planned = age(*p.PlannedAt, now) + " ago"
+			}
+			fmt.Fprintf(tw, "  #%d %s\t%s\t%s\t+%d ~%d -%d\t%s\t%s\t%s\n", p.Number, oneLine(p.Title), p.HeadRevision, valueOr(p.Status, "Pending"),
+				p.Add, p.Change, p.Destroy, planned, p.URL, oneLine(p.Message))
+		}
+	})
 }
 
 func runDuration(r release.Release) string {

@@ -111,7 +111,7 @@ function notice(text, kind) {
 function when(ts) { return ts ? new Date(ts).toLocaleString() : "—"; }
 
 function badge(phase) {
-  const kind = { Ready: "ok", AwaitingApproval: "warn", Planning: "warn", Applying: "warn", Failed: "bad", Deleting: "bad" }[phase] || "idle";
+  const kind = { Ready: "ok", AwaitingApproval: "warn", Planning: "warn", Applying: "warn", Failed: "bad", Deleting: "bad", Planned: "ok", Pending: "warn" }[phase] || "idle";
   const words = { AwaitingApproval: "Awaiting approval" }[phase] || phase || "Unknown";
   return el("span", { class: "badge " + kind, "data-phase": phase || "" }, words);
 }

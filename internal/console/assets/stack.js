@@ -14,10 +14,11 @@ function renderStack(namespace, name) {
   const plan = el("section", { id: "plan", "aria-labelledby": "h-plan" });
   const conditions = el("section", { "aria-labelledby": "h-conditions" });
   const releases = el("section", { id: "releases", "aria-labelledby": "h-releases" });
+  const pulls = el("section", { id: "pull-requests", "aria-labelledby": "h-pull-requests" });
   const outputs = el("section", { id: "outputs", "aria-labelledby": "h-outputs" });
   const log = el("section", { id: "log", "aria-labelledby": "h-log" });
   const message = el("div", { id: "action-result", role: "alert" });
-  show(el("p", {}, el("a", { href: "#/" }, "← Stacks")), title, summary, actions, message, plan, conditions, releases, outputs, log);
+  show(el("p", {}, el("a", { href: "#/" }, "← Stacks")), title, summary, actions, message, plan, pulls, conditions, releases, outputs, log);
   let access = {};
   let seen = { plan: null, release: null, run: null };
   const req = { namespace, name };
@@ -54,8 +55,10 @@ function renderStack(namespace, name) {
       el("dt", {}, "Status"), el("dd", { id: "phase" }, badge(inst.phase)),
       el("dt", {}, "Message"), el("dd", { id: "ready-message" }, inst.message || "—"),
       el("dt", {}, "Namespace"), el("dd", {}, inst.namespace),
-      el("dt", {}, "Source"), el("dd", {}, src.programRef ? "Program " + src.programRef : src.url || src.sourceRef || "—"),
+      el("dt", {}, "Source"), el("dd", {}, src.programRef ? "Program " + src.programRef : src.url || src.sourceRef || src.gitUrl || "—"),
       el("dt", {}, "Revision"), el("dd", {}, el("code", {}, inst.revision || "—")),
+      inst.git ? el("dt", {}, "Commit") : "", inst.git ? el("dd", { id: "git-commit" }, el("code", {}, inst.git.revision || ""),
+        inst.git.message ? " " + inst.git.message : "", inst.git.author ? el("span", { class: "hint" }, " by " + inst.git.author + (inst.git.committedAt ? ", " + when(inst.git.committedAt) : "")) : "") : "",
       el("dt", {}, "Release"), el("dd", { id: "release" }, inst.release ? String(inst.release) : "none yet"),
       el("dt", {}, "Approval"), el("dd", {}, inst.approvePlan === "auto" ? "every plan is applied" : inst.approvePlan ? "plan " + inst.approvePlan + " approved" : "plans wait for approval"),
       el("dt", {}, "Made by"), el("dd", { id: "made-by" }, inst.installation ? "the Installations API (an installation)" : "kubectl or another tool (not an installation)"),
@@ -64,6 +67,27 @@ function renderStack(namespace, name) {
       el("thead", {}, el("tr", {}, ["Type", "Status", "Reason", "Message", "Since"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, (inst.conditions || []).map((c) => el("tr", {}, el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason || ""),
         el("td", { class: "message" }, c.message || ""), el("td", {}, when(c.lastTransitionTime))))))));
+  }
+
+  // Only http(s) links to the forge: a URL in status is the forge's answer.
+  function forgeLink(url, text) {
+    return /^https?:\/\//.test(url || "") ? el("a", { href: url, rel: "noreferrer noopener", target: "_blank" }, text) : text;
+  }
+
+  function drawPullRequests(inst) {
+    const prs = inst.pullRequests || [];
+    if (!prs.length) {
+      pulls.replaceChildren();
+      return;
+    }
+    pulls.replaceChildren(el("h2", { id: "h-pull-requests" }, "Pull request plans"), el("div", { class: "table-wrap" }, el("table", {},
+      el("thead", {}, el("tr", {}, ["Pull request", "Head", "Status", "Added", "Changed", "Destroyed", "Planned", "Message"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, prs.map((p) => el("tr", {},
+        el("td", {}, forgeLink(p.url, "#" + p.number + (p.title ? " " + p.title : ""))),
+        el("td", {}, el("code", { title: p.headRevision || "" }, (p.headRevision || "").replace(/@sha1:([0-9a-f]{8})[0-9a-f]*/, "@$1"))),
+        el("td", {}, badge(p.status || "Pending")), el("td", {}, String(p.add || 0)), el("td", {}, String(p.change || 0)), el("td", {}, String(p.destroy || 0)),
+        el("td", {}, when(p.plannedAt)), el("td", { class: "message" }, p.message || "")))))),
+      el("p", { class: "hint" }, "Plans of pull requests only read the state: they never apply. terrace describe " + name + " -n " + namespace + " lists them too."));
   }
 
   async function drawPlan(inst) {
@@ -136,6 +160,7 @@ function renderStack(namespace, name) {
 
   function update(inst) {
     drawSummary(inst);
+    drawPullRequests(inst);
     drawActions(inst);
     if (seen.plan !== (inst.pendingPlan || "")) { seen.plan = inst.pendingPlan || ""; drawPlan(inst); }
     if (seen.release !== (inst.release || 0)) { seen.release = inst.release || 0; drawReleases(); drawOutputs(); }

@@ -51,7 +51,9 @@ type Source struct {
 	// digest is sha256:<64 hex> of the tarball at url.
 	Digest string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
 	// source_ref is "Kind/name" of a Flux source; shown, never settable here.
-	SourceRef     string `protobuf:"bytes,4,opt,name=source_ref,json=sourceRef,proto3" json:"source_ref,omitempty"`
+	SourceRef string `protobuf:"bytes,4,opt,name=source_ref,json=sourceRef,proto3" json:"source_ref,omitempty"`
+	// git_url is spec.source.git.url; shown, never settable here.
+	GitUrl        string `protobuf:"bytes,5,opt,name=git_url,json=gitUrl,proto3" json:"git_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -110,6 +112,13 @@ func (x *Source) GetDigest() string {
 func (x *Source) GetSourceRef() string {
 	if x != nil {
 		return x.SourceRef
+	}
+	return ""
+}
+
+func (x *Source) GetGitUrl() string {
+	if x != nil {
+		return x.GitUrl
 	}
 	return ""
 }
@@ -951,7 +960,11 @@ type Installation struct {
 	// installation is true for a Stack labelled terrace.dev/installation=true
 	// (one made through this API). Every call serves the other Stacks too,
 	// except List, UpdateValues and Delete (NOT_AN_INSTALLATION).
-	Installation  bool `protobuf:"varint,20,opt,name=installation,proto3" json:"installation,omitempty"`
+	Installation bool `protobuf:"varint,20,opt,name=installation,proto3" json:"installation,omitempty"`
+	// git is the commit the Git source resolved to last.
+	Git *GitCommit `protobuf:"bytes,21,opt,name=git,proto3" json:"git,omitempty"`
+	// pull_requests are the plans of the repository's open pull requests.
+	PullRequests  []*PullRequestPlan `protobuf:"bytes,22,rep,name=pull_requests,json=pullRequests,proto3" json:"pull_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1126,6 +1139,210 @@ func (x *Installation) GetInstallation() bool {
 	return false
 }
 
+func (x *Installation) GetGit() *GitCommit {
+	if x != nil {
+		return x.Git
+	}
+	return nil
+}
+
+func (x *Installation) GetPullRequests() []*PullRequestPlan {
+	if x != nil {
+		return x.PullRequests
+	}
+	return nil
+}
+
+// GitCommit is a commit of a Stack's Git source.
+type GitCommit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is "<ref>@sha1:<40 hex>", as Flux writes it.
+	Revision string `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// message is the first line of the commit message.
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Author        string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	CommittedAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=committed_at,json=committedAt,proto3" json:"committed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitCommit) Reset() {
+	*x = GitCommit{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitCommit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitCommit) ProtoMessage() {}
+
+func (x *GitCommit) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitCommit.ProtoReflect.Descriptor instead.
+func (*GitCommit) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GitCommit) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *GitCommit) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *GitCommit) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *GitCommit) GetCommittedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CommittedAt
+	}
+	return nil
+}
+
+// PullRequestPlan is the plan-only run of one open pull request.
+type PullRequestPlan struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Number int64                  `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
+	Title  string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// url is the pull request on the forge.
+	Url          string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	HeadRevision string `protobuf:"bytes,4,opt,name=head_revision,json=headRevision,proto3" json:"head_revision,omitempty"`
+	// status is Pending, Planned or Failed.
+	Status        string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	Add           int32                  `protobuf:"varint,6,opt,name=add,proto3" json:"add,omitempty"`
+	Change        int32                  `protobuf:"varint,7,opt,name=change,proto3" json:"change,omitempty"`
+	Destroy       int32                  `protobuf:"varint,8,opt,name=destroy,proto3" json:"destroy,omitempty"`
+	Message       string                 `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	PlannedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=planned_at,json=plannedAt,proto3" json:"planned_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRequestPlan) Reset() {
+	*x = PullRequestPlan{}
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRequestPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRequestPlan) ProtoMessage() {}
+
+func (x *PullRequestPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRequestPlan.ProtoReflect.Descriptor instead.
+func (*PullRequestPlan) Descriptor() ([]byte, []int) {
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PullRequestPlan) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *PullRequestPlan) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *PullRequestPlan) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PullRequestPlan) GetHeadRevision() string {
+	if x != nil {
+		return x.HeadRevision
+	}
+	return ""
+}
+
+func (x *PullRequestPlan) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *PullRequestPlan) GetAdd() int32 {
+	if x != nil {
+		return x.Add
+	}
+	return 0
+}
+
+func (x *PullRequestPlan) GetChange() int32 {
+	if x != nil {
+		return x.Change
+	}
+	return 0
+}
+
+func (x *PullRequestPlan) GetDestroy() int32 {
+	if x != nil {
+		return x.Destroy
+	}
+	return 0
+}
+
+func (x *PullRequestPlan) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PullRequestPlan) GetPlannedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PlannedAt
+	}
+	return nil
+}
+
 // Condition is a Kubernetes condition of the Stack.
 type Condition struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
@@ -1140,7 +1357,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[14]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1369,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[14]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1382,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{14}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Condition) GetType() string {
@@ -1231,7 +1448,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[15]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1460,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[15]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1473,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{15}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Plan) GetId() string {
@@ -1367,7 +1584,7 @@ type PlanPolicy struct {
 
 func (x *PlanPolicy) Reset() {
 	*x = PlanPolicy{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1596,7 @@ func (x *PlanPolicy) String() string {
 func (*PlanPolicy) ProtoMessage() {}
 
 func (x *PlanPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[16]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1609,7 @@ func (x *PlanPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanPolicy.ProtoReflect.Descriptor instead.
 func (*PlanPolicy) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{16}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlanPolicy) GetDecision() string {
@@ -1432,7 +1649,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1661,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[17]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1674,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{17}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListReleasesResponse) GetItems() []*Release {
@@ -1490,7 +1707,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1719,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[18]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1732,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{18}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Release) GetNamespace() string {
@@ -1620,7 +1837,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1849,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[19]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1862,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{19}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -1682,7 +1899,7 @@ type ReleaseOutput struct {
 
 func (x *ReleaseOutput) Reset() {
 	*x = ReleaseOutput{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1911,7 @@ func (x *ReleaseOutput) String() string {
 func (*ReleaseOutput) ProtoMessage() {}
 
 func (x *ReleaseOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[20]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1924,7 @@ func (x *ReleaseOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOutput.ProtoReflect.Descriptor instead.
 func (*ReleaseOutput) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{20}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseOutput) GetName() string {
@@ -1749,7 +1966,7 @@ type GetOutputsResponse struct {
 
 func (x *GetOutputsResponse) Reset() {
 	*x = GetOutputsResponse{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1978,7 @@ func (x *GetOutputsResponse) String() string {
 func (*GetOutputsResponse) ProtoMessage() {}
 
 func (x *GetOutputsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[21]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1991,7 @@ func (x *GetOutputsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutputsResponse.ProtoReflect.Descriptor instead.
 func (*GetOutputsResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{21}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetOutputsResponse) GetItems() []*Output {
@@ -1805,7 +2022,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2034,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[22]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2047,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{22}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Output) GetName() string {
@@ -1880,7 +2097,7 @@ type ListAllRequest struct {
 
 func (x *ListAllRequest) Reset() {
 	*x = ListAllRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2109,7 @@ func (x *ListAllRequest) String() string {
 func (*ListAllRequest) ProtoMessage() {}
 
 func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[23]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2122,7 @@ func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllRequest.ProtoReflect.Descriptor instead.
 func (*ListAllRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{23}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListAllRequest) GetCluster() string {
@@ -1959,7 +2176,7 @@ type ListAllResponse struct {
 
 func (x *ListAllResponse) Reset() {
 	*x = ListAllResponse{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2188,7 @@ func (x *ListAllResponse) String() string {
 func (*ListAllResponse) ProtoMessage() {}
 
 func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[24]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2201,7 @@ func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllResponse.ProtoReflect.Descriptor instead.
 func (*ListAllResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{24}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAllResponse) GetItems() []*Installation {
@@ -2028,7 +2245,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2257,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[25]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2270,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{25}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReconcileRequest) GetCluster() string {
@@ -2090,7 +2307,7 @@ type SuspendRequest struct {
 
 func (x *SuspendRequest) Reset() {
 	*x = SuspendRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2319,7 @@ func (x *SuspendRequest) String() string {
 func (*SuspendRequest) ProtoMessage() {}
 
 func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[26]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2332,7 @@ func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
 func (*SuspendRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{26}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SuspendRequest) GetCluster() string {
@@ -2152,7 +2369,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2381,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[27]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2394,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{27}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeRequest) GetCluster() string {
@@ -2216,7 +2433,7 @@ type GetRunLogRequest struct {
 
 func (x *GetRunLogRequest) Reset() {
 	*x = GetRunLogRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2445,7 @@ func (x *GetRunLogRequest) String() string {
 func (*GetRunLogRequest) ProtoMessage() {}
 
 func (x *GetRunLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[28]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2458,7 @@ func (x *GetRunLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunLogRequest.ProtoReflect.Descriptor instead.
 func (*GetRunLogRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{28}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetRunLogRequest) GetCluster() string {
@@ -2288,7 +2505,7 @@ type RunLog struct {
 
 func (x *RunLog) Reset() {
 	*x = RunLog{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2517,7 @@ func (x *RunLog) String() string {
 func (*RunLog) ProtoMessage() {}
 
 func (x *RunLog) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[29]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2530,7 @@ func (x *RunLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunLog.ProtoReflect.Descriptor instead.
 func (*RunLog) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{29}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunLog) GetRun() string {
@@ -2365,7 +2582,7 @@ type GetProgramVariablesRequest struct {
 
 func (x *GetProgramVariablesRequest) Reset() {
 	*x = GetProgramVariablesRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2594,7 @@ func (x *GetProgramVariablesRequest) String() string {
 func (*GetProgramVariablesRequest) ProtoMessage() {}
 
 func (x *GetProgramVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[30]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2607,7 @@ func (x *GetProgramVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramVariablesRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{30}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetProgramVariablesRequest) GetCluster() string {
@@ -2423,7 +2640,7 @@ type ProgramVariables struct {
 
 func (x *ProgramVariables) Reset() {
 	*x = ProgramVariables{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2652,7 @@ func (x *ProgramVariables) String() string {
 func (*ProgramVariables) ProtoMessage() {}
 
 func (x *ProgramVariables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[31]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2665,7 @@ func (x *ProgramVariables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramVariables.ProtoReflect.Descriptor instead.
 func (*ProgramVariables) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{31}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ProgramVariables) GetItems() []*Variable {
@@ -2478,7 +2695,7 @@ type Variable struct {
 
 func (x *Variable) Reset() {
 	*x = Variable{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2707,7 @@ func (x *Variable) String() string {
 func (*Variable) ProtoMessage() {}
 
 func (x *Variable) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[32]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2720,7 @@ func (x *Variable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variable.ProtoReflect.Descriptor instead.
 func (*Variable) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{32}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Variable) GetName() string {
@@ -2568,7 +2785,7 @@ type GetAccessRequest struct {
 
 func (x *GetAccessRequest) Reset() {
 	*x = GetAccessRequest{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2797,7 @@ func (x *GetAccessRequest) String() string {
 func (*GetAccessRequest) ProtoMessage() {}
 
 func (x *GetAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[33]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2810,7 @@ func (x *GetAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccessRequest.ProtoReflect.Descriptor instead.
 func (*GetAccessRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{33}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetAccessRequest) GetCluster() string {
@@ -2632,7 +2849,7 @@ type Access struct {
 
 func (x *Access) Reset() {
 	*x = Access{}
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[34]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2861,7 @@ func (x *Access) String() string {
 func (*Access) ProtoMessage() {}
 
 func (x *Access) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_api_v1_installation_proto_msgTypes[34]
+	mi := &file_terrace_api_v1_installation_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2874,7 @@ func (x *Access) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Access.ProtoReflect.Descriptor instead.
 func (*Access) Descriptor() ([]byte, []int) {
-	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{34}
+	return file_terrace_api_v1_installation_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Access) GetUpdate() bool {
@@ -2692,14 +2909,15 @@ var File_terrace_api_v1_installation_proto protoreflect.FileDescriptor
 
 const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\n" +
-	"!terrace/api/v1/installation.proto\x12\x0eterrace.api.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"r\n" +
+	"!terrace/api/v1/installation.proto\x12\x0eterrace.api.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x01\n" +
 	"\x06Source\x12\x1f\n" +
 	"\vprogram_ref\x18\x01 \x01(\tR\n" +
 	"programRef\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
-	"source_ref\x18\x04 \x01(\tR\tsourceRef\"\x98\x02\n" +
+	"source_ref\x18\x04 \x01(\tR\tsourceRef\x12\x17\n" +
+	"\agit_url\x18\x05 \x01(\tR\x06gitUrl\"\x98\x02\n" +
 	"\rCreateRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12.\n" +
@@ -2755,7 +2973,7 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"k\n" +
 	"\rWatchResponse\x12@\n" +
 	"\finstallation\x18\x01 \x01(\v2\x1c.terrace.api.v1.InstallationR\finstallation\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"\x8b\x05\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xfe\x05\n" +
 	"\fInstallation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12.\n" +
@@ -2780,7 +2998,27 @@ const file_terrace_api_v1_installation_proto_rawDesc = "" +
 	"\rvalues_secret\x18\x11 \x01(\tR\fvaluesSecret\x12\x14\n" +
 	"\x05phase\x18\x12 \x01(\tR\x05phase\x12\x1c\n" +
 	"\tsuspended\x18\x13 \x01(\bR\tsuspended\x12\"\n" +
-	"\finstallation\x18\x14 \x01(\bR\finstallation\"\xb7\x01\n" +
+	"\finstallation\x18\x14 \x01(\bR\finstallation\x12+\n" +
+	"\x03git\x18\x15 \x01(\v2\x19.terrace.api.v1.GitCommitR\x03git\x12D\n" +
+	"\rpull_requests\x18\x16 \x03(\v2\x1f.terrace.api.v1.PullRequestPlanR\fpullRequests\"\x98\x01\n" +
+	"\tGitCommit\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\tR\brevision\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12=\n" +
+	"\fcommitted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vcommittedAt\"\xa7\x02\n" +
+	"\x0fPullRequestPlan\x12\x16\n" +
+	"\x06number\x18\x01 \x01(\x03R\x06number\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12#\n" +
+	"\rhead_revision\x18\x04 \x01(\tR\fheadRevision\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x10\n" +
+	"\x03add\x18\x06 \x01(\x05R\x03add\x12\x16\n" +
+	"\x06change\x18\a \x01(\x05R\x06change\x12\x18\n" +
+	"\adestroy\x18\b \x01(\x05R\adestroy\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x129\n" +
+	"\n" +
+	"planned_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tplannedAt\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -2948,7 +3186,7 @@ func file_terrace_api_v1_installation_proto_rawDescGZIP() []byte {
 	return file_terrace_api_v1_installation_proto_rawDescData
 }
 
-var file_terrace_api_v1_installation_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_terrace_api_v1_installation_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_terrace_api_v1_installation_proto_goTypes = []any{
 	(*Source)(nil),                     // 0: terrace.api.v1.Source
 	(*CreateRequest)(nil),              // 1: terrace.api.v1.CreateRequest
@@ -2964,93 +3202,99 @@ var file_terrace_api_v1_installation_proto_goTypes = []any{
 	(*WatchRequest)(nil),               // 11: terrace.api.v1.WatchRequest
 	(*WatchResponse)(nil),              // 12: terrace.api.v1.WatchResponse
 	(*Installation)(nil),               // 13: terrace.api.v1.Installation
-	(*Condition)(nil),                  // 14: terrace.api.v1.Condition
-	(*Plan)(nil),                       // 15: terrace.api.v1.Plan
-	(*PlanPolicy)(nil),                 // 16: terrace.api.v1.PlanPolicy
-	(*ListReleasesResponse)(nil),       // 17: terrace.api.v1.ListReleasesResponse
-	(*Release)(nil),                    // 18: terrace.api.v1.Release
-	(*PlanSummary)(nil),                // 19: terrace.api.v1.PlanSummary
-	(*ReleaseOutput)(nil),              // 20: terrace.api.v1.ReleaseOutput
-	(*GetOutputsResponse)(nil),         // 21: terrace.api.v1.GetOutputsResponse
-	(*Output)(nil),                     // 22: terrace.api.v1.Output
-	(*ListAllRequest)(nil),             // 23: terrace.api.v1.ListAllRequest
-	(*ListAllResponse)(nil),            // 24: terrace.api.v1.ListAllResponse
-	(*ReconcileRequest)(nil),           // 25: terrace.api.v1.ReconcileRequest
-	(*SuspendRequest)(nil),             // 26: terrace.api.v1.SuspendRequest
-	(*ResumeRequest)(nil),              // 27: terrace.api.v1.ResumeRequest
-	(*GetRunLogRequest)(nil),           // 28: terrace.api.v1.GetRunLogRequest
-	(*RunLog)(nil),                     // 29: terrace.api.v1.RunLog
-	(*GetProgramVariablesRequest)(nil), // 30: terrace.api.v1.GetProgramVariablesRequest
-	(*ProgramVariables)(nil),           // 31: terrace.api.v1.ProgramVariables
-	(*Variable)(nil),                   // 32: terrace.api.v1.Variable
-	(*GetAccessRequest)(nil),           // 33: terrace.api.v1.GetAccessRequest
-	(*Access)(nil),                     // 34: terrace.api.v1.Access
-	(*structpb.Struct)(nil),            // 35: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),      // 36: google.protobuf.Timestamp
-	(*structpb.Value)(nil),             // 37: google.protobuf.Value
+	(*GitCommit)(nil),                  // 14: terrace.api.v1.GitCommit
+	(*PullRequestPlan)(nil),            // 15: terrace.api.v1.PullRequestPlan
+	(*Condition)(nil),                  // 16: terrace.api.v1.Condition
+	(*Plan)(nil),                       // 17: terrace.api.v1.Plan
+	(*PlanPolicy)(nil),                 // 18: terrace.api.v1.PlanPolicy
+	(*ListReleasesResponse)(nil),       // 19: terrace.api.v1.ListReleasesResponse
+	(*Release)(nil),                    // 20: terrace.api.v1.Release
+	(*PlanSummary)(nil),                // 21: terrace.api.v1.PlanSummary
+	(*ReleaseOutput)(nil),              // 22: terrace.api.v1.ReleaseOutput
+	(*GetOutputsResponse)(nil),         // 23: terrace.api.v1.GetOutputsResponse
+	(*Output)(nil),                     // 24: terrace.api.v1.Output
+	(*ListAllRequest)(nil),             // 25: terrace.api.v1.ListAllRequest
+	(*ListAllResponse)(nil),            // 26: terrace.api.v1.ListAllResponse
+	(*ReconcileRequest)(nil),           // 27: terrace.api.v1.ReconcileRequest
+	(*SuspendRequest)(nil),             // 28: terrace.api.v1.SuspendRequest
+	(*ResumeRequest)(nil),              // 29: terrace.api.v1.ResumeRequest
+	(*GetRunLogRequest)(nil),           // 30: terrace.api.v1.GetRunLogRequest
+	(*RunLog)(nil),                     // 31: terrace.api.v1.RunLog
+	(*GetProgramVariablesRequest)(nil), // 32: terrace.api.v1.GetProgramVariablesRequest
+	(*ProgramVariables)(nil),           // 33: terrace.api.v1.ProgramVariables
+	(*Variable)(nil),                   // 34: terrace.api.v1.Variable
+	(*GetAccessRequest)(nil),           // 35: terrace.api.v1.GetAccessRequest
+	(*Access)(nil),                     // 36: terrace.api.v1.Access
+	(*structpb.Struct)(nil),            // 37: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),      // 38: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 39: google.protobuf.Value
 }
 var file_terrace_api_v1_installation_proto_depIdxs = []int32{
 	0,  // 0: terrace.api.v1.CreateRequest.source:type_name -> terrace.api.v1.Source
-	35, // 1: terrace.api.v1.CreateRequest.values:type_name -> google.protobuf.Struct
+	37, // 1: terrace.api.v1.CreateRequest.values:type_name -> google.protobuf.Struct
 	13, // 2: terrace.api.v1.ListResponse.items:type_name -> terrace.api.v1.Installation
-	35, // 3: terrace.api.v1.UpdateValuesRequest.values:type_name -> google.protobuf.Struct
+	37, // 3: terrace.api.v1.UpdateValuesRequest.values:type_name -> google.protobuf.Struct
 	13, // 4: terrace.api.v1.WatchResponse.installation:type_name -> terrace.api.v1.Installation
 	0,  // 5: terrace.api.v1.Installation.source:type_name -> terrace.api.v1.Source
-	14, // 6: terrace.api.v1.Installation.conditions:type_name -> terrace.api.v1.Condition
-	36, // 7: terrace.api.v1.Installation.created_at:type_name -> google.protobuf.Timestamp
-	36, // 8: terrace.api.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	36, // 9: terrace.api.v1.Plan.created_at:type_name -> google.protobuf.Timestamp
-	16, // 10: terrace.api.v1.Plan.policy:type_name -> terrace.api.v1.PlanPolicy
-	18, // 11: terrace.api.v1.ListReleasesResponse.items:type_name -> terrace.api.v1.Release
-	19, // 12: terrace.api.v1.Release.plan:type_name -> terrace.api.v1.PlanSummary
-	20, // 13: terrace.api.v1.Release.outputs:type_name -> terrace.api.v1.ReleaseOutput
-	36, // 14: terrace.api.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	36, // 15: terrace.api.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 16: terrace.api.v1.ReleaseOutput.value:type_name -> google.protobuf.Value
-	22, // 17: terrace.api.v1.GetOutputsResponse.items:type_name -> terrace.api.v1.Output
-	13, // 18: terrace.api.v1.ListAllResponse.items:type_name -> terrace.api.v1.Installation
-	32, // 19: terrace.api.v1.ProgramVariables.items:type_name -> terrace.api.v1.Variable
-	1,  // 20: terrace.api.v1.InstallationService.Create:input_type -> terrace.api.v1.CreateRequest
-	2,  // 21: terrace.api.v1.InstallationService.Get:input_type -> terrace.api.v1.GetRequest
-	3,  // 22: terrace.api.v1.InstallationService.List:input_type -> terrace.api.v1.ListRequest
-	5,  // 23: terrace.api.v1.InstallationService.UpdateValues:input_type -> terrace.api.v1.UpdateValuesRequest
-	6,  // 24: terrace.api.v1.InstallationService.GetPlan:input_type -> terrace.api.v1.GetPlanRequest
-	7,  // 25: terrace.api.v1.InstallationService.ApprovePlan:input_type -> terrace.api.v1.ApprovePlanRequest
-	8,  // 26: terrace.api.v1.InstallationService.ListReleases:input_type -> terrace.api.v1.ListReleasesRequest
-	9,  // 27: terrace.api.v1.InstallationService.GetOutputs:input_type -> terrace.api.v1.GetOutputsRequest
-	10, // 28: terrace.api.v1.InstallationService.Delete:input_type -> terrace.api.v1.DeleteRequest
-	11, // 29: terrace.api.v1.InstallationService.Watch:input_type -> terrace.api.v1.WatchRequest
-	23, // 30: terrace.api.v1.InstallationService.ListAll:input_type -> terrace.api.v1.ListAllRequest
-	23, // 31: terrace.api.v1.InstallationService.WatchAll:input_type -> terrace.api.v1.ListAllRequest
-	25, // 32: terrace.api.v1.InstallationService.Reconcile:input_type -> terrace.api.v1.ReconcileRequest
-	26, // 33: terrace.api.v1.InstallationService.Suspend:input_type -> terrace.api.v1.SuspendRequest
-	27, // 34: terrace.api.v1.InstallationService.Resume:input_type -> terrace.api.v1.ResumeRequest
-	28, // 35: terrace.api.v1.InstallationService.GetRunLog:input_type -> terrace.api.v1.GetRunLogRequest
-	30, // 36: terrace.api.v1.InstallationService.GetProgramVariables:input_type -> terrace.api.v1.GetProgramVariablesRequest
-	33, // 37: terrace.api.v1.InstallationService.GetAccess:input_type -> terrace.api.v1.GetAccessRequest
-	13, // 38: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
-	13, // 39: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
-	4,  // 40: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
-	13, // 41: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
-	15, // 42: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
-	13, // 43: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
-	17, // 44: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
-	21, // 45: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
-	13, // 46: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
-	12, // 47: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
-	24, // 48: terrace.api.v1.InstallationService.ListAll:output_type -> terrace.api.v1.ListAllResponse
-	12, // 49: terrace.api.v1.InstallationService.WatchAll:output_type -> terrace.api.v1.WatchResponse
-	13, // 50: terrace.api.v1.InstallationService.Reconcile:output_type -> terrace.api.v1.Installation
-	13, // 51: terrace.api.v1.InstallationService.Suspend:output_type -> terrace.api.v1.Installation
-	13, // 52: terrace.api.v1.InstallationService.Resume:output_type -> terrace.api.v1.Installation
-	29, // 53: terrace.api.v1.InstallationService.GetRunLog:output_type -> terrace.api.v1.RunLog
-	31, // 54: terrace.api.v1.InstallationService.GetProgramVariables:output_type -> terrace.api.v1.ProgramVariables
-	34, // 55: terrace.api.v1.InstallationService.GetAccess:output_type -> terrace.api.v1.Access
-	38, // [38:56] is the sub-list for method output_type
-	20, // [20:38] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	16, // 6: terrace.api.v1.Installation.conditions:type_name -> terrace.api.v1.Condition
+	38, // 7: terrace.api.v1.Installation.created_at:type_name -> google.protobuf.Timestamp
+	14, // 8: terrace.api.v1.Installation.git:type_name -> terrace.api.v1.GitCommit
+	15, // 9: terrace.api.v1.Installation.pull_requests:type_name -> terrace.api.v1.PullRequestPlan
+	38, // 10: terrace.api.v1.GitCommit.committed_at:type_name -> google.protobuf.Timestamp
+	38, // 11: terrace.api.v1.PullRequestPlan.planned_at:type_name -> google.protobuf.Timestamp
+	38, // 12: terrace.api.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	38, // 13: terrace.api.v1.Plan.created_at:type_name -> google.protobuf.Timestamp
+	18, // 14: terrace.api.v1.Plan.policy:type_name -> terrace.api.v1.PlanPolicy
+	20, // 15: terrace.api.v1.ListReleasesResponse.items:type_name -> terrace.api.v1.Release
+	21, // 16: terrace.api.v1.Release.plan:type_name -> terrace.api.v1.PlanSummary
+	22, // 17: terrace.api.v1.Release.outputs:type_name -> terrace.api.v1.ReleaseOutput
+	38, // 18: terrace.api.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	38, // 19: terrace.api.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	39, // 20: terrace.api.v1.ReleaseOutput.value:type_name -> google.protobuf.Value
+	24, // 21: terrace.api.v1.GetOutputsResponse.items:type_name -> terrace.api.v1.Output
+	13, // 22: terrace.api.v1.ListAllResponse.items:type_name -> terrace.api.v1.Installation
+	34, // 23: terrace.api.v1.ProgramVariables.items:type_name -> terrace.api.v1.Variable
+	1,  // 24: terrace.api.v1.InstallationService.Create:input_type -> terrace.api.v1.CreateRequest
+	2,  // 25: terrace.api.v1.InstallationService.Get:input_type -> terrace.api.v1.GetRequest
+	3,  // 26: terrace.api.v1.InstallationService.List:input_type -> terrace.api.v1.ListRequest
+	5,  // 27: terrace.api.v1.InstallationService.UpdateValues:input_type -> terrace.api.v1.UpdateValuesRequest
+	6,  // 28: terrace.api.v1.InstallationService.GetPlan:input_type -> terrace.api.v1.GetPlanRequest
+	7,  // 29: terrace.api.v1.InstallationService.ApprovePlan:input_type -> terrace.api.v1.ApprovePlanRequest
+	8,  // 30: terrace.api.v1.InstallationService.ListReleases:input_type -> terrace.api.v1.ListReleasesRequest
+	9,  // 31: terrace.api.v1.InstallationService.GetOutputs:input_type -> terrace.api.v1.GetOutputsRequest
+	10, // 32: terrace.api.v1.InstallationService.Delete:input_type -> terrace.api.v1.DeleteRequest
+	11, // 33: terrace.api.v1.InstallationService.Watch:input_type -> terrace.api.v1.WatchRequest
+	25, // 34: terrace.api.v1.InstallationService.ListAll:input_type -> terrace.api.v1.ListAllRequest
+	25, // 35: terrace.api.v1.InstallationService.WatchAll:input_type -> terrace.api.v1.ListAllRequest
+	27, // 36: terrace.api.v1.InstallationService.Reconcile:input_type -> terrace.api.v1.ReconcileRequest
+	28, // 37: terrace.api.v1.InstallationService.Suspend:input_type -> terrace.api.v1.SuspendRequest
+	29, // 38: terrace.api.v1.InstallationService.Resume:input_type -> terrace.api.v1.ResumeRequest
+	30, // 39: terrace.api.v1.InstallationService.GetRunLog:input_type -> terrace.api.v1.GetRunLogRequest
+	32, // 40: terrace.api.v1.InstallationService.GetProgramVariables:input_type -> terrace.api.v1.GetProgramVariablesRequest
+	35, // 41: terrace.api.v1.InstallationService.GetAccess:input_type -> terrace.api.v1.GetAccessRequest
+	13, // 42: terrace.api.v1.InstallationService.Create:output_type -> terrace.api.v1.Installation
+	13, // 43: terrace.api.v1.InstallationService.Get:output_type -> terrace.api.v1.Installation
+	4,  // 44: terrace.api.v1.InstallationService.List:output_type -> terrace.api.v1.ListResponse
+	13, // 45: terrace.api.v1.InstallationService.UpdateValues:output_type -> terrace.api.v1.Installation
+	17, // 46: terrace.api.v1.InstallationService.GetPlan:output_type -> terrace.api.v1.Plan
+	13, // 47: terrace.api.v1.InstallationService.ApprovePlan:output_type -> terrace.api.v1.Installation
+	19, // 48: terrace.api.v1.InstallationService.ListReleases:output_type -> terrace.api.v1.ListReleasesResponse
+	23, // 49: terrace.api.v1.InstallationService.GetOutputs:output_type -> terrace.api.v1.GetOutputsResponse
+	13, // 50: terrace.api.v1.InstallationService.Delete:output_type -> terrace.api.v1.Installation
+	12, // 51: terrace.api.v1.InstallationService.Watch:output_type -> terrace.api.v1.WatchResponse
+	26, // 52: terrace.api.v1.InstallationService.ListAll:output_type -> terrace.api.v1.ListAllResponse
+	12, // 53: terrace.api.v1.InstallationService.WatchAll:output_type -> terrace.api.v1.WatchResponse
+	13, // 54: terrace.api.v1.InstallationService.Reconcile:output_type -> terrace.api.v1.Installation
+	13, // 55: terrace.api.v1.InstallationService.Suspend:output_type -> terrace.api.v1.Installation
+	13, // 56: terrace.api.v1.InstallationService.Resume:output_type -> terrace.api.v1.Installation
+	31, // 57: terrace.api.v1.InstallationService.GetRunLog:output_type -> terrace.api.v1.RunLog
+	33, // 58: terrace.api.v1.InstallationService.GetProgramVariables:output_type -> terrace.api.v1.ProgramVariables
+	36, // 59: terrace.api.v1.InstallationService.GetAccess:output_type -> terrace.api.v1.Access
+	42, // [42:60] is the sub-list for method output_type
+	24, // [24:42] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_terrace_api_v1_installation_proto_init() }
@@ -3058,15 +3302,15 @@ func file_terrace_api_v1_installation_proto_init() {
 	if File_terrace_api_v1_installation_proto != nil {
 		return
 	}
-	file_terrace_api_v1_installation_proto_msgTypes[22].OneofWrappers = []any{}
-	file_terrace_api_v1_installation_proto_msgTypes[32].OneofWrappers = []any{}
+	file_terrace_api_v1_installation_proto_msgTypes[24].OneofWrappers = []any{}
+	file_terrace_api_v1_installation_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_api_v1_installation_proto_rawDesc), len(file_terrace_api_v1_installation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
