@@ -274,3 +274,69 @@ func TestStatusPatcherClearsFieldsSetToZero(t *testing.T) {
 		t.Fatalf("status after patch: %+v plan %+v", got.Status, got.Status.Plan)
 	}
 }
+
+func TestFluxReconcileRequestCounts(t *testing.T) {
+	const (
+		older = "2026-11-30T06:00:00Z"
+		newer = "2026-11-30T07:00:00.123456789Z"
+	)
+	for name, tc := range map[string]struct {
+		own, flux string
+		want      string
+	}{
+		"Flux's alone":                     {"", newer, newer},
+		"Terrace's alone":                  {newer, "", newer},
+		"Flux's newer":                     {older, newer, newer},
+		"Terrace's newer":                  {newer, older, newer},
+		"Flux's in Unix seconds, newer":    {older, "1796022000", "1796022000"},
+		"the same time":                    {older, older, older},
+		"values that are no times":         {"again", "now", "again"},
+		"Flux's no time, Terrace's a time": {older, "now", older},
+	} {
+		obj := program(1)
+		obj.Annotations = map[string]string{}
+		if tc.own != "" {
+			obj.Annotations[terracev1.ReconcileRequestAnnotation] = tc.own
+		}
+		if tc.flux != "" {
+			obj.Annotations[FluxReconcileRequestAnnotation] = tc.flux
+		}
+		if got, ok := RequestedAt(obj); !ok || got != tc.want {
+			t.Errorf("%s: %q, %v; want %q", name, got, ok, tc.want)
+		}
+	}
+}
+
+func TestFluxReconcileRequestIsHandledOnce(t *testing.T) {
+	obj := program(1)
+	obj.Annotations = map[string]string{terracev1.ReconcileRequestAnnotation: "2026-11-30T06:00:00Z"}
+	if !HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus) {
+		t.Fatal("Terrace's request not handled")
+	}
+	// A Flux Receiver asks later: a new request, handled once, and
+	// Terrace's older value does not come back as new.
+	obj.Annotations[FluxReconcileRequestAnnotation] = "2026-11-30T07:00:00Z"
+	if !HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus) || obj.Status.LastHandledReconcileAt != "2026-11-30T07:00:00Z" {
+		t.Fatalf("Flux's request not handled: %+v", obj.Status)
+	}
+	for range 2 {
+		if HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus) {
+			t.Fatalf("a request handled twice: %+v", obj.Status)
+		}
+	}
+	// `terrace reconcile` asks again, later still.
+	obj.Annotations[terracev1.ReconcileRequestAnnotation] = "2026-11-30T08:00:00Z"
+	if !HandleReconcileRequest(obj, &obj.Status.ReconcileRequestStatus) || obj.Status.LastHandledReconcileAt != "2026-11-30T08:00:00Z" {
+		t.Fatalf("Terrace's newer request not handled: %+v", obj.Status)
+	}
+}
+
+func TestFluxReconcileRequestPassesThePredicate(t *testing.T) {
+	p := GenerationOrRequestChanged()
+	old := program(1)
+	flux := old.DeepCopy()
+	flux.Annotations = map[string]string{FluxReconcileRequestAnnotation: "2026-11-30T07:00:00Z"}
+	if !p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: flux}) {
+		t.Fatal("Flux's request dropped by the predicate")
+	}
+}

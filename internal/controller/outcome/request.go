@@ -1,6 +1,9 @@
 package outcome
 
 import (
+	"strconv"
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -9,13 +12,47 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
-// RequestedAt returns the value of the terrace.dev/requestedAt annotation.
+// FluxReconcileRequestAnnotation is Flux's reconcile request, which `flux
+// reconcile` and a notification-controller Receiver write: a Receiver that
+// lists Stacks works unchanged.
+const FluxReconcileRequestAnnotation = "reconcile.fluxcd.io/requestedAt"
+
+// RequestedAt returns the reconcile request: the value of
+// terrace.dev/requestedAt or of Flux's reconcile.fluxcd.io/requestedAt.
+// When both are set the newer counts: both are read as times (RFC 3339, as
+// Terrace and Flux write them, or Unix seconds, as `date +%s` gives) and
+// the later wins; a tie, or a value that is no time, leaves Terrace's own.
+// The choice depends on the annotations alone, never on the status, so a
+// request once handled stays handled (status.lastHandledReconcileAt holds
+// one value: a choice that looked at it would take the two turn about).
 func RequestedAt(obj metav1.Object) (string, bool) {
-	v, ok := obj.GetAnnotations()[terracev1.ReconcileRequestAnnotation]
-	return v, ok && v != ""
+	a := obj.GetAnnotations()
+	own, flux := a[terracev1.ReconcileRequestAnnotation], a[FluxReconcileRequestAnnotation]
+	switch {
+	case flux == "":
+		return own, own != ""
+	case own == "":
+		return flux, true
+	}
+	ownAt, ok1 := requestTime(own)
+	fluxAt, ok2 := requestTime(flux)
+	if ok1 && ok2 && fluxAt.After(ownAt) {
+		return flux, true
+	}
+	return own, true
 }
 
-// HandleReconcileRequest records the terrace.dev/requestedAt value in
+func requestTime(v string) (time.Time, bool) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, true
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s > 0 {
+		return time.Unix(s, 0), true
+	}
+	return time.Time{}, false
+}
+
+// HandleReconcileRequest records the RequestedAt value in
 // status.lastHandledReconcileAt and reports whether it is a new request.
 // Call it once per reconcile; the status patch then echoes the value, which
 // is how `terrace reconcile` knows its request was acted on.
@@ -29,7 +66,7 @@ func HandleReconcileRequest(obj metav1.Object, status *terracev1.ReconcileReques
 }
 
 // GenerationOrRequestChanged lets through updates that change the spec
-// (generation) or the terrace.dev/requestedAt annotation, and every create,
+// (generation) or the reconcile request (RequestedAt), and every create,
 // delete and generic event. Status-only updates are dropped.
 func GenerationOrRequestChanged() predicate.Predicate {
 	return predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, requestChanged{})
