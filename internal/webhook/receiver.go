@@ -95,6 +95,8 @@ type Receiver struct {
 	namespaces map[string]*rate.Limiter
 }
 
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;patch
+
 // New returns a receiver that reads Stacks and Secrets with reader (the
 // manager's client: Stacks from its cache, Secrets as the manager reads
 // them) and writes the reconcile request with writer.
