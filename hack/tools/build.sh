@@ -5,7 +5,8 @@
 # dev cluster's node (kubelet, kube-scheduler, kube-proxy, containerd and its
 # runc shim, the CNI plugins, CoreDNS, the pause process), tofu, and for the
 # end-to-end test of Flux sources, Flux's source-controller with its CRDs and
-# our git server (hack/tools/gitserver):
+# our git server (hack/tools/gitserver), and for the Git loop's tests a Gitea
+# server with the templates, options and public files it reads beside it:
 #   ${TERRACE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/terrace/tools}/<name>-<version>/<name>
 # What exists is skipped; binaries the user already has are honoured
 # (KUBEBUILDER_ASSETS for the control plane, `tofu` on PATH).
@@ -26,6 +27,9 @@ COREDNS_VERSION=v1.15.0
 PAUSE_VERSION=1   # hack/tools/pause is ours: bump when it changes
 SOURCE_CONTROLLER_VERSION=v1.9.6
 GITSERVER_VERSION=1   # hack/tools/gitserver is ours: bump when it changes
+# v1.27.x renamed the module gitea.dev, whose packages (gitea.dev/sdk, ...) the
+# module proxy does not serve: v1.26.0 is the newest code.gitea.io/gitea that builds.
+GITEA_VERSION=v1.26.0
 
 k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
 k8s_ldflags="-s -w"
@@ -61,6 +65,7 @@ provider_mirror="$cache/provider-mirror-$TESTPROVIDER_VERSION"
 node_bin="$cache/node-bin"            # symlinks to the node's binaries, for `terrace dev`
 cni_bin="$cache/cni-plugins-$CNI_PLUGINS_VERSION"
 flux_bin="$cache/flux-bin"            # source-controller, its CRDs (crds/) and the git server, for test/e2e
+gitea_bin="$cache/gitea-bin"          # gitea and its templates/, options/, public/, for test/e2e
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ]; then
   assets=$KUBEBUILDER_ASSETS
@@ -97,13 +102,15 @@ if [ "${1:-}" = "--env" ]; then
   echo "TERRACE_NODE_BIN=$node_bin"
   echo "TERRACE_CNI_BIN=$cni_bin"
   echo "TERRACE_FLUX_BIN=$flux_bin"
+  echo "TERRACE_GITEA_BIN=$gitea_bin"
   exit 0
 fi
 
 # The groups below share no packages, so they build side by side: the
 # Kubernetes commands one after another (they share most of their packages,
 # and kube-apiserver's link peaks at ~2.5 GB), Flux's source-controller
-# (its own Kubernetes libraries) and everything else beside them.
+# (its own Kubernetes libraries), Gitea (its own too) and everything else
+# beside them.
 kubernetes_group() {
   if [ -z "${user_assets:-}" ]; then
     build kube-apiserver "$KUBERNETES_VERSION" kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
@@ -148,19 +155,40 @@ flux_group() {
   build gitserver "$GITSERVER_VERSION" gitserver .
 }
 
+# Gitea, CGO off and without the bindata tag (its assets would need an npm
+# build): the binary reads templates/, options/ and public/ from its
+# STATIC_ROOT_PATH, copied here from the module. The web UI has no compiled
+# JS/CSS; the API and git over HTTP, which the tests use, need none. No sqlite
+# tag (it needs CGO): the tests give it PostgreSQL.
+gitea_group() {
+  local dir="$cache/gitea-$GITEA_VERSION"
+  build gitea "$GITEA_VERSION" gitea code.gitea.io/gitea \
+    "-s -w -X main.Version=${GITEA_VERSION#v} -X main.Tags="
+  if [ ! -d "$dir/static" ]; then
+    local moddir d
+    moddir=$(cd "$here/gitea" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' code.gitea.io/gitea)
+    rm -rf "$dir/static.tmp" && mkdir -p "$dir/static.tmp"
+    for d in templates options public; do cp -r "$moddir/$d" "$dir/static.tmp/$d"; done
+    chmod -R u+w "$dir/static.tmp"
+    mv "$dir/static.tmp" "$dir/static"
+  fi
+}
+
 if [ ! -x "$cache/kubelet-$KUBERNETES_VERSION/kubelet" ] || [ ! -x "$tofu_path" ]; then
   log "cold build ahead, ~30 minutes on two cores: kube-apiserver ~18 min, the other Kubernetes"
   log "commands ~1-3 min each, beside them etcd ~2 min, containerd ~2 min, CoreDNS ~3 min, tofu ~12 min,"
-  log "and Flux's source-controller ~4 min;"
+  log "and Flux's source-controller ~4 min, Gitea ~5 min;"
   log "later runs take seconds"
 fi
 kubernetes_group & k8s_pid=$!
 other_group & other_pid=$!
 flux_group & flux_pid=$!
+gitea_group & gitea_pid=$!
 failed=""
 wait "$k8s_pid" || failed+=" kubernetes"
 wait "$other_pid" || failed+=" etcd/containerd/cni/coredns/pause/tofu"
 wait "$flux_pid" || failed+=" source-controller/gitserver"
+wait "$gitea_pid" || failed+=" gitea"
 if [ -n "$failed" ]; then
   log "failed to build:$failed (see the go build output above)"
   exit 1
@@ -185,6 +213,9 @@ mkdir -p "$flux_bin"
 ln -sfn "$cache/source-controller-$SOURCE_CONTROLLER_VERSION/source-controller" "$flux_bin/source-controller"
 ln -sfn "$cache/source-controller-$SOURCE_CONTROLLER_VERSION/crds" "$flux_bin/crds"
 ln -sfn "$cache/gitserver-$GITSERVER_VERSION/gitserver" "$flux_bin/gitserver"
+mkdir -p "$gitea_bin"
+ln -sfn "$cache/gitea-$GITEA_VERSION/gitea" "$gitea_bin/gitea"
+ln -sfn "$cache/gitea-$GITEA_VERSION/static" "$gitea_bin/static"
 
 if [ -d "$here/testprovider" ]; then
   # The drift tests' provider, laid out as a CLI-config filesystem_mirror (unpacked layout).
@@ -205,3 +236,4 @@ echo "TERRACE_PROVIDER_MIRROR=$provider_mirror"
 echo "TERRACE_NODE_BIN=$node_bin"
 echo "TERRACE_CNI_BIN=$cni_bin"
 echo "TERRACE_FLUX_BIN=$flux_bin"
+echo "TERRACE_GITEA_BIN=$gitea_bin"

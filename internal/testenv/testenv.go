@@ -38,6 +38,9 @@ type Tools struct {
 	// FluxBin holds Flux's source-controller, its CRDs (crds/) and the git
 	// server (gitserver) of the end-to-end test that runs them.
 	FluxBin string
+	// GiteaBin holds the gitea binary and the templates, options and
+	// public files it reads (static/), for the tests that run Gitea.
+	GiteaBin string
 }
 
 // RepoRoot returns the checkout's top directory.
@@ -61,7 +64,7 @@ func FindTools() (Tools, error) {
 			vars[k] = v
 		}
 	}
-	t := Tools{KubebuilderAssets: vars["KUBEBUILDER_ASSETS"], Tofu: vars["TERRACE_TOFU"], ProviderMirror: vars["TERRACE_PROVIDER_MIRROR"], FluxBin: vars["TERRACE_FLUX_BIN"]}
+	t := Tools{KubebuilderAssets: vars["KUBEBUILDER_ASSETS"], Tofu: vars["TERRACE_TOFU"], ProviderMirror: vars["TERRACE_PROVIDER_MIRROR"], FluxBin: vars["TERRACE_FLUX_BIN"], GiteaBin: vars["TERRACE_GITEA_BIN"]}
 	for _, bin := range []string{filepath.Join(t.KubebuilderAssets, "kube-apiserver"), filepath.Join(t.KubebuilderAssets, "etcd")} {
 		if _, err := os.Stat(bin); err != nil {
 			return t, fmt.Errorf("%s is missing: run `make tools` (a cold build takes ~25 minutes) or set KUBEBUILDER_ASSETS", bin)
