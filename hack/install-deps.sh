@@ -4,10 +4,12 @@
 # it first in `make test` and `make demo`, so neither needs a set-up step.
 #
 #   hack/install-deps.sh test   protoc (make generate/verify), PostgreSQL (the
-#                               postgres store's tests), git, chromium (the
-#                               console's browser tests, driven by chromedp),
-#                               a static busybox (the shell the end-to-end
-#                               tests' image gives local-exec provisioners)
+#                               postgres store's tests), git (also copied,
+#                               with its libraries, into the end-to-end tests'
+#                               Gitea image), chromium (the console's browser
+#                               tests, driven by chromedp), a static busybox
+#                               (the shell the end-to-end tests' images give
+#                               local-exec provisioners and Gitea's hooks)
 #   hack/install-deps.sh demo   git (version stamping), and what the dev
 #                               cluster's node runs besides the binaries `make
 #                               tools` builds from Go modules: runc (containers),
