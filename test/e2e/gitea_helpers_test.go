@@ -227,9 +227,10 @@ type giteaSettings struct {
 // URLs, links, webhook payloads) under ROOT_URL whoever asks (not under
 // the request's Host: the test process calls it by IP), its data in the
 // pod's emptyDir, and nothing that reaches past the dev cluster (offline
-// mode, no Gravatar or federated avatars, no update checker, mailer,
-// OpenID, Actions or packages). Webhooks may call the dev cluster's
-// addresses, which Gitea refuses by default as private ones.
+// mode, no update checker, mailer, OpenID, Actions or packages; Gravatar
+// and federated avatars are off by default, settings of the admin panel
+// now). Webhooks may call the dev cluster's addresses, which Gitea refuses
+// by default as private ones.
 func giteaConfig(s giteaSettings) string {
 	work := giteaDataDir + "/gitea"
 	jwt := make([]byte, 32)
@@ -283,10 +284,6 @@ ENABLE_NOTIFY_MAIL = false
 
 [mailer]
 ENABLED = false
-
-[picture]
-DISABLE_GRAVATAR = true
-ENABLE_FEDERATED_AVATAR = false
 
 [openid]
 ENABLE_OPENID_SIGNIN = false
