@@ -34,7 +34,9 @@ const compressionLevel = 6
 
 const (
 	fileMode = 0o644
+	execMode = 0o755
 	dirMode  = 0o755
+	linkMode = 0o777
 )
 
 // Build returns a deterministic tar.gz of files (relative name → content) and
@@ -43,18 +45,50 @@ const (
 // uid/gid 0, no user or group names, mode 0644 for files and 0755 for
 // directories, and a gzip header with no name, no time and OS "unknown".
 func Build(files map[string][]byte) (data []byte, digest string, err error) {
-	entries := make(map[string]bool, len(files)) // name → is directory
-	for name := range files {
-		if err := ValidateName(name); err != nil {
+	entries := make([]Entry, 0, len(files))
+	for name, content := range files {
+		entries = append(entries, Entry{Name: name, Data: content})
+	}
+	return BuildEntries(entries)
+}
+
+// Entry is one file of a tree to archive: a regular file, executable or
+// not, or a symbolic link.
+type Entry struct {
+	// Name is relative and "/"-separated (ValidateName).
+	Name string
+	// Data is a regular file's content.
+	Data []byte
+	// Executable gives the file mode 0755 instead of 0644.
+	Executable bool
+	// Link, when set, makes the entry a symbolic link to it (mode 0777).
+	// Build does not judge the target; Extract refuses a link that leaves
+	// the root.
+	Link string
+}
+
+// BuildEntries is Build for files with modes and symbolic links (a Git
+// tree): the same archive, byte for byte, as Build for plain files.
+func BuildEntries(files []Entry) (data []byte, digest string, err error) {
+	type item struct {
+		dir   bool
+		entry Entry
+	}
+	entries := make(map[string]item, len(files)) // name ("dir/" for a directory) → what it is
+	for _, f := range files {
+		if err := ValidateName(f.Name); err != nil {
 			return nil, "", err
 		}
-		entries[name] = false
-		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			entries[dir+"/"] = true
+		if _, dup := entries[f.Name]; dup {
+			return nil, "", fmt.Errorf("failed to build artifact: %q appears twice", f.Name)
+		}
+		entries[f.Name] = item{entry: f}
+		for dir := path.Dir(f.Name); dir != "."; dir = path.Dir(dir) {
+			entries[dir+"/"] = item{dir: true}
 		}
 	}
-	for name := range files {
-		if entries[name+"/"] {
+	for name, it := range entries {
+		if !it.dir && entries[name+"/"].dir {
 			return nil, "", fmt.Errorf("failed to build artifact: %q is both a file and a directory", name)
 		}
 	}
@@ -74,24 +108,36 @@ func Build(files map[string][]byte) (data []byte, digest string, err error) {
 	zw.Header = gzip.Header{OS: 255}
 	tw := tar.NewWriter(zw)
 	for _, name := range names {
+		it := entries[name]
 		hdr := &tar.Header{
 			Name:    name,
 			ModTime: fixedModTime,
 			Format:  tarFormat(name),
 		}
-		if entries[name] {
+		switch {
+		case it.dir:
 			hdr.Typeflag = tar.TypeDir
 			hdr.Mode = dirMode
-		} else {
+		case it.entry.Link != "":
+			hdr.Typeflag = tar.TypeSymlink
+			hdr.Mode = linkMode
+			hdr.Linkname = it.entry.Link
+			if !isASCII(it.entry.Link) || len(it.entry.Link) > 100 {
+				hdr.Format = tar.FormatPAX
+			}
+		default:
 			hdr.Typeflag = tar.TypeReg
 			hdr.Mode = fileMode
-			hdr.Size = int64(len(files[name]))
+			if it.entry.Executable {
+				hdr.Mode = execMode
+			}
+			hdr.Size = int64(len(it.entry.Data))
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, "", fmt.Errorf("failed to write tar header for %q: %w", name, err)
 		}
-		if !entries[name] {
-			if _, err := tw.Write(files[name]); err != nil {
+		if hdr.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(it.entry.Data); err != nil {
 				return nil, "", fmt.Errorf("failed to write tar entry %q: %w", name, err)
 			}
 		}

@@ -238,6 +238,13 @@ func (c *Client) FetchExternal(ctx context.Context, url, digest string) (*runner
 	return resp.GetSource(), nil
 }
 
+// Clone has the runner clone a Git repository (spec.source.git) from its
+// pod's network position and make the commit's tree the source.
+// credentialsDir is where the pod mounts the credentials Secret, or "".
+func (c *Client) Clone(ctx context.Context, url string, ref *runnerv1.GitRef, credentialsDir string) (*runnerv1.CloneResponse, error) {
+	return c.rpc.Clone(ctx, &runnerv1.CloneRequest{Url: url, Ref: ref, CredentialsDir: credentialsDir})
+}
+
 // Init initialises the module.
 func (c *Client) Init(ctx context.Context, req *runnerv1.InitRequest, logf LogFunc) (*runnerv1.InitResult, error) {
 	stream, err := c.rpc.Init(ctx, req)

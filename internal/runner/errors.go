@@ -55,6 +55,19 @@ const (
 	ReasonUndeclaredVariable = "UNDECLARED_VARIABLE"
 )
 
+// Reasons of a failed Clone (spec.source.git).
+const (
+	// ReasonGitRefNotFound: the repository, or the branch, tag, commit or
+	// a tag in the semver range, does not exist (NotFound).
+	ReasonGitRefNotFound = "GIT_REF_NOT_FOUND"
+	// ReasonGitAuthFailed: the server refused the credentials, or asked
+	// for some (PermissionDenied).
+	ReasonGitAuthFailed = "GIT_AUTH_FAILED"
+	// ReasonGitHostKeyUnknown: the ssh server's host key is not in the
+	// Secret's known_hosts, or differs from it (FailedPrecondition).
+	ReasonGitHostKeyUnknown = "GIT_HOST_KEY_UNKNOWN"
+)
+
 // ReasonNotClaimed: a warm runner was asked to work before a run claimed
 // it, or to be claimed twice, or a runner started for one run was asked to
 // be claimed (FailedPrecondition).

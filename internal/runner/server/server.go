@@ -52,6 +52,11 @@ type Config struct {
 	MaxArchiveBytes int64
 	// MaxPlanFileBytes bounds an uploaded plan file.
 	MaxPlanFileBytes int64
+	// MaxCloneBytes bounds a Clone (DefaultMaxCloneBytes when zero): the
+	// bytes read from the server and the objects kept, uncompressed.
+	MaxCloneBytes int64
+	// CloneTimeout bounds a Clone (DefaultCloneTimeout when zero).
+	CloneTimeout time.Duration
 	// Log receives one line per operation; never values.
 	Log logr.Logger
 	// EchoLogs, when set, also receives every (redacted) tofu output line,

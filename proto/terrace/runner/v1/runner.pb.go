@@ -735,6 +735,272 @@ func (x *FetchResponse) GetSource() *SourceInfo {
 	return nil
 }
 
+type CloneRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is https://host/path, http://host/path, ssh://user@host/path or
+	// user@host:path.
+	Url string  `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Ref *GitRef `protobuf:"bytes,2,opt,name=ref,proto3" json:"ref,omitempty"`
+	// credentials_dir is the directory where the pod mounts the Secret of
+	// spec.source.git.secretRef, with Flux's keys: username and password,
+	// or bearerToken, for http(s); identity and known_hosts for ssh. Empty
+	// means no credentials (and no ssh, which needs known_hosts).
+	CredentialsDir string `protobuf:"bytes,3,opt,name=credentials_dir,json=credentialsDir,proto3" json:"credentials_dir,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CloneRequest) Reset() {
+	*x = CloneRequest{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneRequest) ProtoMessage() {}
+
+func (x *CloneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneRequest.ProtoReflect.Descriptor instead.
+func (*CloneRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CloneRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CloneRequest) GetRef() *GitRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *CloneRequest) GetCredentialsDir() string {
+	if x != nil {
+		return x.CredentialsDir
+	}
+	return ""
+}
+
+// GitRef is one of branch, tag, semver and commit; a commit may name the
+// branch it is on. None set means the branch main.
+type GitRef struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Branch string                 `protobuf:"bytes,1,opt,name=branch,proto3" json:"branch,omitempty"`
+	Tag    string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	Semver string                 `protobuf:"bytes,3,opt,name=semver,proto3" json:"semver,omitempty"`
+	// commit is 40 lowercase hex digits.
+	Commit        string `protobuf:"bytes,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitRef) Reset() {
+	*x = GitRef{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitRef) ProtoMessage() {}
+
+func (x *GitRef) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitRef.ProtoReflect.Descriptor instead.
+func (*GitRef) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GitRef) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *GitRef) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *GitRef) GetSemver() string {
+	if x != nil {
+		return x.Semver
+	}
+	return ""
+}
+
+func (x *GitRef) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+type CloneResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source.digest is the sha256 of the deterministic tar.gz of the
+	// commit's tree (the same bytes for the same commit, every time);
+	// source.size its size.
+	Source        *SourceInfo `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Commit        *GitCommit  `protobuf:"bytes,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneResponse) Reset() {
+	*x = CloneResponse{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneResponse) ProtoMessage() {}
+
+func (x *CloneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneResponse.ProtoReflect.Descriptor instead.
+func (*CloneResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CloneResponse) GetSource() *SourceInfo {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *CloneResponse) GetCommit() *GitCommit {
+	if x != nil {
+		return x.Commit
+	}
+	return nil
+}
+
+// GitCommit is the commit a clone resolved.
+type GitCommit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision as Flux writes it: "<branch>@sha1:<40 hex>",
+	// "<tag>@sha1:<40 hex>", or "sha1:<40 hex>" for a bare commit.
+	Revision string `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// message is the first line of the commit message, at most 256 bytes.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// author is "Name <email>".
+	Author string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// committed_at_unix is the committer's time, in seconds.
+	CommittedAtUnix int64 `protobuf:"varint,4,opt,name=committed_at_unix,json=committedAtUnix,proto3" json:"committed_at_unix,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GitCommit) Reset() {
+	*x = GitCommit{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitCommit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitCommit) ProtoMessage() {}
+
+func (x *GitCommit) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitCommit.ProtoReflect.Descriptor instead.
+func (*GitCommit) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GitCommit) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *GitCommit) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *GitCommit) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *GitCommit) GetCommittedAtUnix() int64 {
+	if x != nil {
+		return x.CommittedAtUnix
+	}
+	return 0
+}
+
 type InitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path is the module directory inside the source ("" for its root).
@@ -760,7 +1026,7 @@ type InitRequest struct {
 
 func (x *InitRequest) Reset() {
 	*x = InitRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +1038,7 @@ func (x *InitRequest) String() string {
 func (*InitRequest) ProtoMessage() {}
 
 func (x *InitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +1051,7 @@ func (x *InitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitRequest.ProtoReflect.Descriptor instead.
 func (*InitRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InitRequest) GetPath() string {
@@ -847,7 +1113,7 @@ type OwnBackend struct {
 
 func (x *OwnBackend) Reset() {
 	*x = OwnBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1125,7 @@ func (x *OwnBackend) String() string {
 func (*OwnBackend) ProtoMessage() {}
 
 func (x *OwnBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1138,7 @@ func (x *OwnBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnBackend.ProtoReflect.Descriptor instead.
 func (*OwnBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OwnBackend) GetType() string {
@@ -909,7 +1175,7 @@ type BackendCredential struct {
 
 func (x *BackendCredential) Reset() {
 	*x = BackendCredential{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1187,7 @@ func (x *BackendCredential) String() string {
 func (*BackendCredential) ProtoMessage() {}
 
 func (x *BackendCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1200,7 @@ func (x *BackendCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCredential.ProtoReflect.Descriptor instead.
 func (*BackendCredential) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BackendCredential) GetEnv() string {
@@ -972,7 +1238,7 @@ type MappedFile struct {
 
 func (x *MappedFile) Reset() {
 	*x = MappedFile{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1250,7 @@ func (x *MappedFile) String() string {
 func (*MappedFile) ProtoMessage() {}
 
 func (x *MappedFile) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1263,7 @@ func (x *MappedFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MappedFile.ProtoReflect.Descriptor instead.
 func (*MappedFile) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MappedFile) GetLocation() FileLocation {
@@ -1040,7 +1306,7 @@ type HTTPBackend struct {
 
 func (x *HTTPBackend) Reset() {
 	*x = HTTPBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1318,7 @@ func (x *HTTPBackend) String() string {
 func (*HTTPBackend) ProtoMessage() {}
 
 func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1331,7 @@ func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPBackend.ProtoReflect.Descriptor instead.
 func (*HTTPBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HTTPBackend) GetAddress() string {
@@ -1123,7 +1389,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1401,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1414,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InitResponse) GetEvent() isInitResponse_Event {
@@ -1204,7 +1470,7 @@ type InitResult struct {
 
 func (x *InitResult) Reset() {
 	*x = InitResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1482,7 @@ func (x *InitResult) String() string {
 func (*InitResult) ProtoMessage() {}
 
 func (x *InitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1495,7 @@ func (x *InitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResult.ProtoReflect.Descriptor instead.
 func (*InitResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InitResult) GetVersion() string {
@@ -1264,7 +1530,7 @@ type Variables struct {
 
 func (x *Variables) Reset() {
 	*x = Variables{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1542,7 @@ func (x *Variables) String() string {
 func (*Variables) ProtoMessage() {}
 
 func (x *Variables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1555,7 @@ func (x *Variables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variables.ProtoReflect.Descriptor instead.
 func (*Variables) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Variables) GetJson() []byte {
@@ -1349,7 +1615,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1627,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1640,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PlanRequest) GetVariables() *Variables {
@@ -1461,7 +1727,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1739,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1752,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -1568,7 +1834,7 @@ type PlanResult struct {
 
 func (x *PlanResult) Reset() {
 	*x = PlanResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1846,7 @@ func (x *PlanResult) String() string {
 func (*PlanResult) ProtoMessage() {}
 
 func (x *PlanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1859,7 @@ func (x *PlanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResult.ProtoReflect.Descriptor instead.
 func (*PlanResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PlanResult) GetPlanId() string {
@@ -1655,7 +1921,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1933,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1946,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -1742,7 +2008,7 @@ type ShowPlanRequest struct {
 
 func (x *ShowPlanRequest) Reset() {
 	*x = ShowPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +2020,7 @@ func (x *ShowPlanRequest) String() string {
 func (*ShowPlanRequest) ProtoMessage() {}
 
 func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +2033,7 @@ func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanRequest.ProtoReflect.Descriptor instead.
 func (*ShowPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShowPlanRequest) GetPlanId() string {
@@ -1793,7 +2059,7 @@ type ShowPlanResponse struct {
 
 func (x *ShowPlanResponse) Reset() {
 	*x = ShowPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2071,7 @@ func (x *ShowPlanResponse) String() string {
 func (*ShowPlanResponse) ProtoMessage() {}
 
 func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2084,7 @@ func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanResponse.ProtoReflect.Descriptor instead.
 func (*ShowPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShowPlanResponse) GetChunk() []byte {
@@ -1839,7 +2105,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2117,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2130,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ApplyRequest) GetPlanId() string {
@@ -1894,7 +2160,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2172,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2185,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -1972,7 +2238,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2250,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2263,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ApplyResult) GetPlanId() string {
@@ -2022,7 +2288,7 @@ type PlanAndApplyResponse struct {
 
 func (x *PlanAndApplyResponse) Reset() {
 	*x = PlanAndApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2300,7 @@ func (x *PlanAndApplyResponse) String() string {
 func (*PlanAndApplyResponse) ProtoMessage() {}
 
 func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2313,7 @@ func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanAndApplyResponse.ProtoReflect.Descriptor instead.
 func (*PlanAndApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PlanAndApplyResponse) GetEvent() isPlanAndApplyResponse_Event {
@@ -2133,7 +2399,7 @@ type OutputRequest struct {
 
 func (x *OutputRequest) Reset() {
 	*x = OutputRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2411,7 @@ func (x *OutputRequest) String() string {
 func (*OutputRequest) ProtoMessage() {}
 
 func (x *OutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2424,7 @@ func (x *OutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRequest.ProtoReflect.Descriptor instead.
 func (*OutputRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
 }
 
 // OutputResponse carries a piece of one output. The pieces of an output
@@ -2179,7 +2445,7 @@ type OutputResponse struct {
 
 func (x *OutputResponse) Reset() {
 	*x = OutputResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2457,7 @@ func (x *OutputResponse) String() string {
 func (*OutputResponse) ProtoMessage() {}
 
 func (x *OutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2470,7 @@ func (x *OutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputResponse.ProtoReflect.Descriptor instead.
 func (*OutputResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OutputResponse) GetName() string {
@@ -2252,7 +2518,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2530,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2543,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DestroyRequest) GetVariables() *Variables {
@@ -2307,7 +2573,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2585,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2598,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -2384,7 +2650,7 @@ type DestroyResult struct {
 
 func (x *DestroyResult) Reset() {
 	*x = DestroyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2662,7 @@ func (x *DestroyResult) String() string {
 func (*DestroyResult) ProtoMessage() {}
 
 func (x *DestroyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2675,7 @@ func (x *DestroyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResult.ProtoReflect.Descriptor instead.
 func (*DestroyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
 }
 
 type ForceUnlockRequest struct {
@@ -2421,7 +2687,7 @@ type ForceUnlockRequest struct {
 
 func (x *ForceUnlockRequest) Reset() {
 	*x = ForceUnlockRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2699,7 @@ func (x *ForceUnlockRequest) String() string {
 func (*ForceUnlockRequest) ProtoMessage() {}
 
 func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2712,7 @@ func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
 func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ForceUnlockRequest) GetLockId() string {
@@ -2464,7 +2730,7 @@ type ForceUnlockResponse struct {
 
 func (x *ForceUnlockResponse) Reset() {
 	*x = ForceUnlockResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2742,7 @@ func (x *ForceUnlockResponse) String() string {
 func (*ForceUnlockResponse) ProtoMessage() {}
 
 func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2755,7 @@ func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockResponse.ProtoReflect.Descriptor instead.
 func (*ForceUnlockResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
 }
 
 type DownloadPlanRequest struct {
@@ -2501,7 +2767,7 @@ type DownloadPlanRequest struct {
 
 func (x *DownloadPlanRequest) Reset() {
 	*x = DownloadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2779,7 @@ func (x *DownloadPlanRequest) String() string {
 func (*DownloadPlanRequest) ProtoMessage() {}
 
 func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2792,7 @@ func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanRequest.ProtoReflect.Descriptor instead.
 func (*DownloadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DownloadPlanRequest) GetPlanId() string {
@@ -2549,7 +2815,7 @@ type DownloadPlanResponse struct {
 
 func (x *DownloadPlanResponse) Reset() {
 	*x = DownloadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2827,7 @@ func (x *DownloadPlanResponse) String() string {
 func (*DownloadPlanResponse) ProtoMessage() {}
 
 func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2840,7 @@ func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanResponse.ProtoReflect.Descriptor instead.
 func (*DownloadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DownloadPlanResponse) GetPart() isDownloadPlanResponse_Part {
@@ -2631,7 +2897,7 @@ type PlanFileHeader struct {
 
 func (x *PlanFileHeader) Reset() {
 	*x = PlanFileHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2909,7 @@ func (x *PlanFileHeader) String() string {
 func (*PlanFileHeader) ProtoMessage() {}
 
 func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2922,7 @@ func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanFileHeader.ProtoReflect.Descriptor instead.
 func (*PlanFileHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PlanFileHeader) GetPlanId() string {
@@ -2693,7 +2959,7 @@ type UploadPlanRequest struct {
 
 func (x *UploadPlanRequest) Reset() {
 	*x = UploadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2971,7 @@ func (x *UploadPlanRequest) String() string {
 func (*UploadPlanRequest) ProtoMessage() {}
 
 func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2984,7 @@ func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanRequest.ProtoReflect.Descriptor instead.
 func (*UploadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UploadPlanRequest) GetPart() isUploadPlanRequest_Part {
@@ -2772,7 +3038,7 @@ type UploadPlanResponse struct {
 
 func (x *UploadPlanResponse) Reset() {
 	*x = UploadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +3050,7 @@ func (x *UploadPlanResponse) String() string {
 func (*UploadPlanResponse) ProtoMessage() {}
 
 func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +3063,7 @@ func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanResponse.ProtoReflect.Descriptor instead.
 func (*UploadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UploadPlanResponse) GetPlanId() string {
@@ -2816,7 +3082,7 @@ type SetSensitiveVariablesRequest struct {
 
 func (x *SetSensitiveVariablesRequest) Reset() {
 	*x = SetSensitiveVariablesRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3094,7 @@ func (x *SetSensitiveVariablesRequest) String() string {
 func (*SetSensitiveVariablesRequest) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3107,7 @@ func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetSensitiveVariablesRequest) GetNames() []string {
@@ -2859,7 +3125,7 @@ type SetSensitiveVariablesResponse struct {
 
 func (x *SetSensitiveVariablesResponse) Reset() {
 	*x = SetSensitiveVariablesResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3137,7 @@ func (x *SetSensitiveVariablesResponse) String() string {
 func (*SetSensitiveVariablesResponse) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3150,7 @@ func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{40}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{44}
 }
 
 type CheckHealthRequest struct {
@@ -2896,7 +3162,7 @@ type CheckHealthRequest struct {
 
 func (x *CheckHealthRequest) Reset() {
 	*x = CheckHealthRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3174,7 @@ func (x *CheckHealthRequest) String() string {
 func (*CheckHealthRequest) ProtoMessage() {}
 
 func (x *CheckHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3187,7 @@ func (x *CheckHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckHealthRequest.ProtoReflect.Descriptor instead.
 func (*CheckHealthRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{41}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CheckHealthRequest) GetChecks() []*HealthCheck {
@@ -2950,7 +3216,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3228,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3241,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{42}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HealthCheck) GetName() string {
@@ -3029,7 +3295,7 @@ type CheckHealthResponse struct {
 
 func (x *CheckHealthResponse) Reset() {
 	*x = CheckHealthResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3307,7 @@ func (x *CheckHealthResponse) String() string {
 func (*CheckHealthResponse) ProtoMessage() {}
 
 func (x *CheckHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3320,7 @@ func (x *CheckHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckHealthResponse.ProtoReflect.Descriptor instead.
 func (*CheckHealthResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{43}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CheckHealthResponse) GetResults() []*HealthCheckResult {
@@ -3079,7 +3345,7 @@ type HealthCheckResult struct {
 
 func (x *HealthCheckResult) Reset() {
 	*x = HealthCheckResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3357,7 @@ func (x *HealthCheckResult) String() string {
 func (*HealthCheckResult) ProtoMessage() {}
 
 func (x *HealthCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3370,7 @@ func (x *HealthCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResult.ProtoReflect.Descriptor instead.
 func (*HealthCheckResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{44}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HealthCheckResult) GetName() string {
@@ -3173,7 +3439,24 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1a\n" +
 	"\bexternal\x18\x03 \x01(\bR\bexternal\"F\n" +
 	"\rFetchResponse\x125\n" +
-	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"\x91\x02\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\"v\n" +
+	"\fCloneRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12+\n" +
+	"\x03ref\x18\x02 \x01(\v2\x19.terrace.runner.v1.GitRefR\x03ref\x12'\n" +
+	"\x0fcredentials_dir\x18\x03 \x01(\tR\x0ecredentialsDir\"b\n" +
+	"\x06GitRef\x12\x16\n" +
+	"\x06branch\x18\x01 \x01(\tR\x06branch\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x16\n" +
+	"\x06semver\x18\x03 \x01(\tR\x06semver\x12\x16\n" +
+	"\x06commit\x18\x04 \x01(\tR\x06commit\"|\n" +
+	"\rCloneResponse\x125\n" +
+	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\x124\n" +
+	"\x06commit\x18\x02 \x01(\v2\x1c.terrace.runner.v1.GitCommitR\x06commit\"\x85\x01\n" +
+	"\tGitCommit\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\tR\brevision\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12*\n" +
+	"\x11committed_at_unix\x18\x04 \x01(\x03R\x0fcommittedAtUnix\"\x91\x02\n" +
 	"\vInitRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12A\n" +
@@ -3351,11 +3634,12 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x0fHealthCheckType\x12!\n" +
 	"\x1dHEALTH_CHECK_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16HEALTH_CHECK_TYPE_HTTP\x10\x01\x12\x19\n" +
-	"\x15HEALTH_CHECK_TYPE_TCP\x10\x022\xab\n" +
+	"\x15HEALTH_CHECK_TYPE_TCP\x10\x022\xf7\n" +
 	"\n" +
 	"\rRunnerService\x12O\n" +
 	"\x06Upload\x12 .terrace.runner.v1.UploadRequest\x1a!.terrace.runner.v1.UploadResponse(\x01\x12J\n" +
-	"\x05Fetch\x12\x1f.terrace.runner.v1.FetchRequest\x1a .terrace.runner.v1.FetchResponse\x12I\n" +
+	"\x05Fetch\x12\x1f.terrace.runner.v1.FetchRequest\x1a .terrace.runner.v1.FetchResponse\x12J\n" +
+	"\x05Clone\x12\x1f.terrace.runner.v1.CloneRequest\x1a .terrace.runner.v1.CloneResponse\x12I\n" +
 	"\x04Init\x12\x1e.terrace.runner.v1.InitRequest\x1a\x1f.terrace.runner.v1.InitResponse0\x01\x12I\n" +
 	"\x04Plan\x12\x1e.terrace.runner.v1.PlanRequest\x1a\x1f.terrace.runner.v1.PlanResponse0\x01\x12U\n" +
 	"\bShowPlan\x12\".terrace.runner.v1.ShowPlanRequest\x1a#.terrace.runner.v1.ShowPlanResponse0\x01\x12L\n" +
@@ -3384,7 +3668,7 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
 	(FileLocation)(0),                     // 1: terrace.runner.v1.FileLocation
@@ -3399,110 +3683,119 @@ var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(*UploadResponse)(nil),                // 10: terrace.runner.v1.UploadResponse
 	(*FetchRequest)(nil),                  // 11: terrace.runner.v1.FetchRequest
 	(*FetchResponse)(nil),                 // 12: terrace.runner.v1.FetchResponse
-	(*InitRequest)(nil),                   // 13: terrace.runner.v1.InitRequest
-	(*OwnBackend)(nil),                    // 14: terrace.runner.v1.OwnBackend
-	(*BackendCredential)(nil),             // 15: terrace.runner.v1.BackendCredential
-	(*MappedFile)(nil),                    // 16: terrace.runner.v1.MappedFile
-	(*HTTPBackend)(nil),                   // 17: terrace.runner.v1.HTTPBackend
-	(*InitResponse)(nil),                  // 18: terrace.runner.v1.InitResponse
-	(*InitResult)(nil),                    // 19: terrace.runner.v1.InitResult
-	(*Variables)(nil),                     // 20: terrace.runner.v1.Variables
-	(*PlanRequest)(nil),                   // 21: terrace.runner.v1.PlanRequest
-	(*PlanResponse)(nil),                  // 22: terrace.runner.v1.PlanResponse
-	(*PlanResult)(nil),                    // 23: terrace.runner.v1.PlanResult
-	(*PlanSummary)(nil),                   // 24: terrace.runner.v1.PlanSummary
-	(*ShowPlanRequest)(nil),               // 25: terrace.runner.v1.ShowPlanRequest
-	(*ShowPlanResponse)(nil),              // 26: terrace.runner.v1.ShowPlanResponse
-	(*ApplyRequest)(nil),                  // 27: terrace.runner.v1.ApplyRequest
-	(*ApplyResponse)(nil),                 // 28: terrace.runner.v1.ApplyResponse
-	(*ApplyResult)(nil),                   // 29: terrace.runner.v1.ApplyResult
-	(*PlanAndApplyResponse)(nil),          // 30: terrace.runner.v1.PlanAndApplyResponse
-	(*OutputRequest)(nil),                 // 31: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),                // 32: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),                // 33: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),               // 34: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),                 // 35: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),            // 36: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),           // 37: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),           // 38: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil),          // 39: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),                // 40: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),             // 41: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),            // 42: terrace.runner.v1.UploadPlanResponse
-	(*SetSensitiveVariablesRequest)(nil),  // 43: terrace.runner.v1.SetSensitiveVariablesRequest
-	(*SetSensitiveVariablesResponse)(nil), // 44: terrace.runner.v1.SetSensitiveVariablesResponse
-	(*CheckHealthRequest)(nil),            // 45: terrace.runner.v1.CheckHealthRequest
-	(*HealthCheck)(nil),                   // 46: terrace.runner.v1.HealthCheck
-	(*CheckHealthResponse)(nil),           // 47: terrace.runner.v1.CheckHealthResponse
-	(*HealthCheckResult)(nil),             // 48: terrace.runner.v1.HealthCheckResult
-	nil,                                   // 49: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(*CloneRequest)(nil),                  // 13: terrace.runner.v1.CloneRequest
+	(*GitRef)(nil),                        // 14: terrace.runner.v1.GitRef
+	(*CloneResponse)(nil),                 // 15: terrace.runner.v1.CloneResponse
+	(*GitCommit)(nil),                     // 16: terrace.runner.v1.GitCommit
+	(*InitRequest)(nil),                   // 17: terrace.runner.v1.InitRequest
+	(*OwnBackend)(nil),                    // 18: terrace.runner.v1.OwnBackend
+	(*BackendCredential)(nil),             // 19: terrace.runner.v1.BackendCredential
+	(*MappedFile)(nil),                    // 20: terrace.runner.v1.MappedFile
+	(*HTTPBackend)(nil),                   // 21: terrace.runner.v1.HTTPBackend
+	(*InitResponse)(nil),                  // 22: terrace.runner.v1.InitResponse
+	(*InitResult)(nil),                    // 23: terrace.runner.v1.InitResult
+	(*Variables)(nil),                     // 24: terrace.runner.v1.Variables
+	(*PlanRequest)(nil),                   // 25: terrace.runner.v1.PlanRequest
+	(*PlanResponse)(nil),                  // 26: terrace.runner.v1.PlanResponse
+	(*PlanResult)(nil),                    // 27: terrace.runner.v1.PlanResult
+	(*PlanSummary)(nil),                   // 28: terrace.runner.v1.PlanSummary
+	(*ShowPlanRequest)(nil),               // 29: terrace.runner.v1.ShowPlanRequest
+	(*ShowPlanResponse)(nil),              // 30: terrace.runner.v1.ShowPlanResponse
+	(*ApplyRequest)(nil),                  // 31: terrace.runner.v1.ApplyRequest
+	(*ApplyResponse)(nil),                 // 32: terrace.runner.v1.ApplyResponse
+	(*ApplyResult)(nil),                   // 33: terrace.runner.v1.ApplyResult
+	(*PlanAndApplyResponse)(nil),          // 34: terrace.runner.v1.PlanAndApplyResponse
+	(*OutputRequest)(nil),                 // 35: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                // 36: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                // 37: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),               // 38: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                 // 39: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),            // 40: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),           // 41: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),           // 42: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),          // 43: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                // 44: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),             // 45: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),            // 46: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),  // 47: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil), // 48: terrace.runner.v1.SetSensitiveVariablesResponse
+	(*CheckHealthRequest)(nil),            // 49: terrace.runner.v1.CheckHealthRequest
+	(*HealthCheck)(nil),                   // 50: terrace.runner.v1.HealthCheck
+	(*CheckHealthResponse)(nil),           // 51: terrace.runner.v1.CheckHealthResponse
+	(*HealthCheckResult)(nil),             // 52: terrace.runner.v1.HealthCheckResult
+	nil,                                   // 53: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
 	9,  // 1: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
 	7,  // 2: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
 	7,  // 3: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	17, // 4: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
-	14, // 5: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
-	16, // 6: terrace.runner.v1.InitRequest.files:type_name -> terrace.runner.v1.MappedFile
-	15, // 7: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
-	1,  // 8: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
-	6,  // 9: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
-	19, // 10: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	49, // 11: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
-	20, // 12: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
-	6,  // 13: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
-	23, // 14: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
-	24, // 15: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
-	2,  // 16: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
-	6,  // 17: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	29, // 18: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
-	6,  // 19: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	23, // 20: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
-	29, // 21: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
-	20, // 22: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
-	6,  // 23: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
-	35, // 24: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
-	40, // 25: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
-	40, // 26: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
-	46, // 27: terrace.runner.v1.CheckHealthRequest.checks:type_name -> terrace.runner.v1.HealthCheck
-	3,  // 28: terrace.runner.v1.HealthCheck.type:type_name -> terrace.runner.v1.HealthCheckType
-	48, // 29: terrace.runner.v1.CheckHealthResponse.results:type_name -> terrace.runner.v1.HealthCheckResult
-	8,  // 30: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
-	11, // 31: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
-	13, // 32: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
-	21, // 33: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
-	25, // 34: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
-	27, // 35: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
-	21, // 36: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
-	31, // 37: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
-	33, // 38: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
-	36, // 39: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
-	38, // 40: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
-	41, // 41: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	43, // 42: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
-	45, // 43: terrace.runner.v1.RunnerService.CheckHealth:input_type -> terrace.runner.v1.CheckHealthRequest
-	4,  // 44: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
-	10, // 45: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	12, // 46: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	18, // 47: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	22, // 48: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	26, // 49: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	28, // 50: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	30, // 51: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
-	32, // 52: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	34, // 53: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	37, // 54: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	39, // 55: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	42, // 56: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	44, // 57: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	47, // 58: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
-	5,  // 59: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
-	45, // [45:60] is the sub-list for method output_type
-	30, // [30:45] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	14, // 4: terrace.runner.v1.CloneRequest.ref:type_name -> terrace.runner.v1.GitRef
+	7,  // 5: terrace.runner.v1.CloneResponse.source:type_name -> terrace.runner.v1.SourceInfo
+	16, // 6: terrace.runner.v1.CloneResponse.commit:type_name -> terrace.runner.v1.GitCommit
+	21, // 7: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
+	18, // 8: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
+	20, // 9: terrace.runner.v1.InitRequest.files:type_name -> terrace.runner.v1.MappedFile
+	19, // 10: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
+	1,  // 11: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
+	6,  // 12: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
+	23, // 13: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
+	53, // 14: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	24, // 15: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
+	6,  // 16: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
+	27, // 17: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
+	28, // 18: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
+	2,  // 19: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
+	6,  // 20: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	33, // 21: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
+	6,  // 22: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	27, // 23: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
+	33, // 24: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
+	24, // 25: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
+	6,  // 26: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
+	39, // 27: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
+	44, // 28: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
+	44, // 29: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
+	50, // 30: terrace.runner.v1.CheckHealthRequest.checks:type_name -> terrace.runner.v1.HealthCheck
+	3,  // 31: terrace.runner.v1.HealthCheck.type:type_name -> terrace.runner.v1.HealthCheckType
+	52, // 32: terrace.runner.v1.CheckHealthResponse.results:type_name -> terrace.runner.v1.HealthCheckResult
+	8,  // 33: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
+	11, // 34: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
+	13, // 35: terrace.runner.v1.RunnerService.Clone:input_type -> terrace.runner.v1.CloneRequest
+	17, // 36: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
+	25, // 37: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
+	29, // 38: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
+	31, // 39: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
+	25, // 40: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
+	35, // 41: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
+	37, // 42: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
+	40, // 43: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
+	42, // 44: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
+	45, // 45: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
+	47, // 46: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	49, // 47: terrace.runner.v1.RunnerService.CheckHealth:input_type -> terrace.runner.v1.CheckHealthRequest
+	4,  // 48: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
+	10, // 49: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	12, // 50: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	15, // 51: terrace.runner.v1.RunnerService.Clone:output_type -> terrace.runner.v1.CloneResponse
+	22, // 52: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	26, // 53: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	30, // 54: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	32, // 55: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	34, // 56: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	36, // 57: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	38, // 58: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	41, // 59: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	43, // 60: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	46, // 61: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	48, // 62: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	51, // 63: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
+	5,  // 64: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
+	49, // [49:65] is the sub-list for method output_type
+	33, // [33:49] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_terrace_runner_v1_runner_proto_init() }
@@ -3514,34 +3807,34 @@ func file_terrace_runner_v1_runner_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[14].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[18].OneofWrappers = []any{
 		(*InitResponse_Log)(nil),
 		(*InitResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[18].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[22].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_JsonChunk)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[24].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[28].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[26].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[30].OneofWrappers = []any{
 		(*PlanAndApplyResponse_Log)(nil),
 		(*PlanAndApplyResponse_JsonChunk)(nil),
 		(*PlanAndApplyResponse_PlanResult)(nil),
 		(*PlanAndApplyResponse_ApplyResult)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[30].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[34].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[35].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[39].OneofWrappers = []any{
 		(*DownloadPlanResponse_Header)(nil),
 		(*DownloadPlanResponse_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[37].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[41].OneofWrappers = []any{
 		(*UploadPlanRequest_Header)(nil),
 		(*UploadPlanRequest_Chunk)(nil),
 	}
@@ -3551,7 +3844,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   46,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RunnerService_Upload_FullMethodName                = "/terrace.runner.v1.RunnerService/Upload"
 	RunnerService_Fetch_FullMethodName                 = "/terrace.runner.v1.RunnerService/Fetch"
+	RunnerService_Clone_FullMethodName                 = "/terrace.runner.v1.RunnerService/Clone"
 	RunnerService_Init_FullMethodName                  = "/terrace.runner.v1.RunnerService/Init"
 	RunnerService_Plan_FullMethodName                  = "/terrace.runner.v1.RunnerService/Plan"
 	RunnerService_ShowPlan_FullMethodName              = "/terrace.runner.v1.RunnerService/ShowPlan"
@@ -67,6 +68,15 @@ type RunnerServiceClient interface {
 	// is the controller; an external URL (a Stack's spec.source.url) from the
 	// pod's own network position, as any other client in the pod would.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
+	// Clone clones one ref of a Git repository from the pod's own network
+	// position (a Stack's spec.source.git; the controller never connects to
+	// it): shallow and single-branch where the ref allows, bounded in size
+	// and time. The commit's tree becomes the source exactly as Upload would
+	// extract a tarball of it, with the same checks (no link leaves the
+	// root), without .git. It replaces any source uploaded before.
+	// Credentials are read from credentials_dir, a Secret mounted read-only
+	// in the pod; they never travel over this connection.
+	Clone(ctx context.Context, in *CloneRequest, opts ...grpc.CallOption) (*CloneResponse, error)
 	// Init runs `init` in the module directory.
 	Init(ctx context.Context, in *InitRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InitResponse], error)
 	// Plan saves a plan file in the work dir under the returned plan id and
@@ -141,6 +151,16 @@ func (c *runnerServiceClient) Fetch(ctx context.Context, in *FetchRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FetchResponse)
 	err := c.cc.Invoke(ctx, RunnerService_Fetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runnerServiceClient) Clone(ctx context.Context, in *CloneRequest, opts ...grpc.CallOption) (*CloneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloneResponse)
+	err := c.cc.Invoke(ctx, RunnerService_Clone_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -366,6 +386,15 @@ type RunnerServiceServer interface {
 	// is the controller; an external URL (a Stack's spec.source.url) from the
 	// pod's own network position, as any other client in the pod would.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
+	// Clone clones one ref of a Git repository from the pod's own network
+	// position (a Stack's spec.source.git; the controller never connects to
+	// it): shallow and single-branch where the ref allows, bounded in size
+	// and time. The commit's tree becomes the source exactly as Upload would
+	// extract a tarball of it, with the same checks (no link leaves the
+	// root), without .git. It replaces any source uploaded before.
+	// Credentials are read from credentials_dir, a Secret mounted read-only
+	// in the pod; they never travel over this connection.
+	Clone(context.Context, *CloneRequest) (*CloneResponse, error)
 	// Init runs `init` in the module directory.
 	Init(*InitRequest, grpc.ServerStreamingServer[InitResponse]) error
 	// Plan saves a plan file in the work dir under the returned plan id and
@@ -428,6 +457,9 @@ func (UnimplementedRunnerServiceServer) Upload(grpc.ClientStreamingServer[Upload
 }
 func (UnimplementedRunnerServiceServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedRunnerServiceServer) Clone(context.Context, *CloneRequest) (*CloneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Clone not implemented")
 }
 func (UnimplementedRunnerServiceServer) Init(*InitRequest, grpc.ServerStreamingServer[InitResponse]) error {
 	return status.Error(codes.Unimplemented, "method Init not implemented")
@@ -510,6 +542,24 @@ func _RunnerService_Fetch_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RunnerServiceServer).Fetch(ctx, req.(*FetchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunnerService_Clone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).Clone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_Clone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).Clone(ctx, req.(*CloneRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -691,6 +741,10 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fetch",
 			Handler:    _RunnerService_Fetch_Handler,
+		},
+		{
+			MethodName: "Clone",
+			Handler:    _RunnerService_Clone_Handler,
 		},
 		{
 			MethodName: "ForceUnlock",
