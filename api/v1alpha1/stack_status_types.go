@@ -192,6 +192,12 @@ type GitStatus struct {
 	// CommittedAt is the commit's time.
 	// +optional
 	CommittedAt *metav1.Time `json:"committedAt,omitempty"`
+
+	// CheckedAt is when a runner last resolved the ref, whether or not it
+	// found a new commit: the next check of a branch or semver range is
+	// due an interval later.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
 }
 
 // Pull-request plan statuses.
