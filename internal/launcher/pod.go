@@ -23,6 +23,7 @@ const (
 	tlsVolume     = "terrace-tls"
 	workVolume    = "terrace-work"
 	tmpVolume     = "terrace-tmp"
+	gitVolume     = "terrace-git-credentials"
 	tlsMountPath  = "/etc/terrace/tls"
 	workMountPath = "/var/lib/terrace/work"
 	tmpMountPath  = "/var/lib/terrace/tmp"
@@ -38,6 +39,12 @@ const (
 	interruptGrace   = 2 * time.Minute
 	terminationGrace = interruptGrace + 30*time.Second
 )
+
+// GitCredentialsPath is where a runner pod mounts the Secret of
+// spec.source.git.secretRef, read-only: the runner reads the credentials
+// there, so they reach no process but the pod's and never travel over
+// the controller's connection.
+const GitCredentialsPath = "/etc/terrace/git"
 
 // DefaultRunTimeout is a run's timeout when neither RunSpec, ctx nor the
 // Stack says otherwise (the Stack API's default).
@@ -145,6 +152,12 @@ func buildPod(p podParams) *corev1.Pod {
 		{Name: tlsVolume, MountPath: tlsMountPath, ReadOnly: true},
 		{Name: workVolume, MountPath: workMountPath},
 		{Name: tmpVolume, MountPath: tmpMountPath},
+	}
+	if g := spec.Stack.Spec.Source.Git; g != nil && g.SecretRef != nil {
+		volumes = append(volumes, corev1.Volume{Name: gitVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: g.SecretRef.Name, DefaultMode: ptr.To(int32(0o440)),
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: gitVolume, MountPath: GitCredentialsPath, ReadOnly: true})
 	}
 	for _, m := range tmpl.VolumeMounts {
 		mounts = append(mounts, *m.DeepCopy())

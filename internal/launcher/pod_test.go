@@ -442,3 +442,43 @@ func TestCreateErrorsAreExplained(t *testing.T) {
 		t.Errorf("RBAC denial: %v", got)
 	}
 }
+
+// The Secret of spec.source.git.secretRef is mounted read-only, and only
+// when set; such a Stack gets a pod of its own, never a warm one.
+func TestGitCredentialsAreMountedOnlyWhenSet(t *testing.T) {
+	l := testLauncher(t)
+	mounted := func(spec RunSpec) *corev1.VolumeMount {
+		p, err := l.plan(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := buildPod(p)
+		for _, m := range container(pod).VolumeMounts {
+			if m.MountPath == GitCredentialsPath {
+				for _, v := range pod.Spec.Volumes {
+					if v.Name == m.Name && (v.Secret == nil || v.Secret.SecretName != "git-creds" || *v.Secret.DefaultMode != 0o440) {
+						t.Fatalf("volume %+v is not the Secret git-creds, mode 0440", v)
+					}
+				}
+				return &m
+			}
+		}
+		return nil
+	}
+	plain := testStack()
+	plain.Spec.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "https://git.example.com/x.git"}}
+	if m := mounted(RunSpec{Stack: plain, RunID: "r1"}); m != nil {
+		t.Fatalf("a Git source without secretRef mounts %+v", m)
+	}
+	if _, ok := Class(RunSpec{Stack: plain}); !ok {
+		t.Fatal("a Git source without credentials may use a warm pod")
+	}
+	withCreds := plain.DeepCopy()
+	withCreds.Spec.Source.Git.SecretRef = &terracev1.LocalObjectReference{Name: "git-creds"}
+	if m := mounted(RunSpec{Stack: withCreds, RunID: "r1"}); m == nil || !m.ReadOnly {
+		t.Fatalf("credentials mount %+v, want read-only at %s", m, GitCredentialsPath)
+	}
+	if _, ok := Class(RunSpec{Stack: withCreds}); ok {
+		t.Fatal("a Stack with Git credentials was given a warm runner class")
+	}
+}

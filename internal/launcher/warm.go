@@ -53,6 +53,10 @@ func Class(spec RunSpec) (class string, ok bool) {
 			return "", false
 		}
 	}
+	if g := spec.Stack.Spec.Source.Git; g != nil && g.SecretRef != nil {
+		// The credentials are mounted when the pod is made, for its Stack.
+		return "", false
+	}
 	resources := DefaultResources()
 	if spec.Resources != nil {
 		resources = *spec.Resources
