@@ -193,9 +193,10 @@ type GitStatus struct {
 	// +optional
 	CommittedAt *metav1.Time `json:"committedAt,omitempty"`
 
-	// CheckedAt is when a runner last resolved the ref, whether or not it
-	// found a new commit: the next check of a branch or semver range is
-	// due an interval later.
+	// CheckedAt is when a runner last looked at the ref, whether it found
+	// a new commit, the same one, or failed: the next look at a branch,
+	// tag or semver range is due an interval later (a failed one is also
+	// retried with the failure backoff, or at once on a reconcile request).
 	// +optional
 	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
 }

@@ -61,6 +61,8 @@ func actionFor(st State) action {
 		return action{"startPlanRun", actionEnd, (*Reconciler).startPlanRun}
 	case StateDriftDue:
 		return action{"startDriftRun", actionEnd, (*Reconciler).startDriftRun}
+	case StateSourceCheckDue:
+		return action{"startSourceCheckRun", actionEnd, (*Reconciler).startSourceCheckRun}
 	case StateInSync:
 		return action{"scheduleNextCheck", actionEnd, (*Reconciler).scheduleNextCheck}
 
@@ -76,6 +78,10 @@ func actionFor(st State) action {
 		return action{"releaseDeadRunLock", actionRecord, (*Reconciler).releaseDeadRunLock}
 	case StateRunnerStarting:
 		return action{"awaitRunner", actionObserve, (*Reconciler).awaitRunner}
+	case StateSourceCloned:
+		return action{"adoptClonedSource", actionObserve, (*Reconciler).adoptClonedSource}
+	case StateSourceUnchanged:
+		return action{"finishSourceCheck", actionEnd, (*Reconciler).finishSourceCheck}
 	case StateRunnerReady:
 		return action{"initialise", actionRun, (*Reconciler).initialise}
 	case StatePlanDue:

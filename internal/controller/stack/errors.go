@@ -51,6 +51,11 @@ func classifySourceError(s *scope, err error) error {
 	if errors.As(err, &terminal) {
 		return err
 	}
+	if s.source.origin == fromGit {
+		if gitErr, ok := classifyGitError(s, err); ok {
+			return gitErr
+		}
+	}
 	desc := s.source.description
 	var notAllowed *artifact.HostNotAllowedError
 	var refused *artifact.FetchStatusError

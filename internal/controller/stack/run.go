@@ -53,6 +53,9 @@ func (r *Reconciler) newRun(ctx context.Context, s *scope, kind runKind) error {
 	s.run = &runScope{kind: kind, id: r.newRunID(s), stores: stores, recover: recover, sweep: sweep, previous: s.stack.Status.CurrentRun}
 	s.run.facts = runFacts{kind: kind, recoverFirst: recover, planOnly: s.stack.Spec.PlanOnly,
 		autoApprove: approved(s.stack.Spec.ApprovePlan, "")}
+	if kind == runApplyPending {
+		pinGitCommit(s)
+	}
 	return nil
 }
 
@@ -88,6 +91,8 @@ func (r *Reconciler) announce(ctx context.Context, s *scope) error {
 		msg = "applying approved plan " + pendingPlan(s)
 	case runDrift:
 		msg = "checking for drift"
+	case runSourceCheck:
+		msg = "looking for a new commit in " + s.source.description
 	case runDestroy:
 		msg = "destroying"
 	default:
@@ -208,6 +213,8 @@ func (r *Reconciler) loadSource(ctx context.Context, src *source, cl *runner.Cli
 		return err
 	case fromFluxArtifact:
 		return r.uploadFluxArtifact(ctx, src, cl)
+	case fromGit:
+		return cloneInto(ctx, src, cl)
 	default:
 		return fmt.Errorf("%s has no origin to load it from", src.description)
 	}

@@ -36,7 +36,16 @@ const RunnerObjectForbiddenReason = "RunnerObjectForbidden"
 func (r *Reconciler) checkRunnerAccess(ctx context.Context, s *scope) error {
 	ns, sa := s.stack.Namespace, runnerServiceAccount(s)
 	var denied []runnerpolicy.Reference
-	for _, ref := range runnerpolicy.References(s.stack.Spec.Runner, sa) {
+	refs := runnerpolicy.References(s.stack.Spec.Runner, sa)
+	if g := s.stack.Spec.Source.Git; g != nil && g.SecretRef != nil {
+		// Mounted in the runner pod by the launcher: module code can read
+		// it there, so it is held to the same rule as a Secret volume.
+		refs = append(refs, runnerpolicy.Reference{
+			Access: runnerpolicy.Access{Verb: "get", Resource: "secrets", Name: g.SecretRef.Name},
+			Fields: []string{"spec.source.git.secretRef"},
+		})
+	}
+	for _, ref := range refs {
 		allowed, err := r.serviceAccountMay(ctx, sa, ns, ref.Access)
 		if err != nil {
 			return err
@@ -62,10 +71,10 @@ func runnerAccessError(ns, sa string, denied []runnerpolicy.Reference) error {
 	}
 	first := denied[0].Access
 	role := "runner-" + first.Verb + "-" + first.Name
-	return fmt.Errorf("ServiceAccount %s, which the Stack's runner runs as, may not itself read what spec.runner would put into the runner pod, "+
+	return fmt.Errorf("ServiceAccount %s, which the Stack's runner runs as, may not itself read what the Stack would put into the runner pod, "+
 		"so no runner pod is made: %s. Grant it with a Role and RoleBinding "+
 		"(kubectl -n %s create role %s --verb=%s --resource=%s --resource-name=%s; kubectl -n %s create rolebinding %s --role=%s --serviceaccount=%s:%s) "+
-		"or remove it from spec.runner",
+		"or remove it from the Stack",
 		sa, strings.Join(parts, "; "),
 		ns, role, first.Verb, first.ResourceName(), first.Name, ns, role, role, ns, sa)
 }

@@ -70,10 +70,17 @@ func (r *Reconciler) awaitRunner(ctx context.Context, s *scope) error {
 		return err
 	}
 	run.session, run.client, run.logf = sess, sess.Client(), runLogger(ctx, sess.ID())
+	if s.source.origin == fromGit {
+		// Looked at, whatever came of it: a ref that failed waits for
+		// the next interval (or the failure's retry), not the next event.
+		now := r.now()
+		s.observed.gitCheckedAt = &now
+	}
 	if err != nil {
 		return err
 	}
 	run.facts.runnerReady = true
+	run.facts.sourceCloned = s.source.git != nil && s.source.git.cloned != nil
 	return nil
 }
 
@@ -85,7 +92,7 @@ func (r *Reconciler) takeRunner(ctx context.Context, s *scope, st *runnerStart) 
 		if err != nil {
 			return nil, startError(err)
 		}
-		s.observed.attempted = s.source.revision
+		s.observed.attempted = attemptedRevision(s.source)
 		return sess, sourceError(s, r.loadInto(sess, s.source, &s.run.timings))
 	}
 	<-st.done
@@ -102,7 +109,7 @@ func (r *Reconciler) takeRunner(ctx context.Context, s *scope, st *runnerStart) 
 			r.cleanedUpHere(s)
 		}
 	}
-	s.observed.attempted = s.source.revision
+	s.observed.attempted = attemptedRevision(s.source)
 	return st.sess, sourceError(s, st.sourceErr)
 }
 
@@ -157,4 +164,13 @@ func startError(err error) error {
 		return fmt.Errorf("failed to start a runner: %w", err)
 	}
 	return nil
+}
+
+// attemptedRevision is the revision a runner is loaded with: for a Git
+// source none yet, until the clone says which commit (adoptClonedSource).
+func attemptedRevision(src *source) string {
+	if src.origin == fromGit {
+		return ""
+	}
+	return src.revision
 }

@@ -113,7 +113,11 @@ type observations struct {
 	runFinished bool
 	// attempted is the source revision a runner was started for.
 	attempted string
-	tool      runTool
+	// git is the commit a runner cloned (status.git), gitCheckedAt when
+	// a runner last looked at the Git ref, cloned or not.
+	git          *terracev1.GitStatus
+	gitCheckedAt *time.Time
+	tool         runTool
 
 	plan *planObservation
 	// applied is the apply that succeeded in this reconcile.

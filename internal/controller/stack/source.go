@@ -67,6 +67,8 @@ type source struct {
 	origin sourceOrigin
 	// data is a Program's tarball (fromProgram), uploaded to the runner.
 	data []byte
+	// git is what the runner clones (fromGit).
+	git *gitClone
 }
 
 // sourceOrigin says where a tarball comes from, and so who downloads it.
@@ -83,6 +85,10 @@ const (
 	// fromFluxArtifact: a Flux source's artifact; the controller
 	// downloads it from an allowed host (source-controller) and uploads it.
 	fromFluxArtifact
+	// fromGit: spec.source.git; the runner clones it from its pod's
+	// network position, with the credentials mounted there; the
+	// controller never connects to it (git.go).
+	fromGit
 )
 
 // resolveSource finds the tarball a Stack deploys.
@@ -93,6 +99,9 @@ func (r *Reconciler) resolveSource(ctx context.Context, s *scope) error {
 		return r.resolveProgram(ctx, s, src.ProgramRef.Name)
 	case src.SourceRef != nil:
 		return r.resolveFluxSource(ctx, s, src.SourceRef)
+	case src.Git != nil:
+		s.source = resolveGitSource(s.stack)
+		return nil
 	default:
 		s.source = &source{description: "URL " + describeURL(src.URL), url: src.URL, digest: src.Digest, revision: src.Digest, origin: fromStackURL}
 		return nil

@@ -31,6 +31,7 @@ const (
 	StateApproved             State = "Approved"             // the waiting plan is approved
 	StateOutOfSync            State = "OutOfSync"            // new inputs or generation, a request, or a failed run
 	StateDriftDue             State = "DriftDue"             // the interval passed since the last drift check
+	StateSourceCheckDue       State = "SourceCheckDue"       // the interval passed since the Git ref was last looked at
 	StateInSync               State = "InSync"               // nothing to do until the next check
 	StateMigrationPending     State = "MigrationPending"     // the state is being copied to another backend
 	StateHeld                 State = "StateHeld"            // an apply's unsaved state is kept and its lock held
@@ -38,6 +39,8 @@ const (
 	StateDeadRunLock          State = "DeadRunLock"          // a dead run's state lock is held
 	StateRunAnnouncing        State = "RunAnnouncing"        // a run has its slot, not yet in status.currentRun
 	StateRunnerStarting       State = "RunnerStarting"       // the run's runner is starting
+	StateSourceCloned         State = "SourceCloned"         // the runner cloned a Git commit, not adopted yet
+	StateSourceUnchanged      State = "SourceUnchanged"      // a Git check found the applied commit: nothing to plan
 	StateRunnerReady          State = "RunnerReady"          // the runner has the module, not initialised
 	StatePlanDue              State = "PlanDue"              // initialised: plan (drift checks too)
 	StateApprovedPlanDue      State = "ApprovedPlanDue"      // initialised: apply the stored, approved plan
@@ -74,6 +77,9 @@ const (
 	runDrift runKind = "drift"
 	// runDestroy: the Stack is deleted with destroyOnDelete.
 	runDestroy runKind = "destroy"
+	// runSourceCheck: the interval passed: clone the Git ref to see
+	// whether it moved; a new commit makes the run a plan (runPlan).
+	runSourceCheck runKind = "check"
 )
 
 // applyFailure is how an apply failed, as the runner's reason says.
@@ -125,6 +131,9 @@ type observed struct {
 	runFailed     bool
 	driftDisabled bool
 	driftDue      bool
+	// gitCheckDue: the Git ref (a branch, tag or semver range) was last
+	// looked at an interval ago (status.git.checkedAt).
+	gitCheckDue bool
 
 	// cacheVerified: the Stack was read from the API server (or written
 	// by this reconcile); cacheStale: the cache was found behind.
@@ -144,7 +153,11 @@ type runFacts struct {
 	recoverFirst bool
 	lock         lockFinding
 	runnerReady  bool
-	initialised  bool
+	// sourceCloned: the runner cloned a Git commit not adopted yet;
+	// sourceUnchanged: a check run's clone is the commit applied.
+	sourceCloned    bool
+	sourceUnchanged bool
+	initialised     bool
 	// stepDone: the kind's command ran (apply or destroy).
 	stepDone bool
 
@@ -214,13 +227,15 @@ func dueState(o observed) State {
 		return StateOutOfSync
 	case !o.driftDisabled && o.driftDue:
 		return StateDriftDue
+	case o.gitCheckDue:
+		return StateSourceCheckDue
 	}
 	return StateInSync
 }
 
 // runsSomething says a state starts a run.
 func runsSomething(st State) bool {
-	return st == StateApproved || st == StateOutOfSync || st == StateDriftDue
+	return st == StateApproved || st == StateOutOfSync || st == StateDriftDue || st == StateSourceCheckDue
 }
 
 // determineRunState names the state inside a run.
@@ -238,6 +253,10 @@ func determineRunState(r *runFacts) State {
 		return StateDeadRun
 	case !r.runnerReady:
 		return StateRunnerStarting
+	case r.sourceCloned:
+		return StateSourceCloned
+	case r.sourceUnchanged:
+		return StateSourceUnchanged
 	case !r.initialised:
 		return StateRunnerReady
 	case r.settled:
@@ -314,16 +333,22 @@ func (r *Reconciler) observe(s *scope) observed {
 	o.generationChanged = st.ObservedGeneration != stack.Generation
 	o.driftDisabled = s.config.DriftMode == terracev1.DriftDetectionDisabled
 	o.driftDue = st.LastDriftCheckAt == nil || !r.now().Before(st.LastDriftCheckAt.Add(s.config.Interval))
+	o.gitCheckDue = gitCheckDue(stack, s.config.Interval, r.now())
 	return o
 }
 
-// nextDriftCheck is how long until the next drift check is due.
+// nextDriftCheck is how long until the next drift check, or the next
+// look at a Git ref, is due.
 func (r *Reconciler) nextDriftCheck(s *scope) time.Duration {
 	st := s.stack.Status
-	if s.config.DriftMode == terracev1.DriftDetectionDisabled || st.LastDriftCheckAt == nil {
-		return s.config.Interval
+	next := s.config.Interval
+	if s.config.DriftMode != terracev1.DriftDetectionDisabled && st.LastDriftCheckAt != nil {
+		next = st.LastDriftCheckAt.Add(s.config.Interval).Sub(r.now())
 	}
-	return st.LastDriftCheckAt.Add(s.config.Interval).Sub(r.now())
+	if git := untilGitCheck(s.stack, s.config.Interval, r.now()); git > 0 && git < next {
+		next = git
+	}
+	return next
 }
 
 // pendingPlan is the id of the plan waiting for approval that was made

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,12 @@ func TestDetermineState(t *testing.T) {
 		{"a run failed", settled(func(o *observed) { o.runFailed = true }), StateOutOfSync},
 		{"drift check due", settled(func(o *observed) { o.driftDue = true }), StateDriftDue},
 		{"drift check due, detection disabled", settled(func(o *observed) { o.driftDue, o.driftDisabled = true, true }), StateInSync},
+		{"git ref check due", settled(func(o *observed) { o.gitCheckDue = true }), StateSourceCheckDue},
+		{"git ref check due, detection disabled", settled(func(o *observed) { o.gitCheckDue, o.driftDisabled = true, true }), StateSourceCheckDue},
+		{"git ref check and drift check due", settled(func(o *observed) { o.gitCheckDue, o.driftDue = true, true }), StateDriftDue},
+		{"git ref check due, new inputs", settled(func(o *observed) { o.gitCheckDue, o.inputsChanged = true, true }), StateOutOfSync},
+		{"git ref check due, cache not verified", settled(func(o *observed) { o.gitCheckDue, o.cacheVerified = true, false }), StateCacheUnverified},
+		{"git ref check due, waiting plan", settled(func(o *observed) { o.gitCheckDue, o.pendingPlan = true, true }), StateAwaitingApproval},
 		{"waiting plan", settled(func(o *observed) { o.pendingPlan = true }), StateAwaitingApproval},
 		{"waiting plan, drift due", settled(func(o *observed) { o.pendingPlan, o.driftDue = true, true }), StateAwaitingApproval},
 		{"waiting plan approved", settled(func(o *observed) { o.pendingPlan, o.approved = true, true }), StateApproved},
@@ -70,6 +77,15 @@ func TestDetermineState(t *testing.T) {
 		{"unsaved state's lock", settled(func(o *observed) { o.run = &runFacts{kind: runPlan, announced: true, lock: lockUnsaved} }), StateHeld},
 		{"runner starting", settled(func(o *observed) { o.run = &runFacts{kind: runPlan, announced: true} }), StateRunnerStarting},
 		{"runner ready", settled(func(o *observed) { o.run = &runFacts{kind: runPlan, announced: true, runnerReady: true} }), StateRunnerReady},
+		{"git commit cloned", settled(func(o *observed) {
+			o.run = &runFacts{kind: runSourceCheck, announced: true, runnerReady: true, sourceCloned: true}
+		}), StateSourceCloned},
+		{"git commit cloned for a plan", settled(func(o *observed) {
+			o.run = &runFacts{kind: runPlan, announced: true, runnerReady: true, sourceCloned: true}
+		}), StateSourceCloned},
+		{"git check found the applied commit", settled(func(o *observed) {
+			o.run = &runFacts{kind: runSourceCheck, announced: true, runnerReady: true, sourceUnchanged: true}
+		}), StateSourceUnchanged},
 		{"plan due", inRun(runPlan, nil), StatePlanDue},
 		{"drift check's plan due", inRun(runDrift, nil), StatePlanDue},
 		{"approved plan due", inRun(runApplyPending, nil), StateApprovedPlanDue},
@@ -121,6 +137,7 @@ var allStates = []State{
 	StateRunnerStarting, StateRunnerReady, StatePlanDue, StateApprovedPlanDue, StateDestroyDue, StatePlanDenied,
 	StateUpToDate, StatePlanOnly, StateDriftReported, StatePlanTooLarge, StatePlanApproved, StateNeedsApproval,
 	StateApplied, StateApplyStateTooLarge, StateApplyStateUnsaved, StateApplyPlanStale, StateApplyFailed, StateRunDone,
+	StateSourceCheckDue, StateSourceCloned, StateSourceUnchanged,
 }
 
 // observe reads the decision's facts from status fields and the resolved
@@ -161,6 +178,21 @@ func TestObserveDecidesFromTheStatus(t *testing.T) {
 		{"drift check due", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionEnabled, StateDriftDue},
 		{"drift check due, warn", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionWarn, StateDriftDue},
 		{"drift disabled", settled(func(s *terracev1.Stack) { s.Status.LastDriftCheckAt = &old }), terracev1.DriftDetectionDisabled, StateInSync},
+		{"git branch looked at recently", settled(func(s *terracev1.Stack) {
+			s.Spec.Source.Git = &terracev1.GitSource{URL: "https://git.example.com/infra.git"}
+			s.Status.Git = &terracev1.GitStatus{Revision: "main@sha1:" + strings.Repeat("a", 40), CheckedAt: &recent}
+		}), terracev1.DriftDetectionDisabled, StateInSync},
+		{"git branch looked at an interval ago", settled(func(s *terracev1.Stack) {
+			s.Spec.Source.Git = &terracev1.GitSource{URL: "https://git.example.com/infra.git"}
+			s.Status.Git = &terracev1.GitStatus{Revision: "main@sha1:" + strings.Repeat("a", 40), CheckedAt: &old}
+		}), terracev1.DriftDetectionDisabled, StateSourceCheckDue},
+		{"git branch never looked at", settled(func(s *terracev1.Stack) {
+			s.Spec.Source.Git = &terracev1.GitSource{URL: "https://git.example.com/infra.git"}
+		}), terracev1.DriftDetectionDisabled, StateSourceCheckDue},
+		{"git commit never moves", settled(func(s *terracev1.Stack) {
+			s.Spec.Source.Git = &terracev1.GitSource{URL: "https://git.example.com/infra.git", Ref: &terracev1.GitRef{Commit: strings.Repeat("a", 40)}}
+			s.Status.Git = &terracev1.GitStatus{Revision: "sha1:" + strings.Repeat("a", 40), CheckedAt: &old}
+		}), terracev1.DriftDetectionDisabled, StateInSync},
 		{"pending, not approved", settled(func(s *terracev1.Stack) {
 			s.Status.Plan = &terracev1.PlanStatus{Pending: "plan-3-abc", InputsDigest: "sha256:in"}
 		}), terracev1.DriftDetectionEnabled, StateAwaitingApproval},

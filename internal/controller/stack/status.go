@@ -140,6 +140,19 @@ func recordRun(s *scope) {
 	if o.attempted != "" {
 		st.LastAttemptedRevision = o.attempted
 	}
+	if o.git != nil {
+		checked := st.Git.DeepCopy()
+		st.Git = o.git.DeepCopy()
+		if checked != nil {
+			st.Git.CheckedAt = checked.CheckedAt
+		}
+	}
+	if o.gitCheckedAt != nil {
+		if st.Git == nil {
+			st.Git = &terracev1.GitStatus{}
+		}
+		st.Git.CheckedAt = ptrTime(*o.gitCheckedAt)
+	}
 	if st.Plan != nil && (o.discardedPlan != "" || o.lostPlan != "") {
 		st.Plan.Pending = ""
 	}
