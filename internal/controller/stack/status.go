@@ -38,9 +38,11 @@ func (s *scope) recorded() *terracev1.StackStatus {
 	return s.stack.Status.DeepCopy()
 }
 
-// requestedReconcile reports a terrace.dev/requestedAt value not yet handled.
+// requestedReconcile reports a reconcile request not yet handled: a
+// terrace.dev/requestedAt value, or Flux's reconcile.fluxcd.io/requestedAt
+// (a Flux Receiver or `flux reconcile` sets it), whichever is later.
 func requestedReconcile(stack *terracev1.Stack) (string, bool) {
-	v, ok := stack.GetAnnotations()[terracev1.ReconcileRequestAnnotation]
+	v, ok := outcome.RequestedAt(stack)
 	return v, ok && v != stack.Status.LastHandledReconcileAt
 }
 
