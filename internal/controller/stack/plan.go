@@ -162,7 +162,7 @@ func (r *Reconciler) checkDrift(s *scope, p *planObservation) {
 	drift := r.isDrift(s, s.run.kind, p.hasChanges)
 	s.observed.drift = driftObservation{checked: s.run.kind == runDrift || drift, found: drift, at: p.at}
 	if drift {
-		r.warningEvent(s.stack, DriftDetectedReason, "drift detected: %s", summaryText(p.summary))
+		r.warningEventFor(s, p.ref(), DriftDetectedReason, "drift detected: %s", summaryText(p.summary))
 		driftDetectedTotal.WithLabelValues(s.stack.Namespace).Inc()
 	}
 }
@@ -197,7 +197,7 @@ func (r *Reconciler) keepForApproval(_ context.Context, s *scope) error {
 	}
 	p.keptForApproval = true
 	s.run.facts.reported = true
-	r.normalEvent(s.stack, "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it (run: %s)", p.id, summaryText(p.summary), p.id, s.run.timings.String())
+	r.normalEventFor(s, p.ref(), "PlanCreated", "plan %s awaits approval: %s; set spec.approvePlan to %q to apply it (run: %s)", p.id, summaryText(p.summary), p.id, s.run.timings.String())
 	return nil
 }
 

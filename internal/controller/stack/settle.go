@@ -60,7 +60,7 @@ func (r *Reconciler) settleApply(ctx context.Context, s *scope) error {
 	}
 	s.observed.applied = &applyObservation{outputs: names}
 	s.observed.release = recorded
-	r.normalEvent(s.stack, AppliedReason, "applied %s (%s): release %d (run: %s)", p.id, summaryText(p.summary), recorded.Revision, run.timings.String())
+	r.normalEventFor(s, p.ref(), AppliedReason, "applied %s (%s): release %d (run: %s)", p.id, summaryText(p.summary), recorded.Revision, run.timings.String())
 	if run.kind == runApplyPending {
 		return run.stores.Plans.DeletePlan(ctx, planKey(s.stack, p.id))
 	}

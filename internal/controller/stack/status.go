@@ -108,7 +108,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) out
 		st.Failures++
 		backoff := retryBackoff(stack, st.Failures)
 		s.log.Error(stepErr, "run failed; retrying", "failures", st.Failures, "retryIn", backoff)
-		r.warningEvent(stack, outcome.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
+		r.warningEventFor(s, o.plan.ref(), outcome.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
 	case errors.As(err, &waiting):
 	default:
 		st.Failures = 0
@@ -119,7 +119,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) out
 	// A run that applied has said so in its Applied event, which names the
 	// release: becoming Ready needs no second event (one API call each).
 	if !wasReady && conditionTrue(stack, terracev1.ReadyCondition) && st.ObservedGeneration > 0 && o.kind != runNothing && o.applied == nil {
-		r.normalEvent(stack, "Ready", "%s", readyMessage(s))
+		r.normalEventFor(s, nil, "Ready", "%s", readyMessage(s))
 	}
 	return summary
 }
