@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +27,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/controller/program"
 	"github.com/terrace-dev/terrace/internal/controller/stack"
 	"github.com/terrace-dev/terrace/internal/launcher"
+	"github.com/terrace-dev/terrace/internal/notify"
 	"github.com/terrace-dev/terrace/internal/pki"
 	"github.com/terrace-dev/terrace/internal/pki/casecret"
 	"github.com/terrace-dev/terrace/internal/scheme"
@@ -177,10 +179,22 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--source-artifact-hosts: %w", err)
 	}
+	recorder, err := stackRecorder(mgr, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Notifications {
+		if err := mgr.Add(notify.NewNotifier(mgr.GetConfig(), notify.NotifierOptions{
+			Namespace: opts.Namespace, ConfigMapName: opts.NotificationsConfigMap, SecretName: opts.NotificationsSecret,
+			StackNamespaces: namespaces, Log: mgr.GetLogger().WithName("notifications"),
+		})); err != nil {
+			return nil, err
+		}
+	}
 	stacks := &stack.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder(stack.ControllerName),
+		Recorder:  recorder,
 		Configs:   resolver,
 		Runs:      stack.LauncherRuns{Launcher: runs, ProviderMirror: opts.RunnerProviderMirror, Warm: warm},
 		Stores:    backends,
@@ -201,6 +215,24 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("failed to set up the Stack controller: %w", err)
 	}
 	return mgr, nil
+}
+
+// stackRecorder is the Stack controller's event recorder: Kubernetes
+// Events, and with --events-address the same events in Flux's format to a
+// notification-controller.
+func stackRecorder(mgr ctrl.Manager, opts Options) (events.EventRecorder, error) {
+	kube := mgr.GetEventRecorder(stack.ControllerName)
+	if opts.EventsAddress == "" {
+		return kube, nil
+	}
+	flux, err := notify.NewFluxRecorder(kube, mgr.GetScheme(), opts.EventsAddress, stack.ControllerName, mgr.GetLogger().WithName("events"))
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(flux); err != nil {
+		return nil, err
+	}
+	return flux, nil
 }
 
 // loadPKI loads (or creates) the controller CA and returns its Secret's

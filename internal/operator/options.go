@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
+	"github.com/terrace-dev/terrace/internal/notify"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 	"github.com/terrace-dev/terrace/internal/version"
 )
@@ -87,6 +88,17 @@ type Options struct {
 	// controller's rights in exactly these namespaces (docs/security.md,
 	// Install modes); WatchedNamespaces checks and completes the list.
 	WatchNamespaces []string
+	// EventsAddress is a Flux notification-controller's event endpoint
+	// (Flux's --events-address): every Stack event is also posted there
+	// in Flux's event format (notify.FluxRecorder). Empty posts nowhere.
+	EventsAddress string
+	// Notifications runs the notification controller (notify.Notifier):
+	// Slack, Teams, webhooks... defined in NotificationsConfigMap and
+	// NotificationsSecret in Namespace, which Stacks subscribe to by
+	// annotation. Without the ConfigMap it sends nothing.
+	Notifications          bool
+	NotificationsConfigMap string
+	NotificationsSecret    string
 
 	// Artifact configures the Program artifact server.
 	Artifact artifactserver.ServerOptions
@@ -125,19 +137,22 @@ func DefaultOptions() Options {
 		ns = "terrace-system"
 	}
 	o := Options{
-		Namespace:         ns,
-		MetricsAddr:       ":8443",
-		MetricsSecure:     true,
-		HealthAddr:        ":8081",
-		LeaderElection:    true,
-		CASecretName:      "terrace-ca",
-		ServerIPs:         []string{"127.0.0.1"},
-		Image:             version.ImageReference(),
-		SyncPeriod:        10 * time.Hour,
-		MaxConcurrentRuns: 4,
-		MaxRunTimeout:     DefaultMaxRunTimeout,
-		Artifact:          artifactserver.ServerOptions{ListenAddress: artifactserver.DefaultListenAddress, CacheBytes: artifactserver.DefaultCacheBytes},
-		State:             httpbackend.DefaultOptions(),
+		Namespace:              ns,
+		MetricsAddr:            ":8443",
+		MetricsSecure:          true,
+		HealthAddr:             ":8081",
+		LeaderElection:         true,
+		CASecretName:           "terrace-ca",
+		ServerIPs:              []string{"127.0.0.1"},
+		Image:                  version.ImageReference(),
+		SyncPeriod:             10 * time.Hour,
+		MaxConcurrentRuns:      4,
+		MaxRunTimeout:          DefaultMaxRunTimeout,
+		Notifications:          true,
+		NotificationsConfigMap: notify.DefaultConfigMapName,
+		NotificationsSecret:    notify.DefaultSecretName,
+		Artifact:               artifactserver.ServerOptions{ListenAddress: artifactserver.DefaultListenAddress, CacheBytes: artifactserver.DefaultCacheBytes},
+		State:                  httpbackend.DefaultOptions(),
 	}
 	o.SourceArtifactHosts = DefaultSourceArtifactHosts()
 	return o
@@ -186,6 +201,10 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.MaxRunTimeout, "max-run-timeout", o.MaxRunTimeout, "the longest spec.timeout a Stack may set: a Stack above it is refused (Stalled, RunTimeoutTooLong) and a destroy run is cut to it; 0 sets no limit")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "the only namespaces the controller watches and acts in (the namespaced install mode, with the controller's rights bound in these namespaces only); --namespace is always added; empty: every namespace. kube-system, kube-public and kube-node-lease are refused")
 	fs.StringSliceVar(&o.PostgresAllowedHosts, "postgres-allowed-hosts", o.PostgresAllowedHosts, "PostgreSQL servers (host, host:port, or a unix socket directory) a namespace's TerraceConfig may name, besides the TCP server of the operator namespace's config; unix sockets only when listed")
+	fs.StringVar(&o.EventsAddress, "events-address", o.EventsAddress, "a Flux notification-controller's event endpoint, e.g. http://notification-controller.flux-system.svc.cluster.local./: every Stack event is also posted there in Flux's event format; empty posts nowhere")
+	fs.BoolVar(&o.Notifications, "notifications", o.Notifications, "send notifications (Slack, Teams, webhooks) that Stacks subscribe to by annotation, with the services, triggers and templates of --notifications-configmap")
+	fs.StringVar(&o.NotificationsConfigMap, "notifications-configmap", o.NotificationsConfigMap, "ConfigMap, in --namespace, of the notification services, triggers, templates and subscriptions")
+	fs.StringVar(&o.NotificationsSecret, "notifications-secret", o.NotificationsSecret, "Secret, in --namespace, of the notification services' credentials ($key in the ConfigMap)")
 	o.Artifact.BindFlags(fs)
 	o.State.BindFlags(fs)
 }

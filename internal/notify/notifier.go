@@ -1,0 +1,186 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/argoproj/notifications-engine/pkg/api"
+	"github.com/argoproj/notifications-engine/pkg/controller"
+	"github.com/argoproj/notifications-engine/pkg/services"
+	"github.com/argoproj/notifications-engine/pkg/subscriptions"
+	"github.com/go-logr/logr"
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+)
+
+// The notification controller reads its ConfigMap and Secret in the
+// operator's namespace (the ClusterRole terrace-controller has these rights
+// everywhere; the namespaced mode binds it there too) and patches a Stack's
+// annotations to remember what it has sent.
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=terrace.dev,resources=stacks,verbs=get;list;watch;patch
+
+const (
+	// AnnotationPrefix is the prefix of the subscription annotations,
+	// notifications.terrace.dev/subscribe.<trigger>.<service>: <recipients>,
+	// and of notified.notifications.terrace.dev, where the controller keeps
+	// what it has sent.
+	AnnotationPrefix = "notifications.terrace.dev"
+	// DefaultConfigMapName holds services, triggers, templates and global
+	// subscriptions, in the operator's namespace.
+	DefaultConfigMapName = "terrace-notifications-cm"
+	// DefaultSecretName holds the services' credentials ($key in the
+	// ConfigMap), in the operator's namespace.
+	DefaultSecretName = "terrace-notifications-secret"
+	// resync evaluates every Stack again this often: a delivery that failed
+	// is tried again then, if the trigger still holds.
+	resync = 5 * time.Minute
+)
+
+// NotifierOptions configure the notification controller.
+type NotifierOptions struct {
+	// Namespace is the operator's: the only place services are defined.
+	Namespace string
+	// ConfigMapName and SecretName default to DefaultConfigMapName and
+	// DefaultSecretName.
+	ConfigMapName, SecretName string
+	// StackNamespaces are the namespaces whose Stacks are watched; empty
+	// means every namespace.
+	StackNamespaces []string
+	Log             logr.Logger
+}
+
+// Notifier sends notifications about Stacks with
+// github.com/argoproj/notifications-engine, the way Argo CD does about
+// Applications: services (Slack, Teams, webhooks...), triggers and
+// templates in a ConfigMap, credentials in a Secret, both in the operator's
+// namespace only; a Stack's annotations merely subscribe it to a trigger on
+// one of those services. It is a manager Runnable that runs on the leader.
+type Notifier struct {
+	config *rest.Config
+	opts   NotifierOptions
+}
+
+// NewNotifier returns the notification controller of the cluster cfg.
+func NewNotifier(cfg *rest.Config, opts NotifierOptions) *Notifier {
+	if opts.ConfigMapName == "" {
+		opts.ConfigMapName = DefaultConfigMapName
+	}
+	if opts.SecretName == "" {
+		opts.SecretName = DefaultSecretName
+	}
+	// The engine's annotation prefix and log level are process-wide; the
+	// engine logs every evaluation at info level, its errors are logged
+	// again through the event callback.
+	subscriptions.SetAnnotationPrefix(AnnotationPrefix)
+	logrus.SetLevel(logrus.WarnLevel)
+	return &Notifier{config: cfg, opts: opts}
+}
+
+// stacksResource is what the engine watches and patches.
+var stacksResource = terracev1.GroupVersion.WithResource("stacks")
+
+// Start runs the controller until ctx ends.
+func (n *Notifier) Start(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(n.config)
+	if err != nil {
+		return fmt.Errorf("failed to create the notification controller's client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(n.config)
+	if err != nil {
+		return fmt.Errorf("failed to create the notification controller's client: %w", err)
+	}
+	byName := func(name string) func(*metav1.ListOptions) {
+		return func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }
+	}
+	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	cms := coreinformers.NewFilteredConfigMapInformer(kube, n.opts.Namespace, resync, indexers, byName(n.opts.ConfigMapName))
+	secrets := coreinformers.NewFilteredSecretInformer(kube, n.opts.Namespace, resync, indexers, byName(n.opts.SecretName))
+	factory := api.NewFactory(api.Settings{
+		ConfigMapName:    n.opts.ConfigMapName,
+		SecretName:       n.opts.SecretName,
+		DefaultNamespace: n.opts.Namespace,
+		InitGetVars: func(cfg *api.Config, cm *corev1.ConfigMap, _ *corev1.Secret) (api.GetVars, error) {
+			addDefaults(cfg, cm)
+			return func(obj map[string]any, _ services.Destination) map[string]any { return stackVars(obj) }, nil
+		},
+	}, n.opts.Namespace, secrets, cms)
+
+	namespaces := n.opts.StackNamespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	informers := []cache.SharedIndexInformer{cms, secrets}
+	var controllers []controller.NotificationController
+	for _, ns := range namespaces {
+		stacks := stackInformer(dyn.Resource(stacksResource).Namespace(ns))
+		informers = append(informers, stacks)
+		controllers = append(controllers, controller.NewController(dyn.Resource(stacksResource), stacks, factory,
+			controller.WithEventCallback(n.report)))
+	}
+	for _, inf := range informers {
+		go inf.RunWithContext(ctx)
+	}
+	synced := make([]cache.InformerSynced, len(informers))
+	for i, inf := range informers {
+		synced[i] = inf.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+	n.opts.Log.Info("sending notifications", "configMap", n.opts.Namespace+"/"+n.opts.ConfigMapName, "secret", n.opts.Namespace+"/"+n.opts.SecretName)
+	for _, c := range controllers {
+		go c.Run(1, ctx.Done())
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// stackInformer watches Stacks as unstructured objects, apart from the
+// manager's typed cache: the engine writes the objects it patched back into
+// its informer's store.
+func stackInformer(stacks dynamic.ResourceInterface) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return stacks.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return stacks.Watch(ctx, o)
+		},
+	}, &unstructured.Unstructured{}, resync, cache.Indexers{})
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			u.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	return inf
+}
+
+// report logs what one look at a Stack sent and what failed.
+func (n *Notifier) report(seq controller.NotificationEventSequence) {
+	log := n.opts.Log.WithValues("stack", seq.Key)
+	for _, d := range seq.Delivered {
+		if !d.AlreadyNotified {
+			log.Info("notification sent", "trigger", d.Trigger, "service", d.Destination.Service, "recipient", d.Destination.Recipient)
+		}
+	}
+	for _, err := range seq.Errors {
+		log.Error(err, "notification failed")
+	}
+	for _, err := range seq.Warnings {
+		log.Info("notification problem", "problem", err.Error())
+	}
+}
