@@ -2,6 +2,7 @@ package notify
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -221,6 +222,22 @@ func TestSubscriptionsOnlyChooseServices(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "not supported") {
 				t.Errorf("service %q, which the ConfigMap does not define, was not refused: %v", d.Service, err)
 			}
+		}
+	}
+}
+
+// TestOtherAnnotationsSubscribeNothing: a Stack's other annotations are no
+// subscriptions, whatever order the engine reads them in.
+func TestOtherAnnotationsSubscribeNothing(t *testing.T) {
+	subscriptions.SetAnnotationPrefix(AnnotationPrefix)
+	annotations := map[string]string{AnnotationPrefix + "/subscribe.on-applied.receiver": ""}
+	for i := range 20 {
+		annotations[fmt.Sprintf("example.com/other-%d", i)] = "x"
+	}
+	for range 10 {
+		dests := withoutUnnamedServices(nil, subscriptions.NewAnnotations(annotations).GetDestinations(defaultTriggerNames, nil), api.Config{})
+		if len(dests) != 1 || len(dests["on-applied"]) != 1 || dests["on-applied"][0].Service != "receiver" {
+			t.Fatalf("destinations %v, want on-applied to receiver only", dests)
 		}
 	}
 }

@@ -128,7 +128,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 		stacks := stackInformer(dyn.Resource(stacksResource).Namespace(ns))
 		informers = append(informers, stacks)
 		controllers = append(controllers, controller.NewController(dyn.Resource(stacksResource), stacks, factory,
-			controller.WithEventCallback(n.report)))
+			controller.WithEventCallback(n.report), controller.WithAlterDestinations(withoutUnnamedServices)))
 	}
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
@@ -183,4 +183,20 @@ func (n *Notifier) report(seq controller.NotificationEventSequence) {
 	for _, err := range seq.Warnings {
 		log.Info("notification problem", "problem", err.Error())
 	}
+}
+
+// withoutUnnamedServices drops destinations without a service. The engine
+// (v0.5.0) reads every other annotation of a Stack as a subscription of the
+// previous subscription's recipients to no service, on the default
+// triggers, depending on map order; sending to it only fails.
+func withoutUnnamedServices(_ metav1.Object, dests services.Destinations, _ api.Config) services.Destinations {
+	out := services.Destinations{}
+	for trigger, list := range dests {
+		for _, d := range list {
+			if d.Service != "" {
+				out[trigger] = append(out[trigger], d)
+			}
+		}
+	}
+	return out
 }
