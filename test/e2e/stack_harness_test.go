@@ -126,6 +126,10 @@ func (e *stackEnv) installOperatorConfig(t testing.TB) {
 	}
 }
 
+// controllerEventsAddress is the --events-address of the controllers
+// startController starts (notifications_test.go sets it, and restarts).
+var controllerEventsAddress string
+
 // startController runs the controller until stopController or the end of
 // the package's tests.
 func startController(t testing.TB, dev *devcluster.Dev) *controller {
@@ -140,6 +144,7 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	// Namespace configs of these tests may use the shared PostgreSQL, as an
 	// operator would allow its database server.
 	opts.PostgresAllowedHosts = []string{sharedPostgresHost(t)}
+	opts.EventsAddress = controllerEventsAddress
 	mgr, err := operator.NewManager(dev.Cluster.Config, opts)
 	if err != nil {
 		t.Fatalf("failed to create the controller: %v", err)
