@@ -34,6 +34,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/settings"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 	"github.com/terrace-dev/terrace/internal/warmpool"
+	"github.com/terrace-dev/terrace/internal/webhook"
 )
 
 // Run starts the controller process against cfg and blocks until ctx ends.
@@ -139,6 +140,13 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	stateTLS := pki.ServerTLSConfig(serving, authority, nil)
 	if err := mgr.Add(httpbackend.NewServer(opts.State, &backend.Router{Backends: backends}, currentRuns, stateTLS)); err != nil {
 		return nil, err
+	}
+
+	if opts.WebhookAddr != "0" && opts.WebhookAddr != "" {
+		receiver := webhook.New(mgr.GetClient(), mgr.GetClient(), webhook.Options{})
+		if err := mgr.Add(webhook.NewServer(opts.WebhookAddr, receiver)); err != nil {
+			return nil, err
+		}
 	}
 
 	// Reconcilers: leader only.

@@ -18,6 +18,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/notify"
 	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 	"github.com/terrace-dev/terrace/internal/version"
+	"github.com/terrace-dev/terrace/internal/webhook"
 )
 
 // Options configure the controller process. They bind their own flags.
@@ -100,6 +101,10 @@ type Options struct {
 	NotificationsConfigMap string
 	NotificationsSecret    string
 
+	// WebhookAddr is where every replica serves the forges' webhooks
+	// (internal/webhook, POST /hooks/{namespace}); "0" serves none.
+	WebhookAddr string
+
 	// Artifact configures the Program artifact server.
 	Artifact artifactserver.ServerOptions
 	// State configures the Terraform http state server.
@@ -151,6 +156,7 @@ func DefaultOptions() Options {
 		Notifications:          true,
 		NotificationsConfigMap: notify.DefaultConfigMapName,
 		NotificationsSecret:    notify.DefaultSecretName,
+		WebhookAddr:            webhook.DefaultListenAddress,
 		Artifact:               artifactserver.ServerOptions{ListenAddress: artifactserver.DefaultListenAddress, CacheBytes: artifactserver.DefaultCacheBytes},
 		State:                  httpbackend.DefaultOptions(),
 	}
@@ -205,6 +211,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Notifications, "notifications", o.Notifications, "send notifications (Slack, Teams, webhooks) that Stacks subscribe to by annotation, with the services, triggers and templates of --notifications-configmap")
 	fs.StringVar(&o.NotificationsConfigMap, "notifications-configmap", o.NotificationsConfigMap, "ConfigMap, in --namespace, of the notification services, triggers, templates and subscriptions")
 	fs.StringVar(&o.NotificationsSecret, "notifications-secret", o.NotificationsSecret, "Secret, in --namespace, of the notification services' credentials ($key in the ConfigMap)")
+	fs.StringVar(&o.WebhookAddr, "webhook-bind-address", o.WebhookAddr, "address of the receiver of the forges' push and pull-request webhooks (POST /hooks/{namespace}, plain HTTP: put TLS at an Ingress); 0 serves none")
 	o.Artifact.BindFlags(fs)
 	o.State.BindFlags(fs)
 }
@@ -217,7 +224,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 func LocalOptions(namespace, artifactAddr, stateAddr string) Options {
 	o := DefaultOptions()
 	o.Namespace = namespace
-	o.MetricsAddr, o.HealthAddr = "0", "0"
+	o.MetricsAddr, o.HealthAddr, o.WebhookAddr = "0", "0", "0"
 	o.LeaderElection = false
 	o.ServerIPs = nil
 	for _, addr := range []string{artifactAddr, stateAddr} {
