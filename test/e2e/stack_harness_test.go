@@ -51,6 +51,9 @@ type controller struct {
 	done chan error
 	// stateURL is where runners reach the controller's state server.
 	stateURL string
+	// webhookURL is where the controller receives forges' webhooks
+	// (POST /hooks/{namespace}), on the node's link as its other servers.
+	webhookURL string
 }
 
 // stackEnv is what a Stack test needs: the dev cluster, clients, a
@@ -134,8 +137,9 @@ var controllerEventsAddress string
 // the package's tests.
 func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	t.Helper()
-	ports := hostPorts(t, dev, 2)
+	ports := hostPorts(t, dev, 3)
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
+	opts.WebhookAddr = ports[2]
 	opts.MaxConcurrentRuns = 8
 	// Flux artifacts come from the tests' artifact server on the node's
 	// link, as from source-controller's Service; every other host stays
@@ -150,7 +154,7 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 		t.Fatalf("failed to create the controller: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &controller{stop: cancel, done: make(chan error, 1), stateURL: opts.State.AdvertisedURL}
+	c := &controller{stop: cancel, done: make(chan error, 1), stateURL: opts.State.AdvertisedURL, webhookURL: "http://" + opts.WebhookAddr}
 	go func() { c.done <- mgr.Start(ctx) }()
 	return c
 }

@@ -264,13 +264,15 @@ func withCloneHTTP(ctx context.Context, limit int64, roots *x509.CertPool) conte
 // cloneTransport sends each request through its clone's transport and
 // stops reading once the clone's budget is spent. go-git's http client is
 // one per process (transport/client), so the settings come with the
-// request's context.
+// request's context; a request without them (go-git used elsewhere in the
+// process, such as a test pushing to its git server) goes out as go-git's
+// own client would send it.
 type cloneTransport struct{}
 
 func (cloneTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c, ok := req.Context().Value(cloneHTTPKey{}).(*cloneHTTP)
 	if !ok {
-		return nil, errors.New("internal error: a Git request without its clone's settings")
+		return baseTransport.RoundTrip(req)
 	}
 	resp, err := c.rt.RoundTrip(req)
 	if err != nil {
