@@ -10,7 +10,7 @@ import (
 )
 
 func runDemo(ctx context.Context, out io.Writer, dev *devcluster.Dev, examples string, timeout time.Duration, controllerDone chan error) error {
-	objs, err := devcluster.ReadManifests(examples)
+	objs, err := devcluster.ReadManifestFiles(examples)
 	if err != nil {
 		return err
 	}

@@ -49,10 +49,23 @@ func (a Applied) Ref() string {
 // dir (recursively, in path order). Kustomize files and empty documents are
 // skipped.
 func ReadManifests(dir string) ([]Applied, error) {
+	return readManifests(dir, true)
+}
+
+// ReadManifestFiles is ReadManifests of dir's own files only, as
+// `kubectl apply -f dir` reads them: subdirectories are left out.
+func ReadManifestFiles(dir string) ([]Applied, error) {
+	return readManifests(dir, false)
+}
+
+func readManifests(dir string, recursive bool) ([]Applied, error) {
 	var out []Applied
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.IsDir() && path != dir && !recursive {
+			return filepath.SkipDir
 		}
 		ext := strings.ToLower(filepath.Ext(path))
 		if d.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {

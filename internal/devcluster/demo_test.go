@@ -71,4 +71,12 @@ func TestReadManifestsSkipsKustomizeAndEmptyDocuments(t *testing.T) {
 	if len(kinds) != 3 || kinds[0] != "ConfigMap" || kinds[1] != "Stack" || kinds[2] != "Namespace" {
 		t.Fatalf("read kinds %v", kinds)
 	}
+	// As kubectl apply -f dir: the directory's own files only.
+	top, err := ReadManifestFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 2 || top[0].Object.GetKind() != "ConfigMap" || top[1].Object.GetKind() != "Stack" {
+		t.Fatalf("ReadManifestFiles read %d objects, want the ConfigMap and the Stack of a.yaml", len(top))
+	}
 }
