@@ -49,7 +49,7 @@ func TestNetworkPolicyLetsOnlyRunnersReachTheControllersServers(t *testing.T) {
 		}
 	}
 
-	objs, err := devcluster.ReadManifests(filepath.Join(testenv.RepoRoot(), "examples"))
+	objs, err := devcluster.ReadManifestFiles(filepath.Join(testenv.RepoRoot(), "examples"))
 	if err != nil {
 		t.Fatal(err)
 	}
