@@ -26,3 +26,17 @@ func (c *Client) CheckHealth(ctx context.Context, checks []*runnerv1.HealthCheck
 	}
 	return resp.GetResults(), nil
 }
+
+// ListPullRequests asks the runner to list a forge's open pull requests
+// into a branch, from the pod's network position, with the credentials
+// mounted in the pod.
+func (c *Client) ListPullRequests(ctx context.Context, req *runnerv1.ListPullRequestsRequest) (*runnerv1.ListPullRequestsResponse, error) {
+	return c.rpc.ListPullRequests(ctx, req)
+}
+
+// PublishPullRequestPlan asks the runner to post a plan to its pull
+// request (the Stack's comment and the head commit's status).
+func (c *Client) PublishPullRequestPlan(ctx context.Context, req *runnerv1.PublishPullRequestPlanRequest) error {
+	_, err := c.rpc.PublishPullRequestPlan(ctx, req)
+	return err
+}

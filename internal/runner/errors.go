@@ -18,6 +18,11 @@ const (
 	// ReasonCommandFailed: tofu exited with an error; the message is its
 	// diagnostics (Unknown).
 	ReasonCommandFailed = "COMMAND_FAILED"
+	// ReasonForgeFailed: the forge's API refused or failed a pull-request
+	// call (PermissionDenied for credentials and permissions, NotFound,
+	// InvalidArgument for a configuration that cannot work, Unavailable
+	// otherwise).
+	ReasonForgeFailed = "FORGE_FAILED"
 	// ReasonInvalidArgument: a bad request (InvalidArgument).
 	ReasonInvalidArgument = "INVALID_ARGUMENT"
 	// ReasonUnsafeArchive: the archive was refused (InvalidArgument).

@@ -30,6 +30,9 @@ type PlanOptions struct {
 	SkipRefresh bool
 	// Replace passes -replace for each address.
 	Replace []string
+	// NoLock passes -lock=false: a pull request's plan-only run may read
+	// the state, never lock it.
+	NoLock bool
 }
 
 // PlanResult is a saved plan and what it would do.

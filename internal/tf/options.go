@@ -27,5 +27,8 @@ func planFlags(opts PlanOptions, out string, varFiles []string) []tfexec.PlanOpt
 	if opts.SkipRefresh {
 		flags = append(flags, tfexec.Refresh(false))
 	}
+	if opts.NoLock {
+		flags = append(flags, tfexec.Lock(false))
+	}
 	return flags
 }

@@ -40,6 +40,17 @@ const defaultBranch = "main"
 
 var commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
+// pullRefPattern is the head ref of a pull request (GitHub, Gitea) or a
+// merge request (GitLab).
+var pullRefPattern = regexp.MustCompile(`^refs/(pull|merge-requests)/[1-9][0-9]{0,18}/head$`)
+
+// headMovedError: the pull request's head is no longer the commit asked for.
+type headMovedError struct{ ref, want, got string }
+
+func (e *headMovedError) Error() string {
+	return fmt.Sprintf("%s is at %s, not %s: the pull request was pushed to meanwhile", e.ref, e.got, e.want)
+}
+
 // Clone clones one ref of a Git repository from the pod's network
 // position and makes its commit's tree the source: the tree is built into
 // the deterministic tar.gz Build makes (so the digest depends on the
@@ -120,6 +131,9 @@ func checkRef(r *runnerv1.GitRef) (*runnerv1.GitRef, error) {
 	if c := r.GetCommit(); c != "" && !commitPattern.MatchString(c) {
 		return nil, statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, fmt.Sprintf("commit %q must be 40 lowercase hex digits", c))
 	}
+	if p := r.GetPullRef(); p != "" && (r.GetCommit() == "" || !pullRefPattern.MatchString(p)) {
+		return nil, statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, fmt.Sprintf("pull ref %q must be refs/pull/<n>/head or refs/merge-requests/<n>/head, with the expected commit", p))
+	}
 	if set == 0 && r.GetBranch() == "" {
 		return &runnerv1.GitRef{Branch: defaultBranch}, nil
 	}
@@ -148,6 +162,22 @@ func (c *clone) resolve(ctx context.Context) (*object.Commit, string, error) {
 	}
 	r := c.ref
 	switch {
+	case r.GetPullRef() != "":
+		// A pull request's head is one ref, fetched shallow; a push after
+		// the forge was asked moves it, and then the commit asked for is
+		// not planned (a later look plans the new head).
+		local := "refs/remotes/origin/pull"
+		if err := c.fetch(ctx, repo, "+"+r.GetPullRef()+":"+local, 1); err != nil {
+			return nil, "", err
+		}
+		commit, err := commitAt(repo, plumbing.ReferenceName(local))
+		if err != nil {
+			return nil, "", err
+		}
+		if commit.Hash.String() != r.GetCommit() {
+			return nil, "", &headMovedError{ref: r.GetPullRef(), want: r.GetCommit(), got: commit.Hash.String()}
+		}
+		return commit, r.GetBranch(), nil
 	case r.GetCommit() != "":
 		// A commit may be anywhere in the history: no shallow fetch can
 		// promise to reach it, so its branch (or every branch) is fetched
@@ -247,6 +277,8 @@ func commitAt(repo *git.Repository, name plumbing.ReferenceName) (*object.Commit
 func (c *clone) describeRef() string {
 	r := c.ref
 	switch {
+	case r.GetPullRef() != "":
+		return fmt.Sprintf("%s (commit %s)", r.GetPullRef(), r.GetCommit())
 	case r.GetCommit() != "" && r.GetBranch() != "":
 		return fmt.Sprintf("commit %s on branch %q", r.GetCommit(), r.GetBranch())
 	case r.GetCommit() != "":
@@ -274,7 +306,10 @@ func (c *clone) toStatus(err error) error {
 	host := c.ep.describe()
 	var notFound *refNotFoundError
 	var keyErr *hostKeyError
+	var moved *headMovedError
 	switch {
+	case errors.As(err, &moved):
+		return statusError(codes.FailedPrecondition, runner.ReasonPlanStale, fmt.Sprintf("%s: %s", host, moved.Error()))
 	case err == nil:
 		return nil
 	case isStatus(err):

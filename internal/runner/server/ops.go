@@ -74,6 +74,7 @@ func planOptions(req *runnerv1.PlanRequest) tf.PlanOptions {
 		Variables: variables(req.GetVariables()), Destroy: req.GetDestroy(), RefreshOnly: req.GetRefreshOnly(),
 		Targets: req.GetTargets(), PlanID: req.GetPlanId(),
 		Parallelism: int(req.GetParallelism()), SkipRefresh: req.GetSkipRefresh(), Replace: req.GetReplace(),
+		NoLock: req.GetNoLock(),
 	}
 }
 
@@ -159,6 +160,10 @@ func (s *Server) PlanAndApply(req *runnerv1.PlanRequest, stream runnerv1.RunnerS
 	logf, _ := s.logSender(func(l *runnerv1.LogLine) error {
 		return send(&runnerv1.PlanAndApplyResponse{Event: &runnerv1.PlanAndApplyResponse_Log{Log: l}})
 	})
+	if req.GetNoLock() {
+		// -lock=false is for plans that are never applied.
+		return statusError(codes.InvalidArgument, runner.ReasonInvalidArgument, "no_lock is for plans only: an apply always holds the state lock")
+	}
 	if req.GetOneProcess() {
 		return s.applyInOneProcess(stream.Context(), req, logf, send, release)
 	}

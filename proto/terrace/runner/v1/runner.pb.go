@@ -237,6 +237,492 @@ func (HealthCheckType) EnumDescriptor() ([]byte, []int) {
 	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{3}
 }
 
+// Forge says which forge API a pull-request call talks to and where its
+// credentials are mounted.
+type Forge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// provider is github, gitlab or gitea.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// api_url is the forge's API base URL; empty derives it for github.com
+	// and gitlab.com.
+	ApiUrl string `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	// repository_url is the Stack's spec.source.git.url.
+	RepositoryUrl string `protobuf:"bytes,3,opt,name=repository_url,json=repositoryUrl,proto3" json:"repository_url,omitempty"`
+	// credentials_dir is where the pod mounts the Secret of
+	// pullRequests.secretRef (keys token, or appID, installationID and
+	// privateKey).
+	CredentialsDir string `protobuf:"bytes,4,opt,name=credentials_dir,json=credentialsDir,proto3" json:"credentials_dir,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Forge) Reset() {
+	*x = Forge{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forge) ProtoMessage() {}
+
+func (x *Forge) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forge.ProtoReflect.Descriptor instead.
+func (*Forge) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Forge) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Forge) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
+func (x *Forge) GetRepositoryUrl() string {
+	if x != nil {
+		return x.RepositoryUrl
+	}
+	return ""
+}
+
+func (x *Forge) GetCredentialsDir() string {
+	if x != nil {
+		return x.CredentialsDir
+	}
+	return ""
+}
+
+type ListPullRequestsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Forge *Forge                 `protobuf:"bytes,1,opt,name=forge,proto3" json:"forge,omitempty"`
+	// base is the branch the pull requests merge into.
+	Base string `protobuf:"bytes,2,opt,name=base,proto3" json:"base,omitempty"`
+	// plan_commands asks whether someone who may push commented
+	// "/terrace plan" (trigger comment); it costs one call per pull request.
+	PlanCommands bool `protobuf:"varint,3,opt,name=plan_commands,json=planCommands,proto3" json:"plan_commands,omitempty"`
+	// max_pull_requests bounds the answer (at most 100; 0: 100).
+	MaxPullRequests int32 `protobuf:"varint,4,opt,name=max_pull_requests,json=maxPullRequests,proto3" json:"max_pull_requests,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ListPullRequestsRequest) Reset() {
+	*x = ListPullRequestsRequest{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPullRequestsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPullRequestsRequest) ProtoMessage() {}
+
+func (x *ListPullRequestsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPullRequestsRequest.ProtoReflect.Descriptor instead.
+func (*ListPullRequestsRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListPullRequestsRequest) GetForge() *Forge {
+	if x != nil {
+		return x.Forge
+	}
+	return nil
+}
+
+func (x *ListPullRequestsRequest) GetBase() string {
+	if x != nil {
+		return x.Base
+	}
+	return ""
+}
+
+func (x *ListPullRequestsRequest) GetPlanCommands() bool {
+	if x != nil {
+		return x.PlanCommands
+	}
+	return false
+}
+
+func (x *ListPullRequestsRequest) GetMaxPullRequests() int32 {
+	if x != nil {
+		return x.MaxPullRequests
+	}
+	return 0
+}
+
+type ListPullRequestsResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	PullRequests []*ObservedPullRequest `protobuf:"bytes,1,rep,name=pull_requests,json=pullRequests,proto3" json:"pull_requests,omitempty"`
+	// truncated: the forge had more open pull requests than were looked at.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPullRequestsResponse) Reset() {
+	*x = ListPullRequestsResponse{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPullRequestsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPullRequestsResponse) ProtoMessage() {}
+
+func (x *ListPullRequestsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPullRequestsResponse.ProtoReflect.Descriptor instead.
+func (*ListPullRequestsResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListPullRequestsResponse) GetPullRequests() []*ObservedPullRequest {
+	if x != nil {
+		return x.PullRequests
+	}
+	return nil
+}
+
+func (x *ListPullRequestsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// ObservedPullRequest is one open pull request as the forge describes it.
+type ObservedPullRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Number     int64                  `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
+	Title      string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Url        string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	HeadSha    string                 `protobuf:"bytes,4,opt,name=head_sha,json=headSha,proto3" json:"head_sha,omitempty"`
+	HeadBranch string                 `protobuf:"bytes,5,opt,name=head_branch,json=headBranch,proto3" json:"head_branch,omitempty"`
+	Files      []string               `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
+	// files_complete is false when the forge's list was cut at its bounds.
+	FilesComplete  bool `protobuf:"varint,7,opt,name=files_complete,json=filesComplete,proto3" json:"files_complete,omitempty"`
+	AuthorCanWrite bool `protobuf:"varint,8,opt,name=author_can_write,json=authorCanWrite,proto3" json:"author_can_write,omitempty"`
+	PlanCommanded  bool `protobuf:"varint,9,opt,name=plan_commanded,json=planCommanded,proto3" json:"plan_commanded,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ObservedPullRequest) Reset() {
+	*x = ObservedPullRequest{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedPullRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedPullRequest) ProtoMessage() {}
+
+func (x *ObservedPullRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedPullRequest.ProtoReflect.Descriptor instead.
+func (*ObservedPullRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ObservedPullRequest) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *ObservedPullRequest) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ObservedPullRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ObservedPullRequest) GetHeadSha() string {
+	if x != nil {
+		return x.HeadSha
+	}
+	return ""
+}
+
+func (x *ObservedPullRequest) GetHeadBranch() string {
+	if x != nil {
+		return x.HeadBranch
+	}
+	return ""
+}
+
+func (x *ObservedPullRequest) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *ObservedPullRequest) GetFilesComplete() bool {
+	if x != nil {
+		return x.FilesComplete
+	}
+	return false
+}
+
+func (x *ObservedPullRequest) GetAuthorCanWrite() bool {
+	if x != nil {
+		return x.AuthorCanWrite
+	}
+	return false
+}
+
+func (x *ObservedPullRequest) GetPlanCommanded() bool {
+	if x != nil {
+		return x.PlanCommanded
+	}
+	return false
+}
+
+type PublishPullRequestPlanRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Forge  *Forge                 `protobuf:"bytes,1,opt,name=forge,proto3" json:"forge,omitempty"`
+	Number int64                  `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// head_sha is the commit the status is set on.
+	HeadSha string `protobuf:"bytes,3,opt,name=head_sha,json=headSha,proto3" json:"head_sha,omitempty"`
+	// namespace and stack name the comment's marker and the status context.
+	Namespace string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stack     string `protobuf:"bytes,5,opt,name=stack,proto3" json:"stack,omitempty"`
+	// revision is the planned head, "<branch>@sha1:<40 hex>".
+	Revision string `protobuf:"bytes,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	// status is Pending, Planned or Failed.
+	Status  string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	Add     int32  `protobuf:"varint,8,opt,name=add,proto3" json:"add,omitempty"`
+	Change  int32  `protobuf:"varint,9,opt,name=change,proto3" json:"change,omitempty"`
+	Destroy int32  `protobuf:"varint,10,opt,name=destroy,proto3" json:"destroy,omitempty"`
+	// message says why the plan failed.
+	Message string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	// plan is the redacted human plan (cut by the forge's comment limit).
+	Plan          string `protobuf:"bytes,12,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishPullRequestPlanRequest) Reset() {
+	*x = PublishPullRequestPlanRequest{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishPullRequestPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishPullRequestPlanRequest) ProtoMessage() {}
+
+func (x *PublishPullRequestPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishPullRequestPlanRequest.ProtoReflect.Descriptor instead.
+func (*PublishPullRequestPlanRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PublishPullRequestPlanRequest) GetForge() *Forge {
+	if x != nil {
+		return x.Forge
+	}
+	return nil
+}
+
+func (x *PublishPullRequestPlanRequest) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *PublishPullRequestPlanRequest) GetHeadSha() string {
+	if x != nil {
+		return x.HeadSha
+	}
+	return ""
+}
+
+func (x *PublishPullRequestPlanRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PublishPullRequestPlanRequest) GetStack() string {
+	if x != nil {
+		return x.Stack
+	}
+	return ""
+}
+
+func (x *PublishPullRequestPlanRequest) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *PublishPullRequestPlanRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *PublishPullRequestPlanRequest) GetAdd() int32 {
+	if x != nil {
+		return x.Add
+	}
+	return 0
+}
+
+func (x *PublishPullRequestPlanRequest) GetChange() int32 {
+	if x != nil {
+		return x.Change
+	}
+	return 0
+}
+
+func (x *PublishPullRequestPlanRequest) GetDestroy() int32 {
+	if x != nil {
+		return x.Destroy
+	}
+	return 0
+}
+
+func (x *PublishPullRequestPlanRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PublishPullRequestPlanRequest) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+type PublishPullRequestPlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishPullRequestPlanResponse) Reset() {
+	*x = PublishPullRequestPlanResponse{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishPullRequestPlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishPullRequestPlanResponse) ProtoMessage() {}
+
+func (x *PublishPullRequestPlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishPullRequestPlanResponse.ProtoReflect.Descriptor instead.
+func (*PublishPullRequestPlanResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{5}
+}
+
 // ClaimRequest carries a run's credentials in PEM.
 type ClaimRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -249,7 +735,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[0]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +747,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[0]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +760,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{0}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClaimRequest) GetCertificatePem() []byte {
@@ -309,7 +795,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[1]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +807,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[1]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +820,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{1}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimResponse) GetIdentity() string {
@@ -355,7 +841,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[2]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +853,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[2]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +866,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{2}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogLine) GetText() string {
@@ -410,7 +896,7 @@ type SourceInfo struct {
 
 func (x *SourceInfo) Reset() {
 	*x = SourceInfo{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[3]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +908,7 @@ func (x *SourceInfo) String() string {
 func (*SourceInfo) ProtoMessage() {}
 
 func (x *SourceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[3]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +921,7 @@ func (x *SourceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInfo.ProtoReflect.Descriptor instead.
 func (*SourceInfo) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{3}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SourceInfo) GetDigest() string {
@@ -465,7 +951,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[4]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +963,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[4]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +976,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{4}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadRequest) GetPart() isUploadRequest_Part {
@@ -546,7 +1032,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[5]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +1044,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[5]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +1057,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{5}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UploadHeader) GetDigest() string {
@@ -590,7 +1076,7 @@ type UploadResponse struct {
 
 func (x *UploadResponse) Reset() {
 	*x = UploadResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[6]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +1088,7 @@ func (x *UploadResponse) String() string {
 func (*UploadResponse) ProtoMessage() {}
 
 func (x *UploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[6]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +1101,7 @@ func (x *UploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResponse.ProtoReflect.Descriptor instead.
 func (*UploadResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{6}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UploadResponse) GetSource() *SourceInfo {
@@ -642,7 +1128,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[7]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +1140,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[7]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +1153,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{7}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FetchRequest) GetUrl() string {
@@ -700,7 +1186,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +1198,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[8]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +1211,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{8}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FetchResponse) GetSource() *SourceInfo {
@@ -752,7 +1238,7 @@ type CloneRequest struct {
 
 func (x *CloneRequest) Reset() {
 	*x = CloneRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +1250,7 @@ func (x *CloneRequest) String() string {
 func (*CloneRequest) ProtoMessage() {}
 
 func (x *CloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[9]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +1263,7 @@ func (x *CloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneRequest.ProtoReflect.Descriptor instead.
 func (*CloneRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{9}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CloneRequest) GetUrl() string {
@@ -809,14 +1295,19 @@ type GitRef struct {
 	Tag    string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
 	Semver string                 `protobuf:"bytes,3,opt,name=semver,proto3" json:"semver,omitempty"`
 	// commit is 40 lowercase hex digits.
-	Commit        string `protobuf:"bytes,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	Commit string `protobuf:"bytes,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	// pull_ref names a pull request's head ("refs/pull/7/head" on GitHub and
+	// Gitea, "refs/merge-requests/7/head" on GitLab); with commit, the ref is
+	// fetched (shallow) and its commit must be commit, else the head moved
+	// (FAILED_PRECONDITION). branch then names the revision.
+	PullRef       string `protobuf:"bytes,5,opt,name=pull_ref,json=pullRef,proto3" json:"pull_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GitRef) Reset() {
 	*x = GitRef{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1319,7 @@ func (x *GitRef) String() string {
 func (*GitRef) ProtoMessage() {}
 
 func (x *GitRef) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[10]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1332,7 @@ func (x *GitRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitRef.ProtoReflect.Descriptor instead.
 func (*GitRef) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{10}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GitRef) GetBranch() string {
@@ -872,6 +1363,13 @@ func (x *GitRef) GetCommit() string {
 	return ""
 }
 
+func (x *GitRef) GetPullRef() string {
+	if x != nil {
+		return x.PullRef
+	}
+	return ""
+}
+
 type CloneResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// source.digest is the sha256 of the deterministic tar.gz of the
@@ -885,7 +1383,7 @@ type CloneResponse struct {
 
 func (x *CloneResponse) Reset() {
 	*x = CloneResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1395,7 @@ func (x *CloneResponse) String() string {
 func (*CloneResponse) ProtoMessage() {}
 
 func (x *CloneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[11]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1408,7 @@ func (x *CloneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneResponse.ProtoReflect.Descriptor instead.
 func (*CloneResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{11}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloneResponse) GetSource() *SourceInfo {
@@ -945,7 +1443,7 @@ type GitCommit struct {
 
 func (x *GitCommit) Reset() {
 	*x = GitCommit{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1455,7 @@ func (x *GitCommit) String() string {
 func (*GitCommit) ProtoMessage() {}
 
 func (x *GitCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[12]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1468,7 @@ func (x *GitCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCommit.ProtoReflect.Descriptor instead.
 func (*GitCommit) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{12}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GitCommit) GetRevision() string {
@@ -1026,7 +1524,7 @@ type InitRequest struct {
 
 func (x *InitRequest) Reset() {
 	*x = InitRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1536,7 @@ func (x *InitRequest) String() string {
 func (*InitRequest) ProtoMessage() {}
 
 func (x *InitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[13]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1549,7 @@ func (x *InitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitRequest.ProtoReflect.Descriptor instead.
 func (*InitRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{13}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InitRequest) GetPath() string {
@@ -1113,7 +1611,7 @@ type OwnBackend struct {
 
 func (x *OwnBackend) Reset() {
 	*x = OwnBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1623,7 @@ func (x *OwnBackend) String() string {
 func (*OwnBackend) ProtoMessage() {}
 
 func (x *OwnBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[14]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1636,7 @@ func (x *OwnBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnBackend.ProtoReflect.Descriptor instead.
 func (*OwnBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{14}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OwnBackend) GetType() string {
@@ -1175,7 +1673,7 @@ type BackendCredential struct {
 
 func (x *BackendCredential) Reset() {
 	*x = BackendCredential{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1685,7 @@ func (x *BackendCredential) String() string {
 func (*BackendCredential) ProtoMessage() {}
 
 func (x *BackendCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[15]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1698,7 @@ func (x *BackendCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendCredential.ProtoReflect.Descriptor instead.
 func (*BackendCredential) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{15}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BackendCredential) GetEnv() string {
@@ -1238,7 +1736,7 @@ type MappedFile struct {
 
 func (x *MappedFile) Reset() {
 	*x = MappedFile{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1748,7 @@ func (x *MappedFile) String() string {
 func (*MappedFile) ProtoMessage() {}
 
 func (x *MappedFile) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[16]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1761,7 @@ func (x *MappedFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MappedFile.ProtoReflect.Descriptor instead.
 func (*MappedFile) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{16}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MappedFile) GetLocation() FileLocation {
@@ -1306,7 +1804,7 @@ type HTTPBackend struct {
 
 func (x *HTTPBackend) Reset() {
 	*x = HTTPBackend{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1816,7 @@ func (x *HTTPBackend) String() string {
 func (*HTTPBackend) ProtoMessage() {}
 
 func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[17]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1829,7 @@ func (x *HTTPBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPBackend.ProtoReflect.Descriptor instead.
 func (*HTTPBackend) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{17}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HTTPBackend) GetAddress() string {
@@ -1389,7 +1887,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1899,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[18]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1912,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{18}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InitResponse) GetEvent() isInitResponse_Event {
@@ -1470,7 +1968,7 @@ type InitResult struct {
 
 func (x *InitResult) Reset() {
 	*x = InitResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1980,7 @@ func (x *InitResult) String() string {
 func (*InitResult) ProtoMessage() {}
 
 func (x *InitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[19]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1993,7 @@ func (x *InitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResult.ProtoReflect.Descriptor instead.
 func (*InitResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{19}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InitResult) GetVersion() string {
@@ -1530,7 +2028,7 @@ type Variables struct {
 
 func (x *Variables) Reset() {
 	*x = Variables{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +2040,7 @@ func (x *Variables) String() string {
 func (*Variables) ProtoMessage() {}
 
 func (x *Variables) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[20]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +2053,7 @@ func (x *Variables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variables.ProtoReflect.Descriptor instead.
 func (*Variables) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{20}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Variables) GetJson() []byte {
@@ -1608,14 +2106,17 @@ type PlanRequest struct {
 	// still comes before the apply's. The caller sets it only when it has
 	// checked that the state fits max_state_bytes, since no planned values
 	// are seen before the apply.
-	OneProcess    bool `protobuf:"varint,10,opt,name=one_process,json=oneProcess,proto3" json:"one_process,omitempty"`
+	OneProcess bool `protobuf:"varint,10,opt,name=one_process,json=oneProcess,proto3" json:"one_process,omitempty"`
+	// no_lock passes -lock=false: a pull request's plan-only run reads the
+	// state and may never lock it.
+	NoLock        bool `protobuf:"varint,11,opt,name=no_lock,json=noLock,proto3" json:"no_lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +2128,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[21]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +2141,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{21}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PlanRequest) GetVariables() *Variables {
@@ -1713,6 +2214,13 @@ func (x *PlanRequest) GetOneProcess() bool {
 	return false
 }
 
+func (x *PlanRequest) GetNoLock() bool {
+	if x != nil {
+		return x.NoLock
+	}
+	return false
+}
+
 type PlanResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1727,7 +2235,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +2247,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[22]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +2260,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{22}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -1834,7 +2342,7 @@ type PlanResult struct {
 
 func (x *PlanResult) Reset() {
 	*x = PlanResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2354,7 @@ func (x *PlanResult) String() string {
 func (*PlanResult) ProtoMessage() {}
 
 func (x *PlanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[23]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2367,7 @@ func (x *PlanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResult.ProtoReflect.Descriptor instead.
 func (*PlanResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{23}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PlanResult) GetPlanId() string {
@@ -1921,7 +2429,7 @@ type PlanSummary struct {
 
 func (x *PlanSummary) Reset() {
 	*x = PlanSummary{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2441,7 @@ func (x *PlanSummary) String() string {
 func (*PlanSummary) ProtoMessage() {}
 
 func (x *PlanSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[24]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2454,7 @@ func (x *PlanSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanSummary.ProtoReflect.Descriptor instead.
 func (*PlanSummary) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{24}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PlanSummary) GetAdd() int32 {
@@ -2008,7 +2516,7 @@ type ShowPlanRequest struct {
 
 func (x *ShowPlanRequest) Reset() {
 	*x = ShowPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2528,7 @@ func (x *ShowPlanRequest) String() string {
 func (*ShowPlanRequest) ProtoMessage() {}
 
 func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[25]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2541,7 @@ func (x *ShowPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanRequest.ProtoReflect.Descriptor instead.
 func (*ShowPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{25}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShowPlanRequest) GetPlanId() string {
@@ -2059,7 +2567,7 @@ type ShowPlanResponse struct {
 
 func (x *ShowPlanResponse) Reset() {
 	*x = ShowPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2579,7 @@ func (x *ShowPlanResponse) String() string {
 func (*ShowPlanResponse) ProtoMessage() {}
 
 func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[26]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2592,7 @@ func (x *ShowPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPlanResponse.ProtoReflect.Descriptor instead.
 func (*ShowPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{26}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShowPlanResponse) GetChunk() []byte {
@@ -2105,7 +2613,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2625,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[27]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2638,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{27}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApplyRequest) GetPlanId() string {
@@ -2160,7 +2668,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2680,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[28]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2693,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{28}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -2238,7 +2746,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2758,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[29]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2771,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{29}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ApplyResult) GetPlanId() string {
@@ -2288,7 +2796,7 @@ type PlanAndApplyResponse struct {
 
 func (x *PlanAndApplyResponse) Reset() {
 	*x = PlanAndApplyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2808,7 @@ func (x *PlanAndApplyResponse) String() string {
 func (*PlanAndApplyResponse) ProtoMessage() {}
 
 func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[30]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2821,7 @@ func (x *PlanAndApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanAndApplyResponse.ProtoReflect.Descriptor instead.
 func (*PlanAndApplyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{30}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PlanAndApplyResponse) GetEvent() isPlanAndApplyResponse_Event {
@@ -2399,7 +2907,7 @@ type OutputRequest struct {
 
 func (x *OutputRequest) Reset() {
 	*x = OutputRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2919,7 @@ func (x *OutputRequest) String() string {
 func (*OutputRequest) ProtoMessage() {}
 
 func (x *OutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[31]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2932,7 @@ func (x *OutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRequest.ProtoReflect.Descriptor instead.
 func (*OutputRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{31}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
 }
 
 // OutputResponse carries a piece of one output. The pieces of an output
@@ -2445,7 +2953,7 @@ type OutputResponse struct {
 
 func (x *OutputResponse) Reset() {
 	*x = OutputResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2965,7 @@ func (x *OutputResponse) String() string {
 func (*OutputResponse) ProtoMessage() {}
 
 func (x *OutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[32]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2978,7 @@ func (x *OutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputResponse.ProtoReflect.Descriptor instead.
 func (*OutputResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{32}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *OutputResponse) GetName() string {
@@ -2518,7 +3026,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +3038,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[33]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +3051,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{33}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DestroyRequest) GetVariables() *Variables {
@@ -2573,7 +3081,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +3093,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[34]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +3106,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{34}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -2650,7 +3158,7 @@ type DestroyResult struct {
 
 func (x *DestroyResult) Reset() {
 	*x = DestroyResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +3170,7 @@ func (x *DestroyResult) String() string {
 func (*DestroyResult) ProtoMessage() {}
 
 func (x *DestroyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[35]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +3183,7 @@ func (x *DestroyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResult.ProtoReflect.Descriptor instead.
 func (*DestroyResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{35}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{41}
 }
 
 type ForceUnlockRequest struct {
@@ -2687,7 +3195,7 @@ type ForceUnlockRequest struct {
 
 func (x *ForceUnlockRequest) Reset() {
 	*x = ForceUnlockRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3207,7 @@ func (x *ForceUnlockRequest) String() string {
 func (*ForceUnlockRequest) ProtoMessage() {}
 
 func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[36]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3220,7 @@ func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
 func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{36}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ForceUnlockRequest) GetLockId() string {
@@ -2730,7 +3238,7 @@ type ForceUnlockResponse struct {
 
 func (x *ForceUnlockResponse) Reset() {
 	*x = ForceUnlockResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3250,7 @@ func (x *ForceUnlockResponse) String() string {
 func (*ForceUnlockResponse) ProtoMessage() {}
 
 func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[37]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3263,7 @@ func (x *ForceUnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceUnlockResponse.ProtoReflect.Descriptor instead.
 func (*ForceUnlockResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{37}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{43}
 }
 
 type DownloadPlanRequest struct {
@@ -2767,7 +3275,7 @@ type DownloadPlanRequest struct {
 
 func (x *DownloadPlanRequest) Reset() {
 	*x = DownloadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3287,7 @@ func (x *DownloadPlanRequest) String() string {
 func (*DownloadPlanRequest) ProtoMessage() {}
 
 func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[38]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3300,7 @@ func (x *DownloadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanRequest.ProtoReflect.Descriptor instead.
 func (*DownloadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{38}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DownloadPlanRequest) GetPlanId() string {
@@ -2815,7 +3323,7 @@ type DownloadPlanResponse struct {
 
 func (x *DownloadPlanResponse) Reset() {
 	*x = DownloadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2827,7 +3335,7 @@ func (x *DownloadPlanResponse) String() string {
 func (*DownloadPlanResponse) ProtoMessage() {}
 
 func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[39]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2840,7 +3348,7 @@ func (x *DownloadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadPlanResponse.ProtoReflect.Descriptor instead.
 func (*DownloadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{39}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DownloadPlanResponse) GetPart() isDownloadPlanResponse_Part {
@@ -2897,7 +3405,7 @@ type PlanFileHeader struct {
 
 func (x *PlanFileHeader) Reset() {
 	*x = PlanFileHeader{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3417,7 @@ func (x *PlanFileHeader) String() string {
 func (*PlanFileHeader) ProtoMessage() {}
 
 func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[40]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3430,7 @@ func (x *PlanFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanFileHeader.ProtoReflect.Descriptor instead.
 func (*PlanFileHeader) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{40}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PlanFileHeader) GetPlanId() string {
@@ -2959,7 +3467,7 @@ type UploadPlanRequest struct {
 
 func (x *UploadPlanRequest) Reset() {
 	*x = UploadPlanRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3479,7 @@ func (x *UploadPlanRequest) String() string {
 func (*UploadPlanRequest) ProtoMessage() {}
 
 func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[41]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3492,7 @@ func (x *UploadPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanRequest.ProtoReflect.Descriptor instead.
 func (*UploadPlanRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{41}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UploadPlanRequest) GetPart() isUploadPlanRequest_Part {
@@ -3038,7 +3546,7 @@ type UploadPlanResponse struct {
 
 func (x *UploadPlanResponse) Reset() {
 	*x = UploadPlanResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3558,7 @@ func (x *UploadPlanResponse) String() string {
 func (*UploadPlanResponse) ProtoMessage() {}
 
 func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[42]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3571,7 @@ func (x *UploadPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPlanResponse.ProtoReflect.Descriptor instead.
 func (*UploadPlanResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{42}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UploadPlanResponse) GetPlanId() string {
@@ -3082,7 +3590,7 @@ type SetSensitiveVariablesRequest struct {
 
 func (x *SetSensitiveVariablesRequest) Reset() {
 	*x = SetSensitiveVariablesRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3602,7 @@ func (x *SetSensitiveVariablesRequest) String() string {
 func (*SetSensitiveVariablesRequest) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[43]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3615,7 @@ func (x *SetSensitiveVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{43}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetSensitiveVariablesRequest) GetNames() []string {
@@ -3125,7 +3633,7 @@ type SetSensitiveVariablesResponse struct {
 
 func (x *SetSensitiveVariablesResponse) Reset() {
 	*x = SetSensitiveVariablesResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3137,7 +3645,7 @@ func (x *SetSensitiveVariablesResponse) String() string {
 func (*SetSensitiveVariablesResponse) ProtoMessage() {}
 
 func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[44]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3150,7 +3658,7 @@ func (x *SetSensitiveVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSensitiveVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetSensitiveVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{44}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{50}
 }
 
 type CheckHealthRequest struct {
@@ -3162,7 +3670,7 @@ type CheckHealthRequest struct {
 
 func (x *CheckHealthRequest) Reset() {
 	*x = CheckHealthRequest{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[45]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3682,7 @@ func (x *CheckHealthRequest) String() string {
 func (*CheckHealthRequest) ProtoMessage() {}
 
 func (x *CheckHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[45]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3695,7 @@ func (x *CheckHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckHealthRequest.ProtoReflect.Descriptor instead.
 func (*CheckHealthRequest) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{45}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CheckHealthRequest) GetChecks() []*HealthCheck {
@@ -3216,7 +3724,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[46]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3736,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[46]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3749,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{46}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HealthCheck) GetName() string {
@@ -3295,7 +3803,7 @@ type CheckHealthResponse struct {
 
 func (x *CheckHealthResponse) Reset() {
 	*x = CheckHealthResponse{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[47]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3815,7 @@ func (x *CheckHealthResponse) String() string {
 func (*CheckHealthResponse) ProtoMessage() {}
 
 func (x *CheckHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[47]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3828,7 @@ func (x *CheckHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckHealthResponse.ProtoReflect.Descriptor instead.
 func (*CheckHealthResponse) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{47}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CheckHealthResponse) GetResults() []*HealthCheckResult {
@@ -3345,7 +3853,7 @@ type HealthCheckResult struct {
 
 func (x *HealthCheckResult) Reset() {
 	*x = HealthCheckResult{}
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[48]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3865,7 @@ func (x *HealthCheckResult) String() string {
 func (*HealthCheckResult) ProtoMessage() {}
 
 func (x *HealthCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_terrace_runner_v1_runner_proto_msgTypes[48]
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3878,7 @@ func (x *HealthCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResult.ProtoReflect.Descriptor instead.
 func (*HealthCheckResult) Descriptor() ([]byte, []int) {
-	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{48}
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HealthCheckResult) GetName() string {
@@ -3412,7 +3920,46 @@ var File_terrace_runner_v1_runner_proto protoreflect.FileDescriptor
 
 const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\n" +
-	"\x1eterrace/runner/v1/runner.proto\x12\x11terrace.runner.v1\"t\n" +
+	"\x1eterrace/runner/v1/runner.proto\x12\x11terrace.runner.v1\"\x8c\x01\n" +
+	"\x05Forge\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x17\n" +
+	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12%\n" +
+	"\x0erepository_url\x18\x03 \x01(\tR\rrepositoryUrl\x12'\n" +
+	"\x0fcredentials_dir\x18\x04 \x01(\tR\x0ecredentialsDir\"\xae\x01\n" +
+	"\x17ListPullRequestsRequest\x12.\n" +
+	"\x05forge\x18\x01 \x01(\v2\x18.terrace.runner.v1.ForgeR\x05forge\x12\x12\n" +
+	"\x04base\x18\x02 \x01(\tR\x04base\x12#\n" +
+	"\rplan_commands\x18\x03 \x01(\bR\fplanCommands\x12*\n" +
+	"\x11max_pull_requests\x18\x04 \x01(\x05R\x0fmaxPullRequests\"\x85\x01\n" +
+	"\x18ListPullRequestsResponse\x12K\n" +
+	"\rpull_requests\x18\x01 \x03(\v2&.terrace.runner.v1.ObservedPullRequestR\fpullRequests\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x9f\x02\n" +
+	"\x13ObservedPullRequest\x12\x16\n" +
+	"\x06number\x18\x01 \x01(\x03R\x06number\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x19\n" +
+	"\bhead_sha\x18\x04 \x01(\tR\aheadSha\x12\x1f\n" +
+	"\vhead_branch\x18\x05 \x01(\tR\n" +
+	"headBranch\x12\x14\n" +
+	"\x05files\x18\x06 \x03(\tR\x05files\x12%\n" +
+	"\x0efiles_complete\x18\a \x01(\bR\rfilesComplete\x12(\n" +
+	"\x10author_can_write\x18\b \x01(\bR\x0eauthorCanWrite\x12%\n" +
+	"\x0eplan_commanded\x18\t \x01(\bR\rplanCommanded\"\xdc\x02\n" +
+	"\x1dPublishPullRequestPlanRequest\x12.\n" +
+	"\x05forge\x18\x01 \x01(\v2\x18.terrace.runner.v1.ForgeR\x05forge\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x19\n" +
+	"\bhead_sha\x18\x03 \x01(\tR\aheadSha\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05stack\x18\x05 \x01(\tR\x05stack\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\tR\brevision\x12\x16\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12\x10\n" +
+	"\x03add\x18\b \x01(\x05R\x03add\x12\x16\n" +
+	"\x06change\x18\t \x01(\x05R\x06change\x12\x18\n" +
+	"\adestroy\x18\n" +
+	" \x01(\x05R\adestroy\x12\x18\n" +
+	"\amessage\x18\v \x01(\tR\amessage\x12\x12\n" +
+	"\x04plan\x18\f \x01(\tR\x04plan\" \n" +
+	"\x1ePublishPullRequestPlanResponse\"t\n" +
 	"\fClaimRequest\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x17\n" +
 	"\akey_pem\x18\x02 \x01(\fR\x06keyPem\x12\"\n" +
@@ -3443,12 +3990,13 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\fCloneRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12+\n" +
 	"\x03ref\x18\x02 \x01(\v2\x19.terrace.runner.v1.GitRefR\x03ref\x12'\n" +
-	"\x0fcredentials_dir\x18\x03 \x01(\tR\x0ecredentialsDir\"b\n" +
+	"\x0fcredentials_dir\x18\x03 \x01(\tR\x0ecredentialsDir\"}\n" +
 	"\x06GitRef\x12\x16\n" +
 	"\x06branch\x18\x01 \x01(\tR\x06branch\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x16\n" +
 	"\x06semver\x18\x03 \x01(\tR\x06semver\x12\x16\n" +
-	"\x06commit\x18\x04 \x01(\tR\x06commit\"|\n" +
+	"\x06commit\x18\x04 \x01(\tR\x06commit\x12\x19\n" +
+	"\bpull_ref\x18\x05 \x01(\tR\apullRef\"|\n" +
 	"\rCloneResponse\x125\n" +
 	"\x06source\x18\x01 \x01(\v2\x1d.terrace.runner.v1.SourceInfoR\x06source\x124\n" +
 	"\x06commit\x18\x02 \x01(\v2\x1c.terrace.runner.v1.GitCommitR\x06commit\"\x85\x01\n" +
@@ -3502,7 +4050,7 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\tVariables\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x1c\n" +
 	"\tsensitive\x18\x02 \x03(\tR\tsensitive\x12\x14\n" +
-	"\x05files\x18\x03 \x03(\tR\x05files\"\xe1\x02\n" +
+	"\x05files\x18\x03 \x03(\tR\x05files\"\xfa\x02\n" +
 	"\vPlanRequest\x12:\n" +
 	"\tvariables\x18\x01 \x01(\v2\x1c.terrace.runner.v1.VariablesR\tvariables\x12\x18\n" +
 	"\adestroy\x18\x02 \x01(\bR\adestroy\x12!\n" +
@@ -3515,7 +4063,8 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\areplace\x18\t \x03(\tR\areplace\x12\x1f\n" +
 	"\vone_process\x18\n" +
 	" \x01(\bR\n" +
-	"oneProcess\"\xa1\x01\n" +
+	"oneProcess\x12\x17\n" +
+	"\ano_lock\x18\v \x01(\bR\x06noLock\"\xa1\x01\n" +
 	"\fPlanResponse\x12.\n" +
 	"\x03log\x18\x01 \x01(\v2\x1a.terrace.runner.v1.LogLineH\x00R\x03log\x12\x1f\n" +
 	"\n" +
@@ -3634,8 +4183,7 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x0fHealthCheckType\x12!\n" +
 	"\x1dHEALTH_CHECK_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16HEALTH_CHECK_TYPE_HTTP\x10\x01\x12\x19\n" +
-	"\x15HEALTH_CHECK_TYPE_TCP\x10\x022\xf7\n" +
-	"\n" +
+	"\x15HEALTH_CHECK_TYPE_TCP\x10\x022\xe3\f\n" +
 	"\rRunnerService\x12O\n" +
 	"\x06Upload\x12 .terrace.runner.v1.UploadRequest\x1a!.terrace.runner.v1.UploadResponse(\x01\x12J\n" +
 	"\x05Fetch\x12\x1f.terrace.runner.v1.FetchRequest\x1a .terrace.runner.v1.FetchResponse\x12J\n" +
@@ -3653,7 +4201,9 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"UploadPlan\x12$.terrace.runner.v1.UploadPlanRequest\x1a%.terrace.runner.v1.UploadPlanResponse(\x01\x12z\n" +
 	"\x15SetSensitiveVariables\x12/.terrace.runner.v1.SetSensitiveVariablesRequest\x1a0.terrace.runner.v1.SetSensitiveVariablesResponse\x12\\\n" +
 	"\vCheckHealth\x12%.terrace.runner.v1.CheckHealthRequest\x1a&.terrace.runner.v1.CheckHealthResponse\x12J\n" +
-	"\x05Claim\x12\x1f.terrace.runner.v1.ClaimRequest\x1a .terrace.runner.v1.ClaimResponseBAZ?github.com/terrace-dev/terrace/proto/terrace/runner/v1;runnerv1b\x06proto3"
+	"\x05Claim\x12\x1f.terrace.runner.v1.ClaimRequest\x1a .terrace.runner.v1.ClaimResponse\x12k\n" +
+	"\x10ListPullRequests\x12*.terrace.runner.v1.ListPullRequestsRequest\x1a+.terrace.runner.v1.ListPullRequestsResponse\x12}\n" +
+	"\x16PublishPullRequestPlan\x120.terrace.runner.v1.PublishPullRequestPlanRequest\x1a1.terrace.runner.v1.PublishPullRequestPlanResponseBAZ?github.com/terrace-dev/terrace/proto/terrace/runner/v1;runnerv1b\x06proto3"
 
 var (
 	file_terrace_runner_v1_runner_proto_rawDescOnce sync.Once
@@ -3668,134 +4218,147 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
-	(LogStream)(0),                        // 0: terrace.runner.v1.LogStream
-	(FileLocation)(0),                     // 1: terrace.runner.v1.FileLocation
-	(PlanFormat)(0),                       // 2: terrace.runner.v1.PlanFormat
-	(HealthCheckType)(0),                  // 3: terrace.runner.v1.HealthCheckType
-	(*ClaimRequest)(nil),                  // 4: terrace.runner.v1.ClaimRequest
-	(*ClaimResponse)(nil),                 // 5: terrace.runner.v1.ClaimResponse
-	(*LogLine)(nil),                       // 6: terrace.runner.v1.LogLine
-	(*SourceInfo)(nil),                    // 7: terrace.runner.v1.SourceInfo
-	(*UploadRequest)(nil),                 // 8: terrace.runner.v1.UploadRequest
-	(*UploadHeader)(nil),                  // 9: terrace.runner.v1.UploadHeader
-	(*UploadResponse)(nil),                // 10: terrace.runner.v1.UploadResponse
-	(*FetchRequest)(nil),                  // 11: terrace.runner.v1.FetchRequest
-	(*FetchResponse)(nil),                 // 12: terrace.runner.v1.FetchResponse
-	(*CloneRequest)(nil),                  // 13: terrace.runner.v1.CloneRequest
-	(*GitRef)(nil),                        // 14: terrace.runner.v1.GitRef
-	(*CloneResponse)(nil),                 // 15: terrace.runner.v1.CloneResponse
-	(*GitCommit)(nil),                     // 16: terrace.runner.v1.GitCommit
-	(*InitRequest)(nil),                   // 17: terrace.runner.v1.InitRequest
-	(*OwnBackend)(nil),                    // 18: terrace.runner.v1.OwnBackend
-	(*BackendCredential)(nil),             // 19: terrace.runner.v1.BackendCredential
-	(*MappedFile)(nil),                    // 20: terrace.runner.v1.MappedFile
-	(*HTTPBackend)(nil),                   // 21: terrace.runner.v1.HTTPBackend
-	(*InitResponse)(nil),                  // 22: terrace.runner.v1.InitResponse
-	(*InitResult)(nil),                    // 23: terrace.runner.v1.InitResult
-	(*Variables)(nil),                     // 24: terrace.runner.v1.Variables
-	(*PlanRequest)(nil),                   // 25: terrace.runner.v1.PlanRequest
-	(*PlanResponse)(nil),                  // 26: terrace.runner.v1.PlanResponse
-	(*PlanResult)(nil),                    // 27: terrace.runner.v1.PlanResult
-	(*PlanSummary)(nil),                   // 28: terrace.runner.v1.PlanSummary
-	(*ShowPlanRequest)(nil),               // 29: terrace.runner.v1.ShowPlanRequest
-	(*ShowPlanResponse)(nil),              // 30: terrace.runner.v1.ShowPlanResponse
-	(*ApplyRequest)(nil),                  // 31: terrace.runner.v1.ApplyRequest
-	(*ApplyResponse)(nil),                 // 32: terrace.runner.v1.ApplyResponse
-	(*ApplyResult)(nil),                   // 33: terrace.runner.v1.ApplyResult
-	(*PlanAndApplyResponse)(nil),          // 34: terrace.runner.v1.PlanAndApplyResponse
-	(*OutputRequest)(nil),                 // 35: terrace.runner.v1.OutputRequest
-	(*OutputResponse)(nil),                // 36: terrace.runner.v1.OutputResponse
-	(*DestroyRequest)(nil),                // 37: terrace.runner.v1.DestroyRequest
-	(*DestroyResponse)(nil),               // 38: terrace.runner.v1.DestroyResponse
-	(*DestroyResult)(nil),                 // 39: terrace.runner.v1.DestroyResult
-	(*ForceUnlockRequest)(nil),            // 40: terrace.runner.v1.ForceUnlockRequest
-	(*ForceUnlockResponse)(nil),           // 41: terrace.runner.v1.ForceUnlockResponse
-	(*DownloadPlanRequest)(nil),           // 42: terrace.runner.v1.DownloadPlanRequest
-	(*DownloadPlanResponse)(nil),          // 43: terrace.runner.v1.DownloadPlanResponse
-	(*PlanFileHeader)(nil),                // 44: terrace.runner.v1.PlanFileHeader
-	(*UploadPlanRequest)(nil),             // 45: terrace.runner.v1.UploadPlanRequest
-	(*UploadPlanResponse)(nil),            // 46: terrace.runner.v1.UploadPlanResponse
-	(*SetSensitiveVariablesRequest)(nil),  // 47: terrace.runner.v1.SetSensitiveVariablesRequest
-	(*SetSensitiveVariablesResponse)(nil), // 48: terrace.runner.v1.SetSensitiveVariablesResponse
-	(*CheckHealthRequest)(nil),            // 49: terrace.runner.v1.CheckHealthRequest
-	(*HealthCheck)(nil),                   // 50: terrace.runner.v1.HealthCheck
-	(*CheckHealthResponse)(nil),           // 51: terrace.runner.v1.CheckHealthResponse
-	(*HealthCheckResult)(nil),             // 52: terrace.runner.v1.HealthCheckResult
-	nil,                                   // 53: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(LogStream)(0),                         // 0: terrace.runner.v1.LogStream
+	(FileLocation)(0),                      // 1: terrace.runner.v1.FileLocation
+	(PlanFormat)(0),                        // 2: terrace.runner.v1.PlanFormat
+	(HealthCheckType)(0),                   // 3: terrace.runner.v1.HealthCheckType
+	(*Forge)(nil),                          // 4: terrace.runner.v1.Forge
+	(*ListPullRequestsRequest)(nil),        // 5: terrace.runner.v1.ListPullRequestsRequest
+	(*ListPullRequestsResponse)(nil),       // 6: terrace.runner.v1.ListPullRequestsResponse
+	(*ObservedPullRequest)(nil),            // 7: terrace.runner.v1.ObservedPullRequest
+	(*PublishPullRequestPlanRequest)(nil),  // 8: terrace.runner.v1.PublishPullRequestPlanRequest
+	(*PublishPullRequestPlanResponse)(nil), // 9: terrace.runner.v1.PublishPullRequestPlanResponse
+	(*ClaimRequest)(nil),                   // 10: terrace.runner.v1.ClaimRequest
+	(*ClaimResponse)(nil),                  // 11: terrace.runner.v1.ClaimResponse
+	(*LogLine)(nil),                        // 12: terrace.runner.v1.LogLine
+	(*SourceInfo)(nil),                     // 13: terrace.runner.v1.SourceInfo
+	(*UploadRequest)(nil),                  // 14: terrace.runner.v1.UploadRequest
+	(*UploadHeader)(nil),                   // 15: terrace.runner.v1.UploadHeader
+	(*UploadResponse)(nil),                 // 16: terrace.runner.v1.UploadResponse
+	(*FetchRequest)(nil),                   // 17: terrace.runner.v1.FetchRequest
+	(*FetchResponse)(nil),                  // 18: terrace.runner.v1.FetchResponse
+	(*CloneRequest)(nil),                   // 19: terrace.runner.v1.CloneRequest
+	(*GitRef)(nil),                         // 20: terrace.runner.v1.GitRef
+	(*CloneResponse)(nil),                  // 21: terrace.runner.v1.CloneResponse
+	(*GitCommit)(nil),                      // 22: terrace.runner.v1.GitCommit
+	(*InitRequest)(nil),                    // 23: terrace.runner.v1.InitRequest
+	(*OwnBackend)(nil),                     // 24: terrace.runner.v1.OwnBackend
+	(*BackendCredential)(nil),              // 25: terrace.runner.v1.BackendCredential
+	(*MappedFile)(nil),                     // 26: terrace.runner.v1.MappedFile
+	(*HTTPBackend)(nil),                    // 27: terrace.runner.v1.HTTPBackend
+	(*InitResponse)(nil),                   // 28: terrace.runner.v1.InitResponse
+	(*InitResult)(nil),                     // 29: terrace.runner.v1.InitResult
+	(*Variables)(nil),                      // 30: terrace.runner.v1.Variables
+	(*PlanRequest)(nil),                    // 31: terrace.runner.v1.PlanRequest
+	(*PlanResponse)(nil),                   // 32: terrace.runner.v1.PlanResponse
+	(*PlanResult)(nil),                     // 33: terrace.runner.v1.PlanResult
+	(*PlanSummary)(nil),                    // 34: terrace.runner.v1.PlanSummary
+	(*ShowPlanRequest)(nil),                // 35: terrace.runner.v1.ShowPlanRequest
+	(*ShowPlanResponse)(nil),               // 36: terrace.runner.v1.ShowPlanResponse
+	(*ApplyRequest)(nil),                   // 37: terrace.runner.v1.ApplyRequest
+	(*ApplyResponse)(nil),                  // 38: terrace.runner.v1.ApplyResponse
+	(*ApplyResult)(nil),                    // 39: terrace.runner.v1.ApplyResult
+	(*PlanAndApplyResponse)(nil),           // 40: terrace.runner.v1.PlanAndApplyResponse
+	(*OutputRequest)(nil),                  // 41: terrace.runner.v1.OutputRequest
+	(*OutputResponse)(nil),                 // 42: terrace.runner.v1.OutputResponse
+	(*DestroyRequest)(nil),                 // 43: terrace.runner.v1.DestroyRequest
+	(*DestroyResponse)(nil),                // 44: terrace.runner.v1.DestroyResponse
+	(*DestroyResult)(nil),                  // 45: terrace.runner.v1.DestroyResult
+	(*ForceUnlockRequest)(nil),             // 46: terrace.runner.v1.ForceUnlockRequest
+	(*ForceUnlockResponse)(nil),            // 47: terrace.runner.v1.ForceUnlockResponse
+	(*DownloadPlanRequest)(nil),            // 48: terrace.runner.v1.DownloadPlanRequest
+	(*DownloadPlanResponse)(nil),           // 49: terrace.runner.v1.DownloadPlanResponse
+	(*PlanFileHeader)(nil),                 // 50: terrace.runner.v1.PlanFileHeader
+	(*UploadPlanRequest)(nil),              // 51: terrace.runner.v1.UploadPlanRequest
+	(*UploadPlanResponse)(nil),             // 52: terrace.runner.v1.UploadPlanResponse
+	(*SetSensitiveVariablesRequest)(nil),   // 53: terrace.runner.v1.SetSensitiveVariablesRequest
+	(*SetSensitiveVariablesResponse)(nil),  // 54: terrace.runner.v1.SetSensitiveVariablesResponse
+	(*CheckHealthRequest)(nil),             // 55: terrace.runner.v1.CheckHealthRequest
+	(*HealthCheck)(nil),                    // 56: terrace.runner.v1.HealthCheck
+	(*CheckHealthResponse)(nil),            // 57: terrace.runner.v1.CheckHealthResponse
+	(*HealthCheckResult)(nil),              // 58: terrace.runner.v1.HealthCheckResult
+	nil,                                    // 59: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
-	0,  // 0: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
-	9,  // 1: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
-	7,  // 2: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	7,  // 3: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	14, // 4: terrace.runner.v1.CloneRequest.ref:type_name -> terrace.runner.v1.GitRef
-	7,  // 5: terrace.runner.v1.CloneResponse.source:type_name -> terrace.runner.v1.SourceInfo
-	16, // 6: terrace.runner.v1.CloneResponse.commit:type_name -> terrace.runner.v1.GitCommit
-	21, // 7: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
-	18, // 8: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
-	20, // 9: terrace.runner.v1.InitRequest.files:type_name -> terrace.runner.v1.MappedFile
-	19, // 10: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
-	1,  // 11: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
-	6,  // 12: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
-	23, // 13: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	53, // 14: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
-	24, // 15: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
-	6,  // 16: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
-	27, // 17: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
-	28, // 18: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
-	2,  // 19: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
-	6,  // 20: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	33, // 21: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
-	6,  // 22: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
-	27, // 23: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
-	33, // 24: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
-	24, // 25: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
-	6,  // 26: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
-	39, // 27: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
-	44, // 28: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
-	44, // 29: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
-	50, // 30: terrace.runner.v1.CheckHealthRequest.checks:type_name -> terrace.runner.v1.HealthCheck
-	3,  // 31: terrace.runner.v1.HealthCheck.type:type_name -> terrace.runner.v1.HealthCheckType
-	52, // 32: terrace.runner.v1.CheckHealthResponse.results:type_name -> terrace.runner.v1.HealthCheckResult
-	8,  // 33: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
-	11, // 34: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
-	13, // 35: terrace.runner.v1.RunnerService.Clone:input_type -> terrace.runner.v1.CloneRequest
-	17, // 36: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
-	25, // 37: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
-	29, // 38: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
-	31, // 39: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
-	25, // 40: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
-	35, // 41: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
-	37, // 42: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
-	40, // 43: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
-	42, // 44: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
-	45, // 45: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
-	47, // 46: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
-	49, // 47: terrace.runner.v1.RunnerService.CheckHealth:input_type -> terrace.runner.v1.CheckHealthRequest
-	4,  // 48: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
-	10, // 49: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	12, // 50: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	15, // 51: terrace.runner.v1.RunnerService.Clone:output_type -> terrace.runner.v1.CloneResponse
-	22, // 52: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	26, // 53: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	30, // 54: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	32, // 55: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	34, // 56: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
-	36, // 57: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	38, // 58: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	41, // 59: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	43, // 60: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	46, // 61: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	48, // 62: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	51, // 63: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
-	5,  // 64: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
-	49, // [49:65] is the sub-list for method output_type
-	33, // [33:49] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	4,  // 0: terrace.runner.v1.ListPullRequestsRequest.forge:type_name -> terrace.runner.v1.Forge
+	7,  // 1: terrace.runner.v1.ListPullRequestsResponse.pull_requests:type_name -> terrace.runner.v1.ObservedPullRequest
+	4,  // 2: terrace.runner.v1.PublishPullRequestPlanRequest.forge:type_name -> terrace.runner.v1.Forge
+	0,  // 3: terrace.runner.v1.LogLine.stream:type_name -> terrace.runner.v1.LogStream
+	15, // 4: terrace.runner.v1.UploadRequest.header:type_name -> terrace.runner.v1.UploadHeader
+	13, // 5: terrace.runner.v1.UploadResponse.source:type_name -> terrace.runner.v1.SourceInfo
+	13, // 6: terrace.runner.v1.FetchResponse.source:type_name -> terrace.runner.v1.SourceInfo
+	20, // 7: terrace.runner.v1.CloneRequest.ref:type_name -> terrace.runner.v1.GitRef
+	13, // 8: terrace.runner.v1.CloneResponse.source:type_name -> terrace.runner.v1.SourceInfo
+	22, // 9: terrace.runner.v1.CloneResponse.commit:type_name -> terrace.runner.v1.GitCommit
+	27, // 10: terrace.runner.v1.InitRequest.http_backend:type_name -> terrace.runner.v1.HTTPBackend
+	24, // 11: terrace.runner.v1.InitRequest.own_backend:type_name -> terrace.runner.v1.OwnBackend
+	26, // 12: terrace.runner.v1.InitRequest.files:type_name -> terrace.runner.v1.MappedFile
+	25, // 13: terrace.runner.v1.OwnBackend.credentials:type_name -> terrace.runner.v1.BackendCredential
+	1,  // 14: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
+	12, // 15: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
+	29, // 16: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
+	59, // 17: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	30, // 18: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
+	12, // 19: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
+	33, // 20: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
+	34, // 21: terrace.runner.v1.PlanResult.summary:type_name -> terrace.runner.v1.PlanSummary
+	2,  // 22: terrace.runner.v1.ShowPlanRequest.format:type_name -> terrace.runner.v1.PlanFormat
+	12, // 23: terrace.runner.v1.ApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	39, // 24: terrace.runner.v1.ApplyResponse.result:type_name -> terrace.runner.v1.ApplyResult
+	12, // 25: terrace.runner.v1.PlanAndApplyResponse.log:type_name -> terrace.runner.v1.LogLine
+	33, // 26: terrace.runner.v1.PlanAndApplyResponse.plan_result:type_name -> terrace.runner.v1.PlanResult
+	39, // 27: terrace.runner.v1.PlanAndApplyResponse.apply_result:type_name -> terrace.runner.v1.ApplyResult
+	30, // 28: terrace.runner.v1.DestroyRequest.variables:type_name -> terrace.runner.v1.Variables
+	12, // 29: terrace.runner.v1.DestroyResponse.log:type_name -> terrace.runner.v1.LogLine
+	45, // 30: terrace.runner.v1.DestroyResponse.result:type_name -> terrace.runner.v1.DestroyResult
+	50, // 31: terrace.runner.v1.DownloadPlanResponse.header:type_name -> terrace.runner.v1.PlanFileHeader
+	50, // 32: terrace.runner.v1.UploadPlanRequest.header:type_name -> terrace.runner.v1.PlanFileHeader
+	56, // 33: terrace.runner.v1.CheckHealthRequest.checks:type_name -> terrace.runner.v1.HealthCheck
+	3,  // 34: terrace.runner.v1.HealthCheck.type:type_name -> terrace.runner.v1.HealthCheckType
+	58, // 35: terrace.runner.v1.CheckHealthResponse.results:type_name -> terrace.runner.v1.HealthCheckResult
+	14, // 36: terrace.runner.v1.RunnerService.Upload:input_type -> terrace.runner.v1.UploadRequest
+	17, // 37: terrace.runner.v1.RunnerService.Fetch:input_type -> terrace.runner.v1.FetchRequest
+	19, // 38: terrace.runner.v1.RunnerService.Clone:input_type -> terrace.runner.v1.CloneRequest
+	23, // 39: terrace.runner.v1.RunnerService.Init:input_type -> terrace.runner.v1.InitRequest
+	31, // 40: terrace.runner.v1.RunnerService.Plan:input_type -> terrace.runner.v1.PlanRequest
+	35, // 41: terrace.runner.v1.RunnerService.ShowPlan:input_type -> terrace.runner.v1.ShowPlanRequest
+	37, // 42: terrace.runner.v1.RunnerService.Apply:input_type -> terrace.runner.v1.ApplyRequest
+	31, // 43: terrace.runner.v1.RunnerService.PlanAndApply:input_type -> terrace.runner.v1.PlanRequest
+	41, // 44: terrace.runner.v1.RunnerService.Output:input_type -> terrace.runner.v1.OutputRequest
+	43, // 45: terrace.runner.v1.RunnerService.Destroy:input_type -> terrace.runner.v1.DestroyRequest
+	46, // 46: terrace.runner.v1.RunnerService.ForceUnlock:input_type -> terrace.runner.v1.ForceUnlockRequest
+	48, // 47: terrace.runner.v1.RunnerService.DownloadPlan:input_type -> terrace.runner.v1.DownloadPlanRequest
+	51, // 48: terrace.runner.v1.RunnerService.UploadPlan:input_type -> terrace.runner.v1.UploadPlanRequest
+	53, // 49: terrace.runner.v1.RunnerService.SetSensitiveVariables:input_type -> terrace.runner.v1.SetSensitiveVariablesRequest
+	55, // 50: terrace.runner.v1.RunnerService.CheckHealth:input_type -> terrace.runner.v1.CheckHealthRequest
+	10, // 51: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
+	5,  // 52: terrace.runner.v1.RunnerService.ListPullRequests:input_type -> terrace.runner.v1.ListPullRequestsRequest
+	8,  // 53: terrace.runner.v1.RunnerService.PublishPullRequestPlan:input_type -> terrace.runner.v1.PublishPullRequestPlanRequest
+	16, // 54: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	18, // 55: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	21, // 56: terrace.runner.v1.RunnerService.Clone:output_type -> terrace.runner.v1.CloneResponse
+	28, // 57: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	32, // 58: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	36, // 59: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	38, // 60: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	40, // 61: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	42, // 62: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	44, // 63: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	47, // 64: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	49, // 65: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	52, // 66: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	54, // 67: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	57, // 68: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
+	11, // 69: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
+	6,  // 70: terrace.runner.v1.RunnerService.ListPullRequests:output_type -> terrace.runner.v1.ListPullRequestsResponse
+	9,  // 71: terrace.runner.v1.RunnerService.PublishPullRequestPlan:output_type -> terrace.runner.v1.PublishPullRequestPlanResponse
+	54, // [54:72] is the sub-list for method output_type
+	36, // [36:54] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_terrace_runner_v1_runner_proto_init() }
@@ -3803,38 +4366,38 @@ func file_terrace_runner_v1_runner_proto_init() {
 	if File_terrace_runner_v1_runner_proto != nil {
 		return
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[4].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[10].OneofWrappers = []any{
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[18].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[24].OneofWrappers = []any{
 		(*InitResponse_Log)(nil),
 		(*InitResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[22].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[28].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_JsonChunk)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[28].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[34].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[30].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[36].OneofWrappers = []any{
 		(*PlanAndApplyResponse_Log)(nil),
 		(*PlanAndApplyResponse_JsonChunk)(nil),
 		(*PlanAndApplyResponse_PlanResult)(nil),
 		(*PlanAndApplyResponse_ApplyResult)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[34].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[40].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[39].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[45].OneofWrappers = []any{
 		(*DownloadPlanResponse_Header)(nil),
 		(*DownloadPlanResponse_Chunk)(nil),
 	}
-	file_terrace_runner_v1_runner_proto_msgTypes[41].OneofWrappers = []any{
+	file_terrace_runner_v1_runner_proto_msgTypes[47].OneofWrappers = []any{
 		(*UploadPlanRequest_Header)(nil),
 		(*UploadPlanRequest_Chunk)(nil),
 	}
@@ -3844,7 +4407,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   50,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

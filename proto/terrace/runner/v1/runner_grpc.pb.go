@@ -36,22 +36,24 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RunnerService_Upload_FullMethodName                = "/terrace.runner.v1.RunnerService/Upload"
-	RunnerService_Fetch_FullMethodName                 = "/terrace.runner.v1.RunnerService/Fetch"
-	RunnerService_Clone_FullMethodName                 = "/terrace.runner.v1.RunnerService/Clone"
-	RunnerService_Init_FullMethodName                  = "/terrace.runner.v1.RunnerService/Init"
-	RunnerService_Plan_FullMethodName                  = "/terrace.runner.v1.RunnerService/Plan"
-	RunnerService_ShowPlan_FullMethodName              = "/terrace.runner.v1.RunnerService/ShowPlan"
-	RunnerService_Apply_FullMethodName                 = "/terrace.runner.v1.RunnerService/Apply"
-	RunnerService_PlanAndApply_FullMethodName          = "/terrace.runner.v1.RunnerService/PlanAndApply"
-	RunnerService_Output_FullMethodName                = "/terrace.runner.v1.RunnerService/Output"
-	RunnerService_Destroy_FullMethodName               = "/terrace.runner.v1.RunnerService/Destroy"
-	RunnerService_ForceUnlock_FullMethodName           = "/terrace.runner.v1.RunnerService/ForceUnlock"
-	RunnerService_DownloadPlan_FullMethodName          = "/terrace.runner.v1.RunnerService/DownloadPlan"
-	RunnerService_UploadPlan_FullMethodName            = "/terrace.runner.v1.RunnerService/UploadPlan"
-	RunnerService_SetSensitiveVariables_FullMethodName = "/terrace.runner.v1.RunnerService/SetSensitiveVariables"
-	RunnerService_CheckHealth_FullMethodName           = "/terrace.runner.v1.RunnerService/CheckHealth"
-	RunnerService_Claim_FullMethodName                 = "/terrace.runner.v1.RunnerService/Claim"
+	RunnerService_Upload_FullMethodName                 = "/terrace.runner.v1.RunnerService/Upload"
+	RunnerService_Fetch_FullMethodName                  = "/terrace.runner.v1.RunnerService/Fetch"
+	RunnerService_Clone_FullMethodName                  = "/terrace.runner.v1.RunnerService/Clone"
+	RunnerService_Init_FullMethodName                   = "/terrace.runner.v1.RunnerService/Init"
+	RunnerService_Plan_FullMethodName                   = "/terrace.runner.v1.RunnerService/Plan"
+	RunnerService_ShowPlan_FullMethodName               = "/terrace.runner.v1.RunnerService/ShowPlan"
+	RunnerService_Apply_FullMethodName                  = "/terrace.runner.v1.RunnerService/Apply"
+	RunnerService_PlanAndApply_FullMethodName           = "/terrace.runner.v1.RunnerService/PlanAndApply"
+	RunnerService_Output_FullMethodName                 = "/terrace.runner.v1.RunnerService/Output"
+	RunnerService_Destroy_FullMethodName                = "/terrace.runner.v1.RunnerService/Destroy"
+	RunnerService_ForceUnlock_FullMethodName            = "/terrace.runner.v1.RunnerService/ForceUnlock"
+	RunnerService_DownloadPlan_FullMethodName           = "/terrace.runner.v1.RunnerService/DownloadPlan"
+	RunnerService_UploadPlan_FullMethodName             = "/terrace.runner.v1.RunnerService/UploadPlan"
+	RunnerService_SetSensitiveVariables_FullMethodName  = "/terrace.runner.v1.RunnerService/SetSensitiveVariables"
+	RunnerService_CheckHealth_FullMethodName            = "/terrace.runner.v1.RunnerService/CheckHealth"
+	RunnerService_Claim_FullMethodName                  = "/terrace.runner.v1.RunnerService/Claim"
+	RunnerService_ListPullRequests_FullMethodName       = "/terrace.runner.v1.RunnerService/ListPullRequests"
+	RunnerService_PublishPullRequestPlan_FullMethodName = "/terrace.runner.v1.RunnerService/PublishPullRequestPlan"
 )
 
 // RunnerServiceClient is the client API for RunnerService service.
@@ -124,6 +126,17 @@ type RunnerServiceClient interface {
 	// other operation until it is claimed, and a second Claim (it is single
 	// use); a runner started for one run refuses Claim.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
+	// ListPullRequests asks the forge, from the pod's own network position
+	// and with the token of a Secret mounted in the pod (never sent over this
+	// connection), for the open pull requests into a branch: each with its
+	// changed files, whether its author may push, and whether someone who may
+	// push commented "/terrace plan". The controller never calls the forge.
+	ListPullRequests(ctx context.Context, in *ListPullRequestsRequest, opts ...grpc.CallOption) (*ListPullRequestsResponse, error)
+	// PublishPullRequestPlan posts a Stack's plan of a pull request to the
+	// forge: the Stack's one comment on it (edited in place) and a commit
+	// status on its head commit. Like ListPullRequests it runs in a pod that
+	// runs no module code.
+	PublishPullRequestPlan(ctx context.Context, in *PublishPullRequestPlanRequest, opts ...grpc.CallOption) (*PublishPullRequestPlanResponse, error)
 }
 
 type runnerServiceClient struct {
@@ -372,6 +385,26 @@ func (c *runnerServiceClient) Claim(ctx context.Context, in *ClaimRequest, opts 
 	return out, nil
 }
 
+func (c *runnerServiceClient) ListPullRequests(ctx context.Context, in *ListPullRequestsRequest, opts ...grpc.CallOption) (*ListPullRequestsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPullRequestsResponse)
+	err := c.cc.Invoke(ctx, RunnerService_ListPullRequests_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runnerServiceClient) PublishPullRequestPlan(ctx context.Context, in *PublishPullRequestPlanRequest, opts ...grpc.CallOption) (*PublishPullRequestPlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublishPullRequestPlanResponse)
+	err := c.cc.Invoke(ctx, RunnerService_PublishPullRequestPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility.
@@ -442,6 +475,17 @@ type RunnerServiceServer interface {
 	// other operation until it is claimed, and a second Claim (it is single
 	// use); a runner started for one run refuses Claim.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
+	// ListPullRequests asks the forge, from the pod's own network position
+	// and with the token of a Secret mounted in the pod (never sent over this
+	// connection), for the open pull requests into a branch: each with its
+	// changed files, whether its author may push, and whether someone who may
+	// push commented "/terrace plan". The controller never calls the forge.
+	ListPullRequests(context.Context, *ListPullRequestsRequest) (*ListPullRequestsResponse, error)
+	// PublishPullRequestPlan posts a Stack's plan of a pull request to the
+	// forge: the Stack's one comment on it (edited in place) and a commit
+	// status on its head commit. Like ListPullRequests it runs in a pod that
+	// runs no module code.
+	PublishPullRequestPlan(context.Context, *PublishPullRequestPlanRequest) (*PublishPullRequestPlanResponse, error)
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -499,6 +543,12 @@ func (UnimplementedRunnerServiceServer) CheckHealth(context.Context, *CheckHealt
 }
 func (UnimplementedRunnerServiceServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
+}
+func (UnimplementedRunnerServiceServer) ListPullRequests(context.Context, *ListPullRequestsRequest) (*ListPullRequestsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPullRequests not implemented")
+}
+func (UnimplementedRunnerServiceServer) PublishPullRequestPlan(context.Context, *PublishPullRequestPlanRequest) (*PublishPullRequestPlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PublishPullRequestPlan not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 func (UnimplementedRunnerServiceServer) testEmbeddedByValue()                       {}
@@ -731,6 +781,42 @@ func _RunnerService_Claim_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunnerService_ListPullRequests_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPullRequestsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).ListPullRequests(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_ListPullRequests_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).ListPullRequests(ctx, req.(*ListPullRequestsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunnerService_PublishPullRequestPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PublishPullRequestPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).PublishPullRequestPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_PublishPullRequestPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).PublishPullRequestPlan(ctx, req.(*PublishPullRequestPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunnerService_ServiceDesc is the grpc.ServiceDesc for RunnerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -761,6 +847,14 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Claim",
 			Handler:    _RunnerService_Claim_Handler,
+		},
+		{
+			MethodName: "ListPullRequests",
+			Handler:    _RunnerService_ListPullRequests_Handler,
+		},
+		{
+			MethodName: "PublishPullRequestPlan",
+			Handler:    _RunnerService_PublishPullRequestPlan_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
