@@ -139,6 +139,13 @@ type RunSpec struct {
 	// state server lets it read the Stack's state and nothing more. Such a
 	// run never claims a warm pod (a warm pod is handed a run identity).
 	ReadOnly bool
+	// ForgeSecretName, when set, is mounted read-only at
+	// ForgeCredentialsPath: the pull-request Secret of a run that calls the
+	// forge (spec.source.git.pullRequests.secretRef).
+	ForgeSecretName string
+	// NoGitCredentials leaves spec.source.git.secretRef unmounted (a run
+	// that clones nothing).
+	NoGitCredentials bool
 }
 
 // Launcher starts runner pods. It is safe for concurrent use.

@@ -24,6 +24,7 @@ const (
 	workVolume    = "terrace-work"
 	tmpVolume     = "terrace-tmp"
 	gitVolume     = "terrace-git-credentials"
+	forgeVolume   = "terrace-forge-credentials"
 	tlsMountPath  = "/etc/terrace/tls"
 	workMountPath = "/var/lib/terrace/work"
 	tmpMountPath  = "/var/lib/terrace/tmp"
@@ -45,6 +46,10 @@ const (
 // there, so they reach no process but the pod's and never travel over
 // the controller's connection.
 const GitCredentialsPath = "/etc/terrace/git"
+
+// ForgeCredentialsPath is where a runner pod mounts RunSpec.ForgeSecretName,
+// read-only: the runner reads the forge's token there.
+const ForgeCredentialsPath = "/etc/terrace/forge"
 
 // DefaultRunTimeout is a run's timeout when neither RunSpec, ctx nor the
 // Stack says otherwise (the Stack API's default).
@@ -153,11 +158,17 @@ func buildPod(p podParams) *corev1.Pod {
 		{Name: workVolume, MountPath: workMountPath},
 		{Name: tmpVolume, MountPath: tmpMountPath},
 	}
-	if g := spec.Stack.Spec.Source.Git; g != nil && g.SecretRef != nil {
+	if g := spec.Stack.Spec.Source.Git; g != nil && g.SecretRef != nil && !spec.NoGitCredentials {
 		volumes = append(volumes, corev1.Volume{Name: gitVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: g.SecretRef.Name, DefaultMode: ptr.To(int32(0o440)),
 		}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: gitVolume, MountPath: GitCredentialsPath, ReadOnly: true})
+	}
+	if spec.ForgeSecretName != "" {
+		volumes = append(volumes, corev1.Volume{Name: forgeVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: spec.ForgeSecretName, DefaultMode: ptr.To(int32(0o440)),
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: forgeVolume, MountPath: ForgeCredentialsPath, ReadOnly: true})
 	}
 	for _, m := range tmpl.VolumeMounts {
 		mounts = append(mounts, *m.DeepCopy())

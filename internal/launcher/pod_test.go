@@ -482,3 +482,35 @@ func TestGitCredentialsAreMountedOnlyWhenSet(t *testing.T) {
 		t.Fatal("a Stack with Git credentials was given a warm runner class")
 	}
 }
+
+func TestForgeCredentialsAreMountedOnlyForTheRunThatAsks(t *testing.T) {
+	l := testLauncher(t)
+	stack := testStack()
+	stack.Spec.Source = terracev1.StackSource{Git: &terracev1.GitSource{URL: "https://git.example.com/x.git", SecretRef: &terracev1.LocalObjectReference{Name: "git-creds"}}}
+	mounts := func(spec RunSpec) map[string]string {
+		p, err := l.plan(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := buildPod(p)
+		secrets := map[string]string{}
+		for _, v := range pod.Spec.Volumes {
+			if v.Secret != nil {
+				secrets[v.Name] = v.Secret.SecretName
+			}
+		}
+		got := map[string]string{}
+		for _, m := range container(pod).VolumeMounts {
+			if name, ok := secrets[m.Name]; ok && m.ReadOnly && m.MountPath != tlsMountPath {
+				got[m.MountPath] = name
+			}
+		}
+		return got
+	}
+	if got := mounts(RunSpec{Stack: stack, RunID: "r1"}); len(got) != 1 || got[GitCredentialsPath] != "git-creds" {
+		t.Fatalf("an ordinary run mounts %v, want only the git credentials", got)
+	}
+	if got := mounts(RunSpec{Stack: stack, RunID: "r1", ReadOnly: true, ForgeSecretName: "forge-token", NoGitCredentials: true}); len(got) != 1 || got[ForgeCredentialsPath] != "forge-token" {
+		t.Fatalf("a forge run mounts %v, want only the forge token at %s", got, ForgeCredentialsPath)
+	}
+}

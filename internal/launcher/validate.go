@@ -25,12 +25,12 @@ func validateRunSpec(spec *RunSpec) error {
 	}
 	if t := spec.Stack.Spec.Runner; t != nil {
 		for _, v := range t.Volumes {
-			if v.Name == tlsVolume || v.Name == workVolume || v.Name == tmpVolume || v.Name == gitVolume {
+			if v.Name == tlsVolume || v.Name == workVolume || v.Name == tmpVolume || v.Name == gitVolume || v.Name == forgeVolume {
 				return fmt.Errorf("%w: spec.runner.volumes: the name %q is reserved for the runner", ErrInvalidSpec, v.Name)
 			}
 		}
 		for _, m := range t.VolumeMounts {
-			for _, own := range []string{tlsMountPath, workMountPath, tmpMountPath, GitCredentialsPath} {
+			for _, own := range []string{tlsMountPath, workMountPath, tmpMountPath, GitCredentialsPath, ForgeCredentialsPath} {
 				if pathWithin(m.MountPath, own) || pathWithin(own, m.MountPath) {
 					return fmt.Errorf("%w: spec.runner.volumeMounts: %q overlaps %s, which the runner uses", ErrInvalidSpec, m.MountPath, own)
 				}
