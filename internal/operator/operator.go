@@ -222,6 +222,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := stacks.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("failed to set up the Stack controller: %w", err)
 	}
+	pullRequests := &stack.PullRequestReconciler{Stacks: stacks, Runs: stack.LauncherPullRequestRuns{Launcher: runs}, ProviderMirror: opts.RunnerProviderMirror}
+	if err := pullRequests.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("failed to set up the pull-request controller: %w", err)
+	}
 	return mgr, nil
 }
 
