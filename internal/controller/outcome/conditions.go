@@ -8,10 +8,10 @@ package outcome
 import (
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
@@ -39,17 +39,11 @@ const (
 const maxMessageLength = 32768
 
 // Set sets a condition with the object's current generation as its
-// observedGeneration. The transition time changes only with the status.
+// observedGeneration, with Flux's conditions package (fluxcd/pkg/runtime):
+// the transition time changes with the status, reason or message, and the
+// conditions stay sorted Stalled, Reconciling, Ready, then the others.
 func Set(obj Object, condType string, status metav1.ConditionStatus, reason, message string) {
-	conds := obj.GetConditions()
-	meta.SetStatusCondition(&conds, metav1.Condition{
-		Type:               condType,
-		Status:             status,
-		ObservedGeneration: obj.GetGeneration(),
-		Reason:             reason,
-		Message:            truncate(message),
-	})
-	obj.SetConditions(conds)
+	conditions.Set(obj, &metav1.Condition{Type: condType, Status: status, Reason: reason, Message: truncate(message)})
 }
 
 // MarkTrue sets condType to True.
@@ -68,26 +62,16 @@ func MarkUnknown(obj Object, condType, reason, format string, args ...any) {
 }
 
 // Delete removes condType.
-func Delete(obj Object, condType string) {
-	conds := obj.GetConditions()
-	meta.RemoveStatusCondition(&conds, condType)
-	obj.SetConditions(conds)
-}
+func Delete(obj Object, condType string) { conditions.Delete(obj, condType) }
 
 // Get returns condType, or nil.
-func Get(obj Object, condType string) *metav1.Condition {
-	return meta.FindStatusCondition(obj.GetConditions(), condType)
-}
+func Get(obj Object, condType string) *metav1.Condition { return conditions.Get(obj, condType) }
 
 // IsTrue reports whether condType is True.
-func IsTrue(obj Object, condType string) bool {
-	return meta.IsStatusConditionTrue(obj.GetConditions(), condType)
-}
+func IsTrue(obj Object, condType string) bool { return conditions.IsTrue(obj, condType) }
 
 // IsFalse reports whether condType is False.
-func IsFalse(obj Object, condType string) bool {
-	return meta.IsStatusConditionFalse(obj.GetConditions(), condType)
-}
+func IsFalse(obj Object, condType string) bool { return conditions.IsFalse(obj, condType) }
 
 // MarkReady records a final success: Ready=True; Reconciling and Stalled removed.
 func MarkReady(obj Object, reason, format string, args ...any) {
