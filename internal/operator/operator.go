@@ -120,14 +120,14 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	// A runner's certificate works only while its run is its Stack's current run.
-	runnerPods, err := httpbackend.NewRunnerPodCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), namespaces)
+	runnerPods, err := launcher.NewRunnerPodCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), namespaces)
 	if err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(runnerPods); err != nil {
 		return nil, err
 	}
-	currentRuns := &httpbackend.StackRuns{Stacks: mgr.GetClient(), Pods: runnerPods, Live: mgr.GetAPIReader()}
+	currentRuns := &launcher.StackRuns{Stacks: mgr.GetClient(), Pods: runnerPods, Live: mgr.GetAPIReader()}
 	artifacts := artifactserver.NewServer(opts.Artifact, mgr.GetClient(), mgr.GetAPIReader(), serving, authority)
 	artifacts.CheckRuns(currentRuns)
 	if err := mgr.Add(artifacts); err != nil {

@@ -106,7 +106,7 @@ type Server struct {
 
 // RunChecker says whether a run is its Stack's current run, asked from the
 // runner pod with podUID, the one its certificate is bound to
-// (httpbackend.StackRuns is the controller's).
+// (launcher.StackRuns is the controller's).
 type RunChecker interface {
 	IsCurrentRun(ctx context.Context, namespace, stack, runID, podUID string) (bool, error)
 }

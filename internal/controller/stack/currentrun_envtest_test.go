@@ -9,7 +9,6 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
-	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 )
 
 // The attack, after a run of the real controller: someone who may create
@@ -39,7 +38,7 @@ func TestEnvtestAFinishedRunIsNoLongerCurrent(t *testing.T) {
 	if err := e.c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	runs := &httpbackend.StackRuns{Stacks: e.c, Pods: e.c, Live: e.c}
+	runs := &launcher.StackRuns{Stacks: e.c, Pods: e.c, Live: e.c}
 	if ok, err := runs.IsCurrentRun(ctx, e.ns, "web", run, string(pod.UID)); err != nil || ok {
 		t.Fatalf("the finished run %s from its runner pod created again: current %v (%v), want refused", run, ok, err)
 	}

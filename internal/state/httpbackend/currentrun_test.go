@@ -12,7 +12,6 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
-	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 )
 
 // countingReader counts the reads that reach the API server.
@@ -41,7 +40,7 @@ func TestStackRunsTrustsTheAPIServerOverItsCache(t *testing.T) {
 	live.endRun(t, "ns", "app", "run-1")
 	live.startRun(t, "ns", "app", "run-2")
 	api := &countingReader{Reader: live.client}
-	runs := &httpbackend.StackRuns{Stacks: stale.client, Pods: stale.client, Live: api}
+	runs := &launcher.StackRuns{Stacks: stale.client, Pods: stale.client, Live: api}
 
 	// The cache still shows run-1; the API server knows run-2 started.
 	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "run-2", string(runPodUID("ns", "app", "run-2"))); err != nil || !ok {
@@ -65,7 +64,7 @@ func TestStackRunsTrustsTheAPIServerOverItsCache(t *testing.T) {
 		t.Fatalf("100 requests with an ended run's certificate made %d API reads", n)
 	}
 	// A cache that cannot answer falls back to the API server.
-	runs = &httpbackend.StackRuns{Stacks: failingReader{}, Pods: failingReader{}, Live: live.client}
+	runs = &launcher.StackRuns{Stacks: failingReader{}, Pods: failingReader{}, Live: live.client}
 	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "run-2", string(runPodUID("ns", "app", "run-2"))); err != nil || !ok {
 		t.Fatalf("with the cache down: %v %v, want current", ok, err)
 	}
@@ -115,7 +114,7 @@ func TestStackRunsFindsAClaimedWarmPod(t *testing.T) {
 	if ok, err := reg.checker.IsCurrentRun(ctx, "ns", "app", "warm1", warmPodUID); err != nil || ok {
 		t.Fatalf("a run whose warm pod is not claimed yet: %v %v, want refused", ok, err)
 	}
-	runs := &httpbackend.StackRuns{Stacks: reg.client, Pods: reg.client, Live: reg.client}
+	runs := &launcher.StackRuns{Stacks: reg.client, Pods: reg.client, Live: reg.client}
 	warm.Labels[launcher.LabelStack], warm.Labels[launcher.LabelRun] = "app", "warm1"
 	if err := reg.client.Update(ctx, warm); err != nil {
 		t.Fatal(err)
@@ -151,7 +150,7 @@ func TestStackRunsAsksForTheWarmPodTheCacheKnows(t *testing.T) {
 	warmPod(cached, false)
 	warmPod(live, true)
 	api := &countingReader{Reader: live.client}
-	runs := &httpbackend.StackRuns{Stacks: cached.client, Pods: cached.client, Live: api}
+	runs := &launcher.StackRuns{Stacks: cached.client, Pods: cached.client, Live: api}
 	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "warm1", warmPodUID); err != nil || !ok {
 		t.Fatalf("a claim the cache has not seen yet: %v %v, want current", ok, err)
 	}
@@ -171,7 +170,7 @@ func TestStackRunsRefusesARecreatedRunnerPod(t *testing.T) {
 	reg := newRunRegistry(t)
 	reg.startRun(t, "ns", "app", "run-1")
 	issuedFor := string(runPodUID("ns", "app", "run-1"))
-	runs := &httpbackend.StackRuns{Stacks: reg.client, Pods: reg.client, Live: reg.client}
+	runs := &launcher.StackRuns{Stacks: reg.client, Pods: reg.client, Live: reg.client}
 	if ok, err := runs.IsCurrentRun(ctx, "ns", "app", "run-1", issuedFor); err != nil || !ok {
 		t.Fatalf("the run from the pod its certificate was issued for: %v %v, want current", ok, err)
 	}

@@ -17,22 +17,21 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/scheme"
-	"github.com/terrace-dev/terrace/internal/state/httpbackend"
 )
 
 // runRegistry plays the controller's part in the fixture: it records a
 // Stack's current run and creates and deletes runner pods, the objects
-// httpbackend.StackRuns decides from. The cache and the live reader are
+// launcher.StackRuns decides from. The cache and the live reader are
 // the same fake client here; StackRuns' cache fallback is tested on its own.
 type runRegistry struct {
 	client  client.Client
-	checker *httpbackend.StackRuns
+	checker *launcher.StackRuns
 }
 
 func newRunRegistry(t *testing.T) *runRegistry {
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
-	return &runRegistry{client: c, checker: &httpbackend.StackRuns{Stacks: c, Pods: c, Live: c}}
+	return &runRegistry{client: c, checker: &launcher.StackRuns{Stacks: c, Pods: c, Live: c}}
 }
 
 // startRun makes runID the Stack's current run, with a runner pod, as
