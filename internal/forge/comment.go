@@ -164,3 +164,14 @@ func codeSpan(s string) string {
 	f := strings.Repeat("`", longestBacktickRun(s)+1)
 	return f + " " + s + " " + f
 }
+
+// PlanCommand is the comment that asks for plans of a pull request under
+// trigger comment.
+const PlanCommand = "/terrace plan"
+
+// IsPlanCommand reports whether a comment body is PlanCommand: the command
+// alone on its first line (leading spaces allowed).
+func IsPlanCommand(body string) bool {
+	first, _, _ := strings.Cut(strings.TrimLeft(body, " \t\r\n"), "\n")
+	return strings.TrimSpace(first) == PlanCommand
+}

@@ -59,3 +59,20 @@ func TestTruncateCommentCountsUTF16(t *testing.T) {
 		t.Fatal("a short body changed")
 	}
 }
+
+func TestIsPlanCommand(t *testing.T) {
+	for body, want := range map[string]bool{
+		"/terrace plan":             true,
+		"  /terrace plan  \nplease": true,
+		"\n/terrace plan":           true,
+		"please /terrace plan":      false,
+		"/terrace planet":           false,
+		"/terrace apply":            false,
+		"> /terrace plan":           false,
+		"<!-- x -->\n/terrace plan": false,
+	} {
+		if got := IsPlanCommand(body); got != want {
+			t.Errorf("IsPlanCommand(%q) = %v, want %v", body, got, want)
+		}
+	}
+}

@@ -3,13 +3,11 @@ package forge
 import (
 	"context"
 	"testing"
-
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
 func newTestGitea(t *testing.T, f *fakeForge) Forge {
 	t.Helper()
-	g, err := New(terracev1.GitPullRequests{Provider: terracev1.GitProviderGitea, APIURL: f.server.URL + "/api/v1"},
+	g, err := New(Config{Provider: Gitea, APIURL: f.server.URL + "/api/v1"},
 		map[string][]byte{SecretToken: []byte("gitea-token")}, "https://gitea.example.com/gitea/webhooks.git", Options{})
 	if err != nil {
 		t.Fatal(err)

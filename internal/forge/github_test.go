@@ -15,15 +15,13 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
 const octoRepo = "https://github.com/octocat/Hello-World.git"
 
 func newTestGitHub(t *testing.T, f *fakeForge, opts Options) Forge {
 	t.Helper()
-	g, err := New(terracev1.GitPullRequests{Provider: terracev1.GitProviderGitHub, APIURL: f.server.URL + "/api/v3"},
+	g, err := New(Config{Provider: GitHub, APIURL: f.server.URL + "/api/v3"},
 		map[string][]byte{SecretToken: []byte("ghp_test\n")}, octoRepo, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +271,7 @@ func TestGitHubAppAuthenticatesWithAnInstallationToken(t *testing.T) {
 		"POST /api/v3/repos/octocat/Hello-World/issues/1347/comments",
 		"PATCH /api/v3/repos/octocat/Hello-World/issues/comments/{id}",
 		"user", map[string]any{"login": "terrace-plans[bot]", "id": 7})
-	g, err := New(terracev1.GitPullRequests{Provider: terracev1.GitProviderGitHub, APIURL: f.server.URL + "/api/v3/"},
+	g, err := New(Config{Provider: GitHub, APIURL: f.server.URL + "/api/v3/"},
 		map[string][]byte{SecretAppID: []byte("12345"), SecretInstallationID: []byte("678"), SecretPrivateKey: keyPEM}, "git@github.com:octocat/Hello-World.git", Options{})
 	if err != nil {
 		t.Fatal(err)

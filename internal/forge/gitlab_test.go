@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
 // GitLab's client escapes the project path: /projects/my-group%2Fmy-project.
@@ -16,7 +14,7 @@ const glProject = "/api/v4/projects/my-group%2Fsub%2Fmy-project"
 
 func newTestGitLab(t *testing.T, f *fakeForge) Forge {
 	t.Helper()
-	g, err := New(terracev1.GitPullRequests{Provider: terracev1.GitProviderGitLab, APIURL: f.server.URL + "/api/v4"},
+	g, err := New(Config{Provider: GitLab, APIURL: f.server.URL + "/api/v4"},
 		map[string][]byte{SecretToken: []byte("glpat-test")}, "git@gitlab.example.com:my-group/sub/my-project.git", Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -5,9 +5,24 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
+
+// Provider is the forge's API, as spec.source.git.pullRequests.provider
+// names it (the runner, which calls the forge, links no Kubernetes types).
+type Provider string
+
+const (
+	GitHub Provider = "github"
+	GitLab Provider = "gitlab"
+	Gitea  Provider = "gitea"
+)
+
+// Config is what New needs of a Stack's spec.source.git.pullRequests.
+type Config struct {
+	Provider Provider
+	// APIURL of the forge; derived for github.com and gitlab.com when empty.
+	APIURL string
+}
 
 // Keys of the pull-request Secret.
 const (
@@ -25,7 +40,7 @@ type credentials struct {
 	privateKey     []byte
 }
 
-func readCredentials(provider terracev1.GitProvider, data map[string][]byte) (credentials, error) {
+func readCredentials(provider Provider, data map[string][]byte) (credentials, error) {
 	var c credentials
 	c.token = strings.TrimSpace(string(data[SecretToken]))
 	_, hasApp := data[SecretAppID]
@@ -38,7 +53,7 @@ func readCredentials(provider terracev1.GitProvider, data map[string][]byte) (cr
 	if !hasApp {
 		return c, fmt.Errorf("%w: the Secret has no %s (or, for a GitHub App, %s, %s and %s)", ErrInvalidConfig, SecretToken, SecretAppID, SecretInstallationID, SecretPrivateKey)
 	}
-	if provider != terracev1.GitProviderGitHub {
+	if provider != GitHub {
 		return c, fmt.Errorf("%w: GitHub App credentials (%s) work only with provider github; give %s a %s", ErrInvalidConfig, SecretAppID, provider, SecretToken)
 	}
 	var err error
@@ -54,11 +69,11 @@ func readCredentials(provider terracev1.GitProvider, data map[string][]byte) (cr
 	return c, nil
 }
 
-// New returns the Forge of a Stack's repository: pr is its
+// New returns the Forge of a Stack's repository: pr is from its
 // spec.source.git.pullRequests, secret the data of the Secret it names and
 // repoURL its spec.source.git.url. The API URL is pr.APIURL, or derived for
 // github.com and gitlab.com.
-func New(pr terracev1.GitPullRequests, secret map[string][]byte, repoURL string, opts Options) (Forge, error) {
+func New(pr Config, secret map[string][]byte, repoURL string, opts Options) (Forge, error) {
 	repo, err := ParseRepository(repoURL)
 	if err != nil {
 		return nil, err
@@ -73,24 +88,24 @@ func New(pr terracev1.GitPullRequests, secret map[string][]byte, repoURL string,
 		return nil, err
 	}
 	switch pr.Provider {
-	case terracev1.GitProviderGitHub:
+	case GitHub:
 		return newGitHub(repo, api, creds, opts)
-	case terracev1.GitProviderGitLab:
+	case GitLab:
 		return newGitLab(repo, api, creds, opts)
-	case terracev1.GitProviderGitea:
+	case Gitea:
 		return newGitea(repo, api, creds, opts)
 	}
 	return nil, fmt.Errorf("%w: unknown provider %q: use github, gitlab or gitea", ErrInvalidConfig, pr.Provider)
 }
 
 // apiURL is the forge's API base URL, ending in a slash.
-func apiURL(pr terracev1.GitPullRequests, repo Repository) (*url.URL, error) {
+func apiURL(pr Config, repo Repository) (*url.URL, error) {
 	raw := pr.APIURL
 	if raw == "" {
 		switch {
-		case pr.Provider == terracev1.GitProviderGitHub && repo.Host == "github.com":
+		case pr.Provider == GitHub && repo.Host == "github.com":
 			raw = "https://api.github.com/"
-		case pr.Provider == terracev1.GitProviderGitLab && repo.Host == "gitlab.com":
+		case pr.Provider == GitLab && repo.Host == "gitlab.com":
 			raw = "https://gitlab.com/api/v4/"
 		default:
 			return nil, fmt.Errorf("%w: set pullRequests.apiURL for %s on %s (e.g. https://%s/api/v3 for GitHub Enterprise, https://%s/api/v4 for GitLab, https://%s for Gitea)",

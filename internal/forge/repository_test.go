@@ -3,8 +3,6 @@ package forge
 import (
 	"errors"
 	"testing"
-
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 )
 
 func TestParseRepository(t *testing.T) {
@@ -45,10 +43,10 @@ func TestRepositoryKeyIsTheSameForEveryForm(t *testing.T) {
 }
 
 func TestNewRefusesWhatCannotWork(t *testing.T) {
-	gh := terracev1.GitPullRequests{Provider: terracev1.GitProviderGitHub}
+	gh := Config{Provider: GitHub}
 	token := map[string][]byte{SecretToken: []byte("t")}
 	for name, tc := range map[string]struct {
-		pr     terracev1.GitPullRequests
+		pr     Config
 		secret map[string][]byte
 		url    string
 	}{
@@ -56,19 +54,19 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		"token and app":                 {gh, map[string][]byte{SecretToken: []byte("t"), SecretAppID: []byte("1")}, octoRepo},
 		"app without installation":      {gh, map[string][]byte{SecretAppID: []byte("1"), SecretPrivateKey: []byte("x")}, octoRepo},
 		"app key that is no PEM":        {gh, map[string][]byte{SecretAppID: []byte("1"), SecretInstallationID: []byte("2"), SecretPrivateKey: []byte("x")}, octoRepo},
-		"app on gitlab":                 {terracev1.GitPullRequests{Provider: terracev1.GitProviderGitLab}, map[string][]byte{SecretAppID: []byte("1")}, "https://gitlab.com/a/b"},
-		"gitea without apiURL":          {terracev1.GitPullRequests{Provider: terracev1.GitProviderGitea}, token, "https://gitea.example.com/a/b"},
+		"app on gitlab":                 {Config{Provider: GitLab}, map[string][]byte{SecretAppID: []byte("1")}, "https://gitlab.com/a/b"},
+		"gitea without apiURL":          {Config{Provider: Gitea}, token, "https://gitea.example.com/a/b"},
 		"github enterprise, no apiURL":  {gh, token, "https://ghe.example.com/a/b"},
-		"apiURL that is no http(s) URL": {terracev1.GitPullRequests{Provider: terracev1.GitProviderGitea, APIURL: "file:///etc"}, token, "https://gitea.example.com/a/b"},
+		"apiURL that is no http(s) URL": {Config{Provider: Gitea, APIURL: "file:///etc"}, token, "https://gitea.example.com/a/b"},
 		"repository path without owner": {gh, token, "https://github.com/b"},
 	} {
 		if _, err := New(tc.pr, tc.secret, tc.url, Options{}); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
 	}
-	for _, p := range []terracev1.GitProvider{terracev1.GitProviderGitHub, terracev1.GitProviderGitLab} {
-		host := map[terracev1.GitProvider]string{terracev1.GitProviderGitHub: "github.com", terracev1.GitProviderGitLab: "gitlab.com"}[p]
-		if _, err := New(terracev1.GitPullRequests{Provider: p}, token, "https://"+host+"/a/b", Options{}); err != nil {
+	for _, p := range []Provider{GitHub, GitLab} {
+		host := map[Provider]string{GitHub: "github.com", GitLab: "gitlab.com"}[p]
+		if _, err := New(Config{Provider: p}, token, "https://"+host+"/a/b", Options{}); err != nil {
 			t.Errorf("%s without apiURL: %v", p, err)
 		}
 	}

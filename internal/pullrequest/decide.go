@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
+	"github.com/terrace-dev/terrace/internal/forge"
 )
 
 // Observed is one open pull request as the forge describes it.
@@ -31,15 +32,8 @@ type Observed struct {
 }
 
 // PlanCommand is the comment that asks for plans of a pull request under
-// trigger comment.
-const PlanCommand = "/terrace plan"
-
-// IsPlanCommand reports whether a comment body is PlanCommand: the command
-// alone on its first line (leading spaces allowed).
-func IsPlanCommand(body string) bool {
-	first, _, _ := strings.Cut(strings.TrimLeft(body, " \t\r\n"), "\n")
-	return strings.TrimSpace(first) == PlanCommand
-}
+// trigger comment (forge.PlanCommand).
+const PlanCommand = forge.PlanCommand
 
 // Action is what a Stack does about one pull request.
 type Action string

@@ -75,23 +75,6 @@ func TestTouches(t *testing.T) {
 	}
 }
 
-func TestIsPlanCommand(t *testing.T) {
-	for body, want := range map[string]bool{
-		"/terrace plan":             true,
-		"  /terrace plan  \nplease": true,
-		"\n/terrace plan":           true,
-		"please /terrace plan":      false,
-		"/terrace planet":           false,
-		"/terrace apply":            false,
-		"> /terrace plan":           false,
-		"<!-- x -->\n/terrace plan": false,
-	} {
-		if got := IsPlanCommand(body); got != want {
-			t.Errorf("IsPlanCommand(%q) = %v, want %v", body, got, want)
-		}
-	}
-}
-
 func TestHeadSHA(t *testing.T) {
 	for rev, want := range map[string]string{"fix@sha1:" + shaA: shaA, "sha1:" + shaB: shaB, "": "", "main": ""} {
 		if got := HeadSHA(rev); got != want {

@@ -16,3 +16,11 @@ const (
 
 // ServiceName is the name the health service reports for the runner.
 const ServiceName = "terrace.runner.v1.RunnerService"
+
+// The status of a pull request's plan in PublishPullRequestPlan: the values
+// of status.pullRequests[].status (terracev1.PullRequestPlanPlanned and
+// Failed; the runner links no Kubernetes types).
+const (
+	PullRequestPlanned = "Planned"
+	PullRequestFailed  = "Failed"
+)

@@ -6,6 +6,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/pullrequest"
+	"github.com/terrace-dev/terrace/internal/runner"
 )
 
 func TestPullRequestStatusBookkeeping(t *testing.T) {
@@ -73,5 +74,13 @@ func TestPullRequestStatusBookkeeping(t *testing.T) {
 	}
 	if p := got[3]; p.Status != terracev1.PullRequestPlanPlanned {
 		t.Errorf("a result of a run #3 no longer names changed it: %+v", p)
+	}
+}
+
+// The runner words a commit status from the status the controller sends:
+// the protocol's values are the API's.
+func TestPullRequestStatusesMatchTheRunnerProtocol(t *testing.T) {
+	if runner.PullRequestPlanned != terracev1.PullRequestPlanPlanned || runner.PullRequestFailed != terracev1.PullRequestPlanFailed {
+		t.Fatalf("runner protocol %q/%q, API %q/%q", runner.PullRequestPlanned, runner.PullRequestFailed, terracev1.PullRequestPlanPlanned, terracev1.PullRequestPlanFailed)
 	}
 }

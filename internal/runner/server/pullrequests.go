@@ -9,9 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/forge"
-	"github.com/terrace-dev/terrace/internal/pullrequest"
 	"github.com/terrace-dev/terrace/internal/runner"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
@@ -85,7 +83,7 @@ func planCommanded(ctx context.Context, f forge.Forge, writers *writerCache, num
 		return false, err
 	}
 	for _, c := range comments {
-		if !pullrequest.IsPlanCommand(c.Body) {
+		if !forge.IsPlanCommand(c.Body) {
 			continue
 		}
 		ok, err := writers.canWrite(ctx, c.Author)
@@ -153,9 +151,9 @@ func (s *Server) PublishPullRequestPlan(ctx context.Context, req *runnerv1.Publi
 // 140 characters of a description.
 func commitStatusOf(req *runnerv1.PublishPullRequestPlanRequest) (forge.State, string) {
 	switch req.GetStatus() {
-	case terracev1.PullRequestPlanPlanned:
+	case runner.PullRequestPlanned:
 		return forge.StateSuccess, fmt.Sprintf("Plan: +%d ~%d -%d", req.GetAdd(), req.GetChange(), req.GetDestroy())
-	case terracev1.PullRequestPlanFailed:
+	case runner.PullRequestFailed:
 		return forge.StateFailure, clipDescription("Plan failed: " + req.GetMessage())
 	}
 	return forge.StatePending, "Planning"
@@ -186,7 +184,7 @@ func (s *Server) forgeOf(f *runnerv1.Forge) (forge.Forge, error) {
 		}
 		data[key] = b
 	}
-	cfg := terracev1.GitPullRequests{Provider: terracev1.GitProvider(f.GetProvider()), APIURL: f.GetApiUrl()}
+	cfg := forge.Config{Provider: forge.Provider(f.GetProvider()), APIURL: f.GetApiUrl()}
 	fg, err := forge.New(cfg, data, f.GetRepositoryUrl(), forge.Options{})
 	if err != nil {
 		return nil, forgeStatus(err)
