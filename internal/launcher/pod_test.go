@@ -514,3 +514,20 @@ func TestForgeCredentialsAreMountedOnlyForTheRunThatAsks(t *testing.T) {
 		t.Fatalf("a forge run mounts %v, want only the forge token at %s", got, ForgeCredentialsPath)
 	}
 }
+
+// A runner container the OOM killer stopped says what to raise, with the
+// container's limit: the runner itself died, so no tofu error says it.
+func TestTerminatedByTheOOMKillerNamesTheLimit(t *testing.T) {
+	pod := &corev1.Pod{
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("6Mi")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: containerName,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}},
+	}
+	got := terminated("oom/small-runner-x", pod, false).Error()
+	for _, want := range []string{"OOMKilled (exit code 137)", "out-of-memory killer", "6 MiB", "spec.runner.resources.limits.memory"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+}

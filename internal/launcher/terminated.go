@@ -78,6 +78,9 @@ func terminated(name string, pod *corev1.Pod, deleted bool) *TerminatedError {
 			if term.Message == "" {
 				term.Message = withRunnerHint(strings.TrimSpace(t.Message))
 			}
+			if t.Reason == "OOMKilled" && term.Message == "" {
+				term.Message = oomHint(pod)
+			}
 			if term.Reason == "" {
 				term.Reason = "Terminated"
 			}
@@ -98,4 +101,17 @@ func terminated(name string, pod *corev1.Pod, deleted bool) *TerminatedError {
 		return &TerminatedError{Pod: name, Reason: "Deleted", Message: "the runner pod is being deleted"}
 	}
 	return nil
+}
+
+// oomHint says what a runner container the out-of-memory killer stopped
+// needs: the runner itself died (when only tofu is killed, the runner says
+// so in the failed command's error).
+func oomHint(pod *corev1.Pod) string {
+	limit := "its memory limit"
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; c.Name == containerName && ok {
+			limit = fmt.Sprintf("its memory limit (%d MiB)", q.Value()>>20)
+		}
+	}
+	return "killed by the kernel's out-of-memory killer: " + limit + " is too low for this run; raise spec.runner.resources.limits.memory (or the TerraceConfig's runner resources)"
 }
