@@ -236,3 +236,31 @@ func (l *Launcher) ActiveRuns(ctx context.Context, namespace string) (int, error
 	}
 	return active, nil
 }
+
+// OtherShardRun names the Stack's run runID when another controller shard
+// started its runner pod and the pod may still be running it (not
+// finished, not being deleted, not retained): the Stack was moved to this
+// shard while that run went on. The other shard finishes it (its servers
+// answer it while it is the Stack's status.currentRun) and deletes the pod;
+// until then this shard must not announce a run of its own, which would
+// cut the running tofu off from its state. Empty when there is none. From
+// the cache: no API call.
+func (l *Launcher) OtherShardRun(ctx context.Context, namespace, stack, runID string) (string, error) {
+	if runID == "" {
+		return "", nil
+	}
+	pods, err := l.pods.stackPods(ctx, namespace, stack)
+	if err != nil {
+		return "", err
+	}
+	for _, pod := range pods {
+		if pod.Labels[LabelRun] != runID || pod.Labels[LabelShard] == l.opts.Shard || l.isActive(activeKey(namespace, stack, runID)) {
+			continue
+		}
+		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+		if !finished && pod.DeletionTimestamp == nil && pod.Annotations[AnnotationRetained] != "true" {
+			return pod.Name, nil
+		}
+	}
+	return "", nil
+}

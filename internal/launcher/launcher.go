@@ -83,6 +83,11 @@ type Options struct {
 	// watched (the controller's --watch-namespaces): one watch per
 	// namespace, none cluster-wide. Empty watches every namespace.
 	Namespaces []string
+	// Shard is the controller shard's ID (--watch-label-selector), put on
+	// every runner pod it starts as LabelShard: a shard adopts only its own
+	// warm pods, and a Stack moved between shards mid-run waits for the
+	// other shard's run to end (OtherShardRuns). Empty: not sharded (no label).
+	Shard string
 }
 
 // RunSpec describes one run's runner pod. Settings that a TerraceConfig can
@@ -319,7 +324,7 @@ func (l *Launcher) plan(ctx context.Context, spec RunSpec) (podParams, error) {
 		secretName:   secretName(podName),
 		stackOwner:   stackOwnerRef(spec.Stack),
 		podName:      podName,
-		runnerLabels: runLabels(spec.Stack.Name, spec.RunID, ComponentRunner),
+		runnerLabels: l.withShard(runLabels(spec.Stack.Name, spec.RunID, ComponentRunner)),
 	}, nil
 }
 

@@ -22,6 +22,9 @@ const (
 	// LabelStack holds StackLabelValue(stack name); LabelRun the run ID.
 	LabelStack = "terrace.dev/stack"
 	LabelRun   = "terrace.dev/run"
+	// LabelShard holds the ID of the controller shard that started a
+	// runner pod (Options.Shard); an unsharded controller sets none.
+	LabelShard = "terrace.dev/shard"
 	// AnnotationRetained marks a pod kept after its run (retain); Cleanup
 	// leaves it alone.
 	AnnotationRetained = "terrace.dev/retained"
@@ -70,4 +73,12 @@ func runLabels(stack, runID, component string) map[string]string {
 		LabelStack:     StackLabelValue(stack),
 		LabelRun:       runID,
 	}
+}
+
+// withShard adds the Launcher's shard to a runner pod's labels.
+func (l *Launcher) withShard(labels map[string]string) map[string]string {
+	if l.opts.Shard != "" {
+		labels[LabelShard] = l.opts.Shard
+	}
+	return labels
 }

@@ -119,7 +119,7 @@ func (l *Launcher) StartWarm(ctx context.Context, spec WarmSpec) (*Run, error) {
 	started := time.Now()
 	p.podName = WarmPodName(run.RunID)
 	p.secretName = secretName(p.podName)
-	p.runnerLabels = map[string]string{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunner, LabelWarmClass: class}
+	p.runnerLabels = l.withShard(map[string]string{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunner, LabelWarmClass: class})
 	identity := pki.RunnerClassIdentity(spec.Namespace, class, p.podName)
 	secretLabels := map[string]string{LabelManagedBy: ManagedByTerrace, LabelComponent: ComponentRunnerTLS, LabelWarmClass: class}
 	secret := buildSecret(p.secretName, p, nil, secretLabels)
@@ -275,7 +275,8 @@ func (l *Launcher) discardWarm(ctx context.Context, w *Run, err error) error {
 }
 
 // WarmPods are the cached warm pods of a namespace (every namespace when
-// empty) that no run has claimed, for the pool to adopt or remove (no API call).
+// empty) that no run has claimed, for the pool to adopt or remove (no API
+// call): this shard's only (LabelShard), each shard keeping a pool of its own.
 func (l *Launcher) WarmPods(ctx context.Context, namespace string) ([]*corev1.Pod, error) {
 	pods, err := l.pods.namespacePods(ctx, namespace)
 	if err != nil {
@@ -283,7 +284,7 @@ func (l *Launcher) WarmPods(ctx context.Context, namespace string) ([]*corev1.Po
 	}
 	var warm []*corev1.Pod
 	for _, pod := range pods {
-		if pod.Labels[LabelWarmClass] != "" && pod.Labels[LabelRun] == "" {
+		if pod.Labels[LabelWarmClass] != "" && pod.Labels[LabelRun] == "" && pod.Labels[LabelShard] == l.opts.Shard {
 			warm = append(warm, pod)
 		}
 	}

@@ -59,7 +59,11 @@ type NotifierOptions struct {
 	// StackNamespaces are the namespaces whose Stacks are watched; empty
 	// means every namespace.
 	StackNamespaces []string
-	Log             logr.Logger
+	// StackSelector, when set, is a label selector the watched Stacks must
+	// match: a controller shard's --watch-label-selector, so that each
+	// Stack is notified about by one shard only.
+	StackSelector string
+	Log           logr.Logger
 }
 
 // Notifier sends notifications about Stacks with
@@ -125,7 +129,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 	informers := []cache.SharedIndexInformer{cms, secrets}
 	var controllers []controller.NotificationController
 	for _, ns := range namespaces {
-		stacks := stackInformer(dyn.Resource(stacksResource).Namespace(ns))
+		stacks := stackInformer(dyn.Resource(stacksResource).Namespace(ns), n.opts.StackSelector)
 		informers = append(informers, stacks)
 		controllers = append(controllers, controller.NewController(dyn.Resource(stacksResource), stacks, factory,
 			controller.WithEventCallback(n.report), controller.WithAlterDestinations(withoutUnnamedServices)))
@@ -151,12 +155,14 @@ func (n *Notifier) Start(ctx context.Context) error {
 // stackInformer watches Stacks as unstructured objects, apart from the
 // manager's typed cache: the engine writes the objects it patched back into
 // its informer's store.
-func stackInformer(stacks dynamic.ResourceInterface) cache.SharedIndexInformer {
+func stackInformer(stacks dynamic.ResourceInterface, selector string) cache.SharedIndexInformer {
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
 			return stacks.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
 			return stacks.Watch(ctx, o)
 		},
 	}, &unstructured.Unstructured{}, resync, cache.Indexers{})

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/artifact"
 	"github.com/terrace-dev/terrace/internal/artifact/artifactserver"
 	"github.com/terrace-dev/terrace/internal/backend"
@@ -55,6 +56,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	shard, err := opts.shard()
+	if err != nil {
+		return nil, err
+	}
 	mgrScheme := scheme.New()
 	// The CA comes first: the metrics server serves its certificate.
 	caSecret, authority, serving, err := loadPKI(ctx, cfg, mgrScheme, opts)
@@ -68,14 +73,16 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		HealthProbeBindAddress:  opts.HealthAddr,
 		PprofBindAddress:        opts.PprofAddr,
 		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        "terrace-controller-leader",
+		LeaderElectionID:        shard.leaseName,
 		LeaderElectionNamespace: opts.Namespace,
 		// Nothing reads managedFields (patches are merge patches): leaving
 		// them out of the cache keeps a large namespace's Stacks smaller.
 		// In the namespaced install mode every watch and cached list is
 		// made in the watched namespaces only (one informer per namespace
 		// and kind), where the controller's RoleBindings are.
-		Cache: cache.Options{SyncPeriod: &syncPeriod, DefaultTransform: cache.TransformStripManagedFields(), DefaultNamespaces: cacheNamespaces(namespaces)},
+		// A shard caches its own Stacks only (sharding.go).
+		Cache: cache.Options{SyncPeriod: &syncPeriod, DefaultTransform: cache.TransformStripManagedFields(), DefaultNamespaces: cacheNamespaces(namespaces),
+			ByObject: shardCache(shard)},
 		// Secrets hold state, plans and credentials: never cache them all in
 		// the controller's memory; read them directly when needed.
 		// Secrets are read when needed, never cached wholesale; so are the
@@ -94,6 +101,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if namespaces != nil {
 		mgr.GetLogger().Info("watching only the listed namespaces (--watch-namespaces)", "namespaces", namespaces)
+	}
+	if shard.sharded() {
+		mgr.GetLogger().Info("reconciling one shard (--watch-label-selector)", "selector", shard.String(), "shard", shard.id, "lease", shard.leaseName)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
@@ -115,7 +125,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 
 	// Side servers: every replica serves, the stores do the concurrency control.
-	artifactURL, err := opts.Artifact.AdvertisedBaseURL(opts.Namespace)
+	artifactURL, err := opts.artifactServerURL()
 	if err != nil {
 		return nil, err
 	}
@@ -143,21 +153,27 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 
 	if opts.WebhookAddr != "0" && opts.WebhookAddr != "" {
-		receiver := webhook.New(mgr.GetClient(), mgr.GetClient(), webhook.Options{})
+		// A delivery may concern any shard's Stacks: a shard lists the
+		// namespace's Stacks from the API server, not its cache.
+		var stacks client.Reader = mgr.GetClient()
+		if shard.sharded() {
+			stacks = mgr.GetAPIReader()
+		}
+		receiver := webhook.New(stacks, mgr.GetClient(), webhook.Options{})
 		if err := mgr.Add(webhook.NewServer(opts.WebhookAddr, receiver)); err != nil {
 			return nil, err
 		}
 	}
 
 	// Reconcilers: leader only.
-	if err := program.SetupWithManager(mgr, program.Options{ArtifactBaseURL: artifactURL}); err != nil {
+	if err := program.SetupWithManager(mgr, program.Options{ArtifactBaseURL: artifactURL, Selector: shard.selector}); err != nil {
 		return nil, fmt.Errorf("failed to set up the Program controller: %w", err)
 	}
 	clientset, err := kubernetes.NewForConfig(scheme.Protobuf(mgr.GetConfig()))
 	if err != nil {
 		return nil, fmt.Errorf("failed to create clientset: %w", err)
 	}
-	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.defaultRunnerImage(), Namespaces: namespaces})
+	runs, err := launcher.New(launcher.Options{Client: clientset, Authority: authority, DefaultImage: opts.defaultRunnerImage(), Namespaces: namespaces, Shard: shard.id})
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +196,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	apiServers := &config.APIServerSettings{Issuer: authority, Image: opts.Image}
-	if err := config.SetupWithManager(mgr, config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers, PostgresHosts: postgresHosts}); err != nil {
+	configOpts := config.Options{Resolver: resolver, Migrator: backends, Runs: runs, API: apiServers, PostgresHosts: postgresHosts, Selector: shard.selector}
+	if shard.sharded() {
+		configOpts.Stacks = mgr.GetAPIReader() // a config governs every shard's Stacks
+	}
+	if err := config.SetupWithManager(mgr, configOpts); err != nil {
 		return nil, fmt.Errorf("failed to set up the TerraceConfig controller: %w", err)
 	}
 	artifactHosts, err := artifact.ParseHostAllowlist(opts.SourceArtifactHosts)
@@ -194,7 +214,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.Notifications {
 		if err := mgr.Add(notify.NewNotifier(mgr.GetConfig(), notify.NotifierOptions{
 			Namespace: opts.Namespace, ConfigMapName: opts.NotificationsConfigMap, SecretName: opts.NotificationsSecret,
-			StackNamespaces: namespaces, Log: mgr.GetLogger().WithName("notifications"),
+			StackNamespaces: namespaces, StackSelector: shard.String(), Log: mgr.GetLogger().WithName("notifications"),
 		})); err != nil {
 			return nil, err
 		}
@@ -217,6 +237,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			MaxRunsPerNamespace:     opts.MaxRunsPerNamespace,
 			MaxRunTimeout:           opts.MaxRunTimeout,
 			MaxStateBytes:           opts.maxStateBytes(),
+			Sharded:                 shard.sharded(),
 		},
 	}
 	if err := stacks.SetupWithManager(ctx, mgr); err != nil {
@@ -288,6 +309,14 @@ func cacheNamespaces(namespaces []string) map[string]cache.Config {
 		out[ns] = cache.Config{}
 	}
 	return out
+}
+
+// shardCache restricts the cache's Stacks to the shard's; nil when not sharded.
+func shardCache(s shard) map[client.Object]cache.ByObject {
+	if !s.sharded() {
+		return nil
+	}
+	return map[client.Object]cache.ByObject{&terracev1.Stack{}: {Label: s.selector}}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -89,6 +89,17 @@ type Options struct {
 	// controller's rights in exactly these namespaces (docs/security.md,
 	// Install modes); WatchedNamespaces checks and completes the list.
 	WatchNamespaces []string
+	// WatchLabelSelector makes the controller one shard of several, as
+	// Flux's controllers shard (--watch-label-selector): it reconciles
+	// only the Stacks, Programs and TerraceConfigs whose labels match, and
+	// caches no other Stack. Empty (the default) reconciles every one.
+	// sharding.go says what every shard still reads and serves.
+	WatchLabelSelector string
+	// ServiceName is the Service in front of this controller's pods in
+	// Namespace: runners are told to reach the artifact and state servers
+	// there, and the serving certificate names it. A shard has a Service of
+	// its own (the chart's terrace-controller-<shard>).
+	ServiceName string
 	// EventsAddress is a Flux notification-controller's event endpoint
 	// (Flux's --events-address): every Stack event is also posted there
 	// in Flux's event format (notify.FluxRecorder). Empty posts nowhere.
@@ -132,7 +143,28 @@ func (o Options) stateServerURL() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("failed to read the port of --state-server-bind-address %q: %w", o.State.ListenAddress, err)
 	}
-	return "https://" + artifactserver.DefaultServiceName + "." + o.Namespace + ".svc:" + port, nil
+	return "https://" + o.serviceName() + "." + o.Namespace + ".svc:" + port, nil
+}
+
+// artifactServerURL is where runners reach the artifact server.
+func (o Options) artifactServerURL() (string, error) {
+	a := o.Artifact
+	if a.BaseURL == "" && o.serviceName() != artifactserver.DefaultServiceName {
+		_, port, err := net.SplitHostPort(a.ListenAddress)
+		if err != nil {
+			return "", fmt.Errorf("failed to read the port of --artifact-bind-address %q: %w", a.ListenAddress, err)
+		}
+		a.BaseURL = "https://" + o.serviceName() + "." + o.Namespace + ".svc:" + port
+	}
+	return a.AdvertisedBaseURL(o.Namespace)
+}
+
+// serviceName is ServiceName, or the default Service's.
+func (o Options) serviceName() string {
+	if o.ServiceName != "" {
+		return o.ServiceName
+	}
+	return artifactserver.DefaultServiceName
 }
 
 // DefaultOptions returns the options for an in-cluster controller.
@@ -148,6 +180,7 @@ func DefaultOptions() Options {
 		HealthAddr:             ":8081",
 		LeaderElection:         true,
 		CASecretName:           "terrace-ca",
+		ServiceName:            artifactserver.DefaultServiceName,
 		ServerIPs:              []string{"127.0.0.1"},
 		Image:                  version.ImageReference(),
 		SyncPeriod:             10 * time.Hour,
@@ -178,7 +211,7 @@ func (o Options) ServingDNSNames() []string {
 	if len(o.ServerDNSNames) > 0 {
 		return o.ServerDNSNames
 	}
-	svc := artifactserver.DefaultServiceName
+	svc := o.serviceName()
 	return []string{svc, svc + "." + o.Namespace, svc + "." + o.Namespace + ".svc", "localhost"}
 }
 
@@ -206,6 +239,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxRunsPerNamespace, "max-runs-per-namespace", o.MaxRunsPerNamespace, "how many Stacks of one namespace may run at once; more wait (RunQueued) and freed slots go to namespaces with waiting runs in turn (0: one less than --max-concurrent-runs, at least 1)")
 	fs.DurationVar(&o.MaxRunTimeout, "max-run-timeout", o.MaxRunTimeout, "the longest spec.timeout a Stack may set: a Stack above it is refused (Stalled, RunTimeoutTooLong) and a destroy run is cut to it; 0 sets no limit")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "the only namespaces the controller watches and acts in (the namespaced install mode, with the controller's rights bound in these namespaces only); --namespace is always added; empty: every namespace. kube-system, kube-public and kube-node-lease are refused")
+	fs.StringVar(&o.WatchLabelSelector, "watch-label-selector", o.WatchLabelSelector, "run as one shard of several, as Flux's controllers shard: reconcile only the Stacks, Programs and TerraceConfigs whose labels match this selector, e.g. 'sharding.fluxcd.io/key=shard1', and '!sharding.fluxcd.io/key' for the main controller of the unlabelled ones (docs/sharding.md); empty: every one")
+	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "the Service, in --namespace, in front of this controller's pods: runners reach the artifact and state servers there unless --artifact-base-url or --state-server-advertised-url say otherwise, and the serving certificate names it")
 	fs.StringSliceVar(&o.PostgresAllowedHosts, "postgres-allowed-hosts", o.PostgresAllowedHosts, "PostgreSQL servers (host, host:port, or a unix socket directory) a namespace's TerraceConfig may name, besides the TCP server of the operator namespace's config; unix sockets only when listed")
 	fs.StringVar(&o.EventsAddress, "events-address", o.EventsAddress, "a Flux notification-controller's event endpoint, e.g. http://notification-controller.flux-system.svc.cluster.local./: every Stack event is also posted there in Flux's event format; empty posts nowhere")
 	fs.BoolVar(&o.Notifications, "notifications", o.Notifications, "send notifications (Slack, Teams, webhooks) that Stacks subscribe to by annotation, with the services, triggers and templates of --notifications-configmap")

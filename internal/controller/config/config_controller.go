@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -107,6 +108,15 @@ type Reconciler struct {
 	// PostgresHosts refuses PostgreSQL servers the operator does not allow;
 	// nil allows any.
 	PostgresHosts *settings.PostgresHostPolicy
+	// Selector picks the TerraceConfigs this controller reconciles (a
+	// shard's --watch-label-selector); nil reconciles every one. Only the
+	// shard whose selector matches a namespace's config migrates that
+	// namespace's state and runs its API server.
+	Selector labels.Selector
+	// Stacks, when set, lists Stacks (by metadata) to find the namespaces
+	// a config governs: a shard's cache holds only its own Stacks, and a
+	// config governs every shard's (the API reader). Nil lists the cache.
+	Stacks client.Reader
 }
 
 // Options are what the TerraceConfig controller needs besides the manager.
@@ -118,6 +128,10 @@ type Options struct {
 	API      *APIServerSettings
 	// PostgresHosts: see Reconciler.PostgresHosts.
 	PostgresHosts *settings.PostgresHostPolicy
+	// Selector: see Reconciler.Selector.
+	Selector labels.Selector
+	// Stacks: see Reconciler.Stacks.
+	Stacks client.Reader
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=terraceconfigs,verbs=get;list;watch
@@ -142,10 +156,12 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		API:          opts.API,
 
 		PostgresHosts: opts.PostgresHosts,
+		Selector:      opts.Selector,
+		Stacks:        opts.Stacks,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("terraceconfig").
-		For(&terracev1.TerraceConfig{}, builder.WithPredicates(outcome.GenerationOrRequestChanged())).
+		For(&terracev1.TerraceConfig{}, builder.WithPredicates(outcome.GenerationOrRequestChanged(), outcome.LabelsMatch(opts.Selector))).
 		Watches(&terracev1.TerraceConfig{},
 			handler.EnqueueRequestsFromMapFunc(configsForOperatorConfig(mgr.GetClient(), resolver.OperatorNamespace)),
 			builder.WithPredicates(outcome.GenerationOrRequestChanged())).
@@ -213,6 +229,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	obj := &terracev1.TerraceConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !outcome.Owns(r.Selector, obj) {
+		return ctrl.Result{}, nil // another shard's
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("terraceconfig", klog.KObj(obj), "generation", obj.Generation))
 	patcher := outcome.NewStatusPatcher(r.Client, obj)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -126,13 +127,13 @@ func (g governed) namespaces() []string {
 // comes from cfg: its own namespace when it names a backend, and, for the
 // operator's config, every namespace that names none.
 func (r *Reconciler) governedNamespaces(ctx context.Context, cfg *terracev1.TerraceConfig) (governed, error) {
-	var stacks terracev1.StackList
-	if err := r.Client.List(ctx, &stacks); err != nil {
-		return nil, fmt.Errorf("failed to list Stacks: %w", err)
+	namespaces, err := r.stackNamespaces(ctx)
+	if err != nil {
+		return nil, err
 	}
 	counts := governed{}
-	for _, st := range stacks.Items {
-		counts[st.Namespace]++
+	for _, ns := range namespaces {
+		counts[ns]++
 	}
 	self := cfg.Namespace + "/" + cfg.Name
 	isDefault := cfg.Namespace == r.Resolver.OperatorNamespace
@@ -145,6 +146,32 @@ func (r *Reconciler) governedNamespaces(ctx context.Context, cfg *terracev1.Terr
 		if eff.StateBackendSource == self || (isDefault && eff.StateBackendSource == settings.BuiltinSource) {
 			out[ns] = n
 		}
+	}
+	return out, nil
+}
+
+// stackNamespaces is the namespace of every Stack, once per Stack: from
+// the cache, or, when Stacks is set (a shard, whose cache holds its own
+// Stacks only), from Stacks' metadata through it.
+func (r *Reconciler) stackNamespaces(ctx context.Context) ([]string, error) {
+	var out []string
+	if r.Stacks != nil {
+		stacks := &metav1.PartialObjectMetadataList{}
+		stacks.SetGroupVersionKind(terracev1.GroupVersion.WithKind("StackList"))
+		if err := r.Stacks.List(ctx, stacks); err != nil {
+			return nil, fmt.Errorf("failed to list Stacks: %w", err)
+		}
+		for _, st := range stacks.Items {
+			out = append(out, st.Namespace)
+		}
+		return out, nil
+	}
+	var stacks terracev1.StackList
+	if err := r.Client.List(ctx, &stacks); err != nil {
+		return nil, fmt.Errorf("failed to list Stacks: %w", err)
+	}
+	for _, st := range stacks.Items {
+		out = append(out, st.Namespace)
 	}
 	return out, nil
 }

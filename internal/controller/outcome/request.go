@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -88,3 +89,14 @@ func (requestChanged) Update(e event.UpdateEvent) bool {
 func (requestChanged) Create(event.CreateEvent) bool   { return false }
 func (requestChanged) Delete(event.DeleteEvent) bool   { return false }
 func (requestChanged) Generic(event.GenericEvent) bool { return false }
+
+// Owns says a controller whose objects sel selects (a shard's
+// --watch-label-selector; nil selects every object) reconciles obj.
+func Owns(sel labels.Selector, obj client.Object) bool {
+	return sel == nil || sel.Matches(labels.Set(obj.GetLabels()))
+}
+
+// LabelsMatch passes the events of objects Owns gives the controller.
+func LabelsMatch(sel labels.Selector) predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(obj client.Object) bool { return Owns(sel, obj) })
+}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,6 +44,11 @@ type Options struct {
 	ArtifactBaseURL string
 	// MaxConcurrentReconciles defaults to 2.
 	MaxConcurrentReconciles int
+	// Selector picks the Programs this controller reconciles, by their
+	// labels (a shard's --watch-label-selector); nil reconciles every one.
+	// Every shard still reads every Program: a Stack of any shard may
+	// name any Program of its namespace.
+	Selector labels.Selector
 }
 
 // Reconciler validates Programs and advertises their artifacts.
@@ -50,6 +56,8 @@ type Reconciler struct {
 	Client          client.Client
 	Recorder        events.EventRecorder
 	ArtifactBaseURL string
+	// Selector: see Options.Selector.
+	Selector labels.Selector
 }
 
 // +kubebuilder:rbac:groups=terrace.dev,resources=programs,verbs=get;list;watch
@@ -68,10 +76,11 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder(ControllerName),
 		ArtifactBaseURL: opts.ArtifactBaseURL,
+		Selector:        opts.Selector,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("program").
-		For(&terracev1.Program{}, builder.WithPredicates(outcome.GenerationOrRequestChanged())).
+		For(&terracev1.Program{}, builder.WithPredicates(outcome.GenerationOrRequestChanged(), outcome.LabelsMatch(opts.Selector))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -95,6 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	obj := &terracev1.Program{}
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !outcome.Owns(r.Selector, obj) {
+		return ctrl.Result{}, nil // another shard's
 	}
 	if !obj.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // nothing is stored outside the object: nothing to clean up

@@ -60,6 +60,10 @@ type Options struct {
 	// MaxStateBytes is the state server's limit on a state: a plan whose
 	// state would be larger is not applied (0: no limit).
 	MaxStateBytes int64
+	// Sharded: the controller is one shard of several
+	// (--watch-label-selector), whose cache holds its own Stacks only; a
+	// dependency in another shard is read from the API server.
+	Sharded bool
 }
 
 // Reconciler reconciles Stacks.

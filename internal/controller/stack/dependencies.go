@@ -30,7 +30,14 @@ func (r *Reconciler) checkDependencies(ctx context.Context, s *scope) error {
 		}
 		key := types.NamespacedName{Namespace: ns, Name: dep.Name}
 		var other terracev1.Stack
-		if err := r.Client.Get(ctx, key, &other); err != nil {
+		err := r.Client.Get(ctx, key, &other)
+		if apierrors.IsNotFound(err) && r.Options.Sharded && r.APIReader != nil {
+			// Another shard's Stack is not in this shard's cache: read it
+			// from the API server (its changes do not wake this Stack,
+			// which looks again every DependencyRequeue).
+			err = r.APIReader.Get(ctx, key, &other)
+		}
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				waiting = append(waiting, key.String()+" (not found)")
 				continue

@@ -226,6 +226,9 @@ func (r *Reconciler) startDriftRun(ctx context.Context, s *scope) error {
 // reserved for it. Without a scheduler (a Reconciler not set up with a
 // manager) the run runs in its reconcile at once.
 func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error {
+	if err := r.waitForOtherShardRun(ctx, s); err != nil {
+		return err
+	}
 	q := r.scheduler
 	if q == nil {
 		return r.runInReconcile(ctx, s, kind)
