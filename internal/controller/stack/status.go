@@ -12,6 +12,7 @@ import (
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/stackview"
+	"github.com/terrace-dev/terrace/internal/state/release"
 )
 
 // This file is the only writer of a Stack's status: steps record what they
@@ -198,6 +199,15 @@ func recordRun(s *scope) {
 	}
 	if rel := o.release; rel != nil {
 		st.Release = &terracev1.ReleaseStatus{Revision: int64(rel.Revision), Status: string(rel.Status), UpdatedAt: ptrTime(rel.FinishedAt), StateSerial: rel.StateSerial}
+		if o.applied == nil && o.plan != nil && o.plan.upToDate && rel.Status == release.StatusDeployed {
+			// The status fell behind the history (an apply whose status
+			// never landed: its controller stopped, or the Stack moved to
+			// another shard meanwhile): the deployed release names the outputs.
+			st.Outputs = make([]string, len(rel.Outputs))
+			for i, out := range rel.Outputs {
+				st.Outputs[i] = out.Name
+			}
+		}
 	}
 }
 

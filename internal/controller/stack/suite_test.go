@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -94,6 +95,9 @@ func startSuiteManager(ctx context.Context) error {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		// The suite's controller is the main shard: the sharding test's
+		// Stacks, labelled for its own shards, are not its own.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&terracev1.Stack{}: {Label: mainShardSelector}}},
 	})
 	if err != nil {
 		return fmt.Errorf("failed to create manager: %w", err)
