@@ -95,6 +95,9 @@ func TestChartLintsClean(t *testing.T) {
 			"rbac":            map[string]any{"namespaced": true},
 			"watchNamespaces": []any{"team-a", "team-b"},
 		},
+		"sharded": {
+			"sharding": map[string]any{"shards": []any{"shard1", "shard2"}},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			lint := action.NewLint()

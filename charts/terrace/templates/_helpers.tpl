@@ -72,3 +72,43 @@ restrict nothing the values promise.
 {{- fail "watchNamespaces is set but rbac.namespaced is false: set rbac.namespaced=true to bind the controller's rights in those namespaces only, or leave watchNamespaces empty for the all-namespaces mode" }}
 {{- end }}
 {{- end }}
+
+{{/*
+Sharding (docs/sharding.md): each of sharding.shards is a Deployment of its
+own, with its Service, PodDisruptionBudget and NetworkPolicy. Its objects
+are named terrace-controller-<shard> and select its pods by the label
+sharding.fluxcd.io/key; the main controller's keep the names and selector
+of an unsharded install. Called with (list root shard); shard "" is the main one.
+*/}}
+{{- define "terrace.controllerName" -}}
+{{- $shard := index . 1 -}}
+{{- if $shard -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,33}[a-z0-9])?$" (toString $shard)) -}}
+{{- fail (printf "sharding.shards: %q must be a short DNS label (lowercase letters, digits and '-', at most 35 characters): it names the shard's Deployment and Service" (toString $shard)) -}}
+{{- end -}}
+terrace-controller-{{ $shard }}
+{{- else -}}
+terrace-controller
+{{- end -}}
+{{- end }}
+
+{{- define "terrace.shardLabels" -}}
+{{- $shard := index . 1 -}}
+{{- if $shard -}}
+{{ include "terrace.labels" (index . 0) | replace "app.kubernetes.io/component: controller" "app.kubernetes.io/component: controller-shard" }}
+sharding.fluxcd.io/key: {{ $shard }}
+{{- else -}}
+{{ include "terrace.labels" (index . 0) }}
+{{- end -}}
+{{- end }}
+
+{{- define "terrace.shardSelector" -}}
+{{- $shard := index . 1 -}}
+{{- if $shard -}}
+app.kubernetes.io/name: terrace
+app.kubernetes.io/component: controller-shard
+sharding.fluxcd.io/key: {{ $shard }}
+{{- else -}}
+{{ include "terrace.selector" (index . 0) }}
+{{- end -}}
+{{- end }}
