@@ -82,3 +82,11 @@ func (s shard) String() string {
 	}
 	return s.selector.String()
 }
+
+// ShardID is the ID a controller run with --watch-label-selector=selector
+// puts on the runner pods it starts (launcher.LabelShard); empty when the
+// selector selects everything.
+func ShardID(selector string) (string, error) {
+	s, err := Options{WatchLabelSelector: selector}.shard()
+	return s.id, err
+}
