@@ -83,10 +83,9 @@ type Options struct {
 	// watched (the controller's --watch-namespaces): one watch per
 	// namespace, none cluster-wide. Empty watches every namespace.
 	Namespaces []string
-	// Shard is the controller shard's ID (--watch-label-selector), put on
-	// every runner pod it starts as LabelShard: a shard adopts only its own
-	// warm pods, and a Stack moved between shards mid-run waits for the
-	// other shard's run to end (OtherShardRuns). Empty: not sharded (no label).
+	// Shard is the controller shard's ID, labelled on its runner pods
+	// (LabelShard): a shard adopts only its own warm pods, and a Stack moved
+	// mid-run waits for the other shard's run (OtherShardRuns). Empty: none.
 	Shard string
 }
 
