@@ -281,6 +281,9 @@ func TestManifestServiceMatchesTheAdvertisedServers(t *testing.T) {
 // Ready. The cluster is its own because the package's shared controller
 // reconciles every namespace and would race this one for the Stack.
 func TestManifestRBACRunsAStack(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	d := renderDefault(t)
 	ns := d.controller.Namespace
 	if ns != operatorNamespace {

@@ -289,3 +289,13 @@ func devClusterLogs(dir string) string {
 	}
 	return b.String()
 }
+
+// ownClusterTest marks a test that starts a dev cluster of its own
+// (startTerraceDev, startOwnDev) and touches nothing shared: such tests run
+// in parallel with each other (go test -parallel, 2 on two cores) once the
+// tests of the shared cluster are done, since they mostly wait on their
+// clusters' pods.
+func ownClusterTest(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}

@@ -112,6 +112,9 @@ func (p *devProcess) interrupt(tb testing.TB) {
 // Ctrl-C stops every process it started, containers included, and removes
 // the node's link. How fast it starts is BenchmarkTerraceDevStartup's to say.
 func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	dir := t.TempDir()
 	dev := startTerraceDev(t, dir)
 	cmd, kubeconfig := dev.cmd, dev.kubeconfig
@@ -181,6 +184,9 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 // the init the kernel ends every process of the node's PID namespace,
 // containers included, and the network namespace with the node's link.
 func TestTerraceDevKilledLeavesNothingBehind(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	dir := t.TempDir()
 	dev := startTerraceDev(t, dir)
 	links := devLinks(t)

@@ -27,6 +27,9 @@ import (
 // which applies the module; a commit pushed to the git server then reaches
 // the Stack as a new revision, applied. Nothing leaves the dev cluster.
 func TestFluxSourceControllerFeedsAStack(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	fluxBin := requireFluxBin(t)
 	dev := startTerraceDev(t, t.TempDir())
 	defer dev.interrupt(t)

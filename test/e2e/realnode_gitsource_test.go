@@ -25,6 +25,9 @@ import (
 // status.git naming it; a Stack pointing at a tag that does not exist is
 // Stalled with SourceRefNotFound naming the tag.
 func TestGitSourceFollowsABranch(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	fluxBin := requireFluxBin(t)
 	dev := startTerraceDev(t, t.TempDir())
 	defer dev.interrupt(t)

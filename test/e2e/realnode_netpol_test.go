@@ -24,6 +24,9 @@ import (
 // runner labels is cut off, one labelled as Terrace labels its runners gets
 // through, and a Stack still plans and applies in a runner pod.
 func TestNetworkPolicyLetsOnlyRunnersReachTheControllersServers(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	dev := startTerraceDev(t, t.TempDir())
 	defer dev.interrupt(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", dev.kubeconfig)

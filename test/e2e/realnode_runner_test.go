@@ -24,6 +24,9 @@ import (
 // kernel's OOM killer ends tofu inside the container's cgroup, and the Stack
 // says so and what to raise, instead of "signal: killed".
 func TestRunnerKilledByTheOOMKillerEndsInAClearCondition(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	dev := startTerraceDev(t, t.TempDir())
 	defer dev.interrupt(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", dev.kubeconfig)
