@@ -35,6 +35,9 @@ import (
 // shard reached that shard's own Service (terrace-controller-<shard>), the
 // name its serving certificate carries.
 func TestHelmChartShardsReconcileTheirOwnStacks(t *testing.T) {
+	// A dev cluster of its own: runs beside the others like it, after
+	// the tests of the shared cluster (ownClusterTest).
+	ownClusterTest(t)
 	objects, err := chartrender.Render(testenv.RepoRoot(), map[string]any{
 		"replicaCount": 1,
 		"sharding":     map[string]any{"shards": []any{"shard1", "shard2"}},
