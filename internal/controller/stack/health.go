@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/state/release"
@@ -76,15 +74,12 @@ func (r *Reconciler) runHealthChecks(ctx context.Context, s *scope) []release.He
 	return obs.results
 }
 
-// healthDue says a run that found nothing to apply should check health
-// again: the checks did not pass at this generation (they failed, or
-// were added since the last apply).
+// healthDue says a run that found nothing to apply checks health: every
+// run does, as Flux's health checks run at every reconcile, so a target that
+// stopped answering since the last apply shows at the next interval. (No
+// condition is read back to decide it.)
 func healthDue(s *scope) bool {
-	if len(s.stack.Spec.HealthChecks) == 0 || s.observed.health != nil {
-		return false
-	}
-	c := outcome.Get(s.stack, terracev1.HealthCheckPassedCondition)
-	return c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != s.stack.Generation
+	return len(s.stack.Spec.HealthChecks) > 0 && s.observed.health == nil
 }
 
 // healthError is the transient error of failed checks: the Stack is
