@@ -11,6 +11,7 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/forge"
+	"github.com/terrace-dev/terrace/internal/stackview"
 )
 
 // Observed is one open pull request as the forge describes it.
@@ -166,13 +167,7 @@ func displayPath(p string) string {
 // HeadSHA returns the commit of a revision "<branch>@sha1:<hex>" ("" when
 // it names none).
 func HeadSHA(revision string) string {
-	if _, sha, ok := strings.Cut(revision, "@sha1:"); ok {
-		return sha
-	}
-	sha, _ := strings.CutPrefix(revision, "sha1:")
-	if sha == revision {
-		return ""
-	}
+	_, sha := stackview.SplitRevision(revision)
 	return sha
 }
 

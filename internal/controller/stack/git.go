@@ -3,7 +3,6 @@ package stack
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +11,7 @@ import (
 	"github.com/terrace-dev/terrace/internal/controller/outcome"
 	"github.com/terrace-dev/terrace/internal/launcher"
 	"github.com/terrace-dev/terrace/internal/runner"
+	"github.com/terrace-dev/terrace/internal/stackview"
 	runnerv1 "github.com/terrace-dev/terrace/proto/terrace/runner/v1"
 )
 
@@ -97,7 +97,7 @@ func describeGitRef(r *runnerv1.GitRef) string {
 // revisionOfRef says a revision ("<name>@sha1:<hex>" or "sha1:<hex>")
 // can be what ref resolves to.
 func revisionOfRef(revision string, ref *runnerv1.GitRef) bool {
-	name, hash := splitRevision(revision)
+	name, hash := stackview.SplitRevision(revision)
 	switch {
 	case hash == "":
 		return false
@@ -111,23 +111,12 @@ func revisionOfRef(revision string, ref *runnerv1.GitRef) bool {
 	return name == ref.GetBranch()
 }
 
-// splitRevision parses Flux's revision format.
-func splitRevision(revision string) (name, hash string) {
-	if i := strings.LastIndex(revision, "sha1:"); i >= 0 {
-		name, hash = strings.TrimSuffix(revision[:i], "@"), revision[i+len("sha1:"):]
-	}
-	if len(hash) != 40 {
-		return "", ""
-	}
-	return name, hash
-}
-
 // gitDigest names a commit's content in the desired-state digest. A
 // commit's hash fixes its tree, and the runner builds the same tarball of
 // the same tree every time, so the commit stands for the tarball's digest
 // before any clone, on every replica. "" when no commit is known.
 func gitDigest(revision string) string {
-	if _, hash := splitRevision(revision); hash != "" {
+	if _, hash := stackview.SplitRevision(revision); hash != "" {
 		return "git:sha1:" + hash
 	}
 	return ""
@@ -171,7 +160,7 @@ func pinGitCommit(s *scope) {
 	if src == nil || src.git == nil {
 		return
 	}
-	name, hash := splitRevision(src.revision)
+	name, hash := stackview.SplitRevision(src.revision)
 	if hash == "" {
 		return
 	}
