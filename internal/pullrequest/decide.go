@@ -28,13 +28,9 @@ type Observed struct {
 	// AuthorCanWrite: the author may push to the repository.
 	AuthorCanWrite bool
 	// PlanCommanded: someone who may push to the repository commented
-	// PlanCommand on the pull request.
+	// forge.PlanCommand on the pull request.
 	PlanCommanded bool
 }
-
-// PlanCommand is the comment that asks for plans of a pull request under
-// trigger comment (forge.PlanCommand).
-const PlanCommand = forge.PlanCommand
 
 // Action is what a Stack does about one pull request.
 type Action string
@@ -103,7 +99,7 @@ func decideOne(trigger terracev1.PullRequestTrigger, stackPath string, known map
 
 // triggered applies the Stack's trigger: writers (the default) plans the
 // pull requests of authors who may push; comment plans a pull request once
-// one of them has commented PlanCommand; anyone plans every pull request.
+// one of them has commented forge.PlanCommand; anyone plans every pull request.
 func triggered(trigger terracev1.PullRequestTrigger, pr Observed) (bool, string) {
 	switch trigger {
 	case terracev1.PullRequestTriggerAnyone:
@@ -112,12 +108,12 @@ func triggered(trigger terracev1.PullRequestTrigger, pr Observed) (bool, string)
 		if pr.PlanCommanded {
 			return true, ""
 		}
-		return false, "waiting for someone who may push to the repository to comment " + PlanCommand
+		return false, "waiting for someone who may push to the repository to comment " + forge.PlanCommand
 	default:
 		if pr.AuthorCanWrite {
 			return true, ""
 		}
-		return false, "the author may not push to the repository (trigger writers): someone who may can comment " + PlanCommand + " under trigger comment"
+		return false, "the author may not push to the repository (trigger writers): someone who may can comment " + forge.PlanCommand + " under trigger comment"
 	}
 }
 
