@@ -209,15 +209,21 @@ func waitCommitStatus(t *testing.T, repo *giteaRepo, sha, ns string, state gitea
 		if err != nil {
 			return err
 		}
-		for _, s := range ss { // newest first
-			if s.Context == forge.StatusContext(ns, "infra") {
-				if s.State == state && strings.Contains(s.Description, words) {
-					return nil
-				}
-				return fmt.Errorf("latest status %s %q", s.State, s.Description)
+		// The latest is the highest ID: Gitea lists by creation second,
+		// so two statuses of one second come in either order.
+		var latest *gitea.Status
+		for _, s := range ss {
+			if s.Context == forge.StatusContext(ns, "infra") && (latest == nil || s.ID > latest.ID) {
+				latest = s
 			}
 		}
-		return fmt.Errorf("no status of terrace")
+		switch {
+		case latest == nil:
+			return fmt.Errorf("no status of terrace")
+		case latest.State != state || !strings.Contains(latest.Description, words):
+			return fmt.Errorf("latest status %s %q", latest.State, latest.Description)
+		}
+		return nil
 	})
 }
 
