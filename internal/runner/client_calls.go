@@ -40,3 +40,8 @@ func (c *Client) PublishPullRequestPlan(ctx context.Context, req *runnerv1.Publi
 	_, err := c.rpc.PublishPullRequestPlan(ctx, req)
 	return err
 }
+
+// Usage asks the runner what it has cost so far (runnerv1.UsageResponse).
+func (c *Client) Usage(ctx context.Context) (*runnerv1.UsageResponse, error) {
+	return c.rpc.Usage(ctx, &runnerv1.UsageRequest{})
+}

@@ -27,6 +27,7 @@ func (e *Executor) runJSON(ctx context.Context, what, dir string, env []string, 
 	if err := ctx.Err(); err != nil {
 		return e.commandError(what, ctx, err)
 	}
+	e.processes.Add(1)
 	cmd := exec.CommandContext(ctx, e.execPath, args...)
 	cmd.Dir = dir
 	cmd.Env = env

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
@@ -82,6 +83,24 @@ type Executor struct {
 	// the redactor already knows, so applying a plan made here needs no
 	// second `show -json`.
 	learned map[string]string
+	// processes counts the tool's processes started, for the runner's
+	// Usage; read while a command runs, so atomic.
+	processes atomic.Int64
+}
+
+// Processes is how many tofu (or terraform) processes the executor has
+// started, version checks included.
+func (e *Executor) Processes() int64 { return e.processes.Load() }
+
+// processCounter is a terraform-exec logger that counts the commands it
+// starts: terraform-exec logs every command it builds, just before running
+// it. Nothing is printed (the command line names the work files).
+type processCounter struct{ n *atomic.Int64 }
+
+func (c processCounter) Printf(format string, _ ...any) {
+	if strings.HasPrefix(format, "[INFO] running Terraform command") {
+		c.n.Add(1)
+	}
 }
 
 // planIDPattern is a plan ID's characters; its length (1 to maxPlanIDLen)
@@ -268,6 +287,7 @@ func (e *Executor) command(dir string, logf LogFunc) (*tfexec.Terraform, func(),
 		if tf, err = tfexec.NewTerraform(dir, e.execPath); err != nil {
 			return nil, nil, fmt.Errorf("failed to prepare %s: %w", e.cfg.Binary, err)
 		}
+		tf.SetLogger(processCounter{&e.processes})
 		e.handles[dir] = tf
 	}
 	tf.SetStdout(nil)

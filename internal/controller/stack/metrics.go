@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,10 +41,22 @@ var (
 		Help:    "Duration of each phase of a run (pod, fetch, init, plan, apply, outputs, records), by run kind.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 	}, []string{"phase", "kind"})
+	// runnerCPUSeconds and tofuProcesses are what finished runs cost in
+	// their pods, as each runner reports it before its pod goes: part
+	// "runner" is the runner process, "tofu" the tofu processes it started
+	// with their providers.
+	runnerCPUSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "terrace_runner_cpu_seconds_total",
+		Help: "CPU time of finished runs' runner pods, by part: the runner process, or the tofu processes it started (providers included).",
+	}, []string{"part"})
+	tofuProcesses = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "terrace_tofu_processes_total",
+		Help: "tofu (or terraform) processes started by finished runs.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(runsTotal, runDuration, runnerStartDuration, driftDetectedTotal, stackReady, phaseSeconds)
+	metrics.Registry.MustRegister(runsTotal, runDuration, runnerStartDuration, driftDetectedTotal, stackReady, phaseSeconds, runnerCPUSeconds, tofuProcesses)
 }
 
 // recordMetrics records the outcome of a reconcile.
@@ -72,4 +85,28 @@ func observePhases(t *runphase.Timings, kind string) {
 	t.Each(func(p runphase.Phase, d time.Duration) {
 		phaseSeconds.WithLabelValues(string(p), kind).Observe(d.Seconds())
 	})
+}
+
+// usageTimeout bounds the question to a finished run's runner.
+const usageTimeout = 2 * time.Second
+
+// recordUsage asks a finished run's runner what it cost, for
+// terrace_runner_cpu_seconds_total and terrace_tofu_processes_total. A run
+// cut short is not asked: its runner may be gone, and its figures would
+// miss what tofu did after the question.
+func recordUsage(s *scope) {
+	run := s.run
+	if run == nil || run.client == nil || !run.facts.finished {
+		return
+	}
+	ctx, cancel := context.WithTimeout(run.session.Context(), usageTimeout)
+	defer cancel()
+	u, err := run.client.Usage(ctx)
+	if err != nil {
+		s.log.V(1).Info("the runner did not say what the run cost", "run", run.id, "error", err.Error())
+		return
+	}
+	runnerCPUSeconds.WithLabelValues("runner").Add(u.GetRunnerCpuSeconds())
+	runnerCPUSeconds.WithLabelValues("tofu").Add(u.GetTofuCpuSeconds())
+	tofuProcesses.Add(float64(u.GetTofuProcesses()))
 }

@@ -3916,6 +3916,106 @@ func (x *HealthCheckResult) GetAttempts() int32 {
 	return 0
 }
 
+type UsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRequest) Reset() {
+	*x = UsageRequest{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRequest) ProtoMessage() {}
+
+func (x *UsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRequest.ProtoReflect.Descriptor instead.
+func (*UsageRequest) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{55}
+}
+
+type UsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// runner_cpu_seconds is the runner process's own user and system time.
+	RunnerCpuSeconds float64 `protobuf:"fixed64,1,opt,name=runner_cpu_seconds,json=runnerCpuSeconds,proto3" json:"runner_cpu_seconds,omitempty"`
+	// tofu_cpu_seconds is the user and system time of the processes the
+	// runner started and reaped (tofu, and the providers tofu started).
+	TofuCpuSeconds float64 `protobuf:"fixed64,2,opt,name=tofu_cpu_seconds,json=tofuCpuSeconds,proto3" json:"tofu_cpu_seconds,omitempty"`
+	// tofu_processes counts the tofu commands the runner started.
+	TofuProcesses int32 `protobuf:"varint,3,opt,name=tofu_processes,json=tofuProcesses,proto3" json:"tofu_processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageResponse) Reset() {
+	*x = UsageResponse{}
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageResponse) ProtoMessage() {}
+
+func (x *UsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_terrace_runner_v1_runner_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageResponse.ProtoReflect.Descriptor instead.
+func (*UsageResponse) Descriptor() ([]byte, []int) {
+	return file_terrace_runner_v1_runner_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *UsageResponse) GetRunnerCpuSeconds() float64 {
+	if x != nil {
+		return x.RunnerCpuSeconds
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetTofuCpuSeconds() float64 {
+	if x != nil {
+		return x.TofuCpuSeconds
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetTofuProcesses() int32 {
+	if x != nil {
+		return x.TofuProcesses
+	}
+	return 0
+}
+
 var File_terrace_runner_v1_runner_proto protoreflect.FileDescriptor
 
 const file_terrace_runner_v1_runner_proto_rawDesc = "" +
@@ -4166,7 +4266,12 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
 	"\x06target\x18\x04 \x01(\tR\x06target\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x05R\battempts*U\n" +
+	"\battempts\x18\x05 \x01(\x05R\battempts\"\x0e\n" +
+	"\fUsageRequest\"\x8e\x01\n" +
+	"\rUsageResponse\x12,\n" +
+	"\x12runner_cpu_seconds\x18\x01 \x01(\x01R\x10runnerCpuSeconds\x12(\n" +
+	"\x10tofu_cpu_seconds\x18\x02 \x01(\x01R\x0etofuCpuSeconds\x12%\n" +
+	"\x0etofu_processes\x18\x03 \x01(\x05R\rtofuProcesses*U\n" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
@@ -4183,7 +4288,7 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\x0fHealthCheckType\x12!\n" +
 	"\x1dHEALTH_CHECK_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16HEALTH_CHECK_TYPE_HTTP\x10\x01\x12\x19\n" +
-	"\x15HEALTH_CHECK_TYPE_TCP\x10\x022\xe3\f\n" +
+	"\x15HEALTH_CHECK_TYPE_TCP\x10\x022\xaf\r\n" +
 	"\rRunnerService\x12O\n" +
 	"\x06Upload\x12 .terrace.runner.v1.UploadRequest\x1a!.terrace.runner.v1.UploadResponse(\x01\x12J\n" +
 	"\x05Fetch\x12\x1f.terrace.runner.v1.FetchRequest\x1a .terrace.runner.v1.FetchResponse\x12J\n" +
@@ -4203,7 +4308,8 @@ const file_terrace_runner_v1_runner_proto_rawDesc = "" +
 	"\vCheckHealth\x12%.terrace.runner.v1.CheckHealthRequest\x1a&.terrace.runner.v1.CheckHealthResponse\x12J\n" +
 	"\x05Claim\x12\x1f.terrace.runner.v1.ClaimRequest\x1a .terrace.runner.v1.ClaimResponse\x12k\n" +
 	"\x10ListPullRequests\x12*.terrace.runner.v1.ListPullRequestsRequest\x1a+.terrace.runner.v1.ListPullRequestsResponse\x12}\n" +
-	"\x16PublishPullRequestPlan\x120.terrace.runner.v1.PublishPullRequestPlanRequest\x1a1.terrace.runner.v1.PublishPullRequestPlanResponseBAZ?github.com/terrace-dev/terrace/proto/terrace/runner/v1;runnerv1b\x06proto3"
+	"\x16PublishPullRequestPlan\x120.terrace.runner.v1.PublishPullRequestPlanRequest\x1a1.terrace.runner.v1.PublishPullRequestPlanResponse\x12J\n" +
+	"\x05Usage\x12\x1f.terrace.runner.v1.UsageRequest\x1a .terrace.runner.v1.UsageResponseBAZ?github.com/terrace-dev/terrace/proto/terrace/runner/v1;runnerv1b\x06proto3"
 
 var (
 	file_terrace_runner_v1_runner_proto_rawDescOnce sync.Once
@@ -4218,7 +4324,7 @@ func file_terrace_runner_v1_runner_proto_rawDescGZIP() []byte {
 }
 
 var file_terrace_runner_v1_runner_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_terrace_runner_v1_runner_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(LogStream)(0),                         // 0: terrace.runner.v1.LogStream
 	(FileLocation)(0),                      // 1: terrace.runner.v1.FileLocation
@@ -4279,7 +4385,9 @@ var file_terrace_runner_v1_runner_proto_goTypes = []any{
 	(*HealthCheck)(nil),                    // 56: terrace.runner.v1.HealthCheck
 	(*CheckHealthResponse)(nil),            // 57: terrace.runner.v1.CheckHealthResponse
 	(*HealthCheckResult)(nil),              // 58: terrace.runner.v1.HealthCheckResult
-	nil,                                    // 59: terrace.runner.v1.InitResult.ProviderVersionsEntry
+	(*UsageRequest)(nil),                   // 59: terrace.runner.v1.UsageRequest
+	(*UsageResponse)(nil),                  // 60: terrace.runner.v1.UsageResponse
+	nil,                                    // 61: terrace.runner.v1.InitResult.ProviderVersionsEntry
 }
 var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	4,  // 0: terrace.runner.v1.ListPullRequestsRequest.forge:type_name -> terrace.runner.v1.Forge
@@ -4299,7 +4407,7 @@ var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	1,  // 14: terrace.runner.v1.MappedFile.location:type_name -> terrace.runner.v1.FileLocation
 	12, // 15: terrace.runner.v1.InitResponse.log:type_name -> terrace.runner.v1.LogLine
 	29, // 16: terrace.runner.v1.InitResponse.result:type_name -> terrace.runner.v1.InitResult
-	59, // 17: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
+	61, // 17: terrace.runner.v1.InitResult.provider_versions:type_name -> terrace.runner.v1.InitResult.ProviderVersionsEntry
 	30, // 18: terrace.runner.v1.PlanRequest.variables:type_name -> terrace.runner.v1.Variables
 	12, // 19: terrace.runner.v1.PlanResponse.log:type_name -> terrace.runner.v1.LogLine
 	33, // 20: terrace.runner.v1.PlanResponse.result:type_name -> terrace.runner.v1.PlanResult
@@ -4336,26 +4444,28 @@ var file_terrace_runner_v1_runner_proto_depIdxs = []int32{
 	10, // 51: terrace.runner.v1.RunnerService.Claim:input_type -> terrace.runner.v1.ClaimRequest
 	5,  // 52: terrace.runner.v1.RunnerService.ListPullRequests:input_type -> terrace.runner.v1.ListPullRequestsRequest
 	8,  // 53: terrace.runner.v1.RunnerService.PublishPullRequestPlan:input_type -> terrace.runner.v1.PublishPullRequestPlanRequest
-	16, // 54: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
-	18, // 55: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
-	21, // 56: terrace.runner.v1.RunnerService.Clone:output_type -> terrace.runner.v1.CloneResponse
-	28, // 57: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
-	32, // 58: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
-	36, // 59: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
-	38, // 60: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
-	40, // 61: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
-	42, // 62: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
-	44, // 63: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
-	47, // 64: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
-	49, // 65: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
-	52, // 66: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
-	54, // 67: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
-	57, // 68: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
-	11, // 69: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
-	6,  // 70: terrace.runner.v1.RunnerService.ListPullRequests:output_type -> terrace.runner.v1.ListPullRequestsResponse
-	9,  // 71: terrace.runner.v1.RunnerService.PublishPullRequestPlan:output_type -> terrace.runner.v1.PublishPullRequestPlanResponse
-	54, // [54:72] is the sub-list for method output_type
-	36, // [36:54] is the sub-list for method input_type
+	59, // 54: terrace.runner.v1.RunnerService.Usage:input_type -> terrace.runner.v1.UsageRequest
+	16, // 55: terrace.runner.v1.RunnerService.Upload:output_type -> terrace.runner.v1.UploadResponse
+	18, // 56: terrace.runner.v1.RunnerService.Fetch:output_type -> terrace.runner.v1.FetchResponse
+	21, // 57: terrace.runner.v1.RunnerService.Clone:output_type -> terrace.runner.v1.CloneResponse
+	28, // 58: terrace.runner.v1.RunnerService.Init:output_type -> terrace.runner.v1.InitResponse
+	32, // 59: terrace.runner.v1.RunnerService.Plan:output_type -> terrace.runner.v1.PlanResponse
+	36, // 60: terrace.runner.v1.RunnerService.ShowPlan:output_type -> terrace.runner.v1.ShowPlanResponse
+	38, // 61: terrace.runner.v1.RunnerService.Apply:output_type -> terrace.runner.v1.ApplyResponse
+	40, // 62: terrace.runner.v1.RunnerService.PlanAndApply:output_type -> terrace.runner.v1.PlanAndApplyResponse
+	42, // 63: terrace.runner.v1.RunnerService.Output:output_type -> terrace.runner.v1.OutputResponse
+	44, // 64: terrace.runner.v1.RunnerService.Destroy:output_type -> terrace.runner.v1.DestroyResponse
+	47, // 65: terrace.runner.v1.RunnerService.ForceUnlock:output_type -> terrace.runner.v1.ForceUnlockResponse
+	49, // 66: terrace.runner.v1.RunnerService.DownloadPlan:output_type -> terrace.runner.v1.DownloadPlanResponse
+	52, // 67: terrace.runner.v1.RunnerService.UploadPlan:output_type -> terrace.runner.v1.UploadPlanResponse
+	54, // 68: terrace.runner.v1.RunnerService.SetSensitiveVariables:output_type -> terrace.runner.v1.SetSensitiveVariablesResponse
+	57, // 69: terrace.runner.v1.RunnerService.CheckHealth:output_type -> terrace.runner.v1.CheckHealthResponse
+	11, // 70: terrace.runner.v1.RunnerService.Claim:output_type -> terrace.runner.v1.ClaimResponse
+	6,  // 71: terrace.runner.v1.RunnerService.ListPullRequests:output_type -> terrace.runner.v1.ListPullRequestsResponse
+	9,  // 72: terrace.runner.v1.RunnerService.PublishPullRequestPlan:output_type -> terrace.runner.v1.PublishPullRequestPlanResponse
+	60, // 73: terrace.runner.v1.RunnerService.Usage:output_type -> terrace.runner.v1.UsageResponse
+	55, // [55:74] is the sub-list for method output_type
+	36, // [36:55] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -4407,7 +4517,7 @@ func file_terrace_runner_v1_runner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_terrace_runner_v1_runner_proto_rawDesc), len(file_terrace_runner_v1_runner_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   56,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

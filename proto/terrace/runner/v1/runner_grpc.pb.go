@@ -54,6 +54,7 @@ const (
 	RunnerService_Claim_FullMethodName                  = "/terrace.runner.v1.RunnerService/Claim"
 	RunnerService_ListPullRequests_FullMethodName       = "/terrace.runner.v1.RunnerService/ListPullRequests"
 	RunnerService_PublishPullRequestPlan_FullMethodName = "/terrace.runner.v1.RunnerService/PublishPullRequestPlan"
+	RunnerService_Usage_FullMethodName                  = "/terrace.runner.v1.RunnerService/Usage"
 )
 
 // RunnerServiceClient is the client API for RunnerService service.
@@ -137,6 +138,12 @@ type RunnerServiceClient interface {
 	// status on its head commit. Like ListPullRequests it runs in a pod that
 	// runs no module code.
 	PublishPullRequestPlan(ctx context.Context, in *PublishPullRequestPlanRequest, opts ...grpc.CallOption) (*PublishPullRequestPlanResponse, error)
+	// Usage says what the runner has cost so far: its own CPU and that of
+	// the tofu processes it started (and their providers), and how many it
+	// started. The controller asks once a run's commands have all returned,
+	// before it deletes the pod, for terrace_runner_cpu_seconds_total and
+	// terrace_tofu_processes_total.
+	Usage(ctx context.Context, in *UsageRequest, opts ...grpc.CallOption) (*UsageResponse, error)
 }
 
 type runnerServiceClient struct {
@@ -405,6 +412,16 @@ func (c *runnerServiceClient) PublishPullRequestPlan(ctx context.Context, in *Pu
 	return out, nil
 }
 
+func (c *runnerServiceClient) Usage(ctx context.Context, in *UsageRequest, opts ...grpc.CallOption) (*UsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UsageResponse)
+	err := c.cc.Invoke(ctx, RunnerService_Usage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility.
@@ -486,6 +503,12 @@ type RunnerServiceServer interface {
 	// status on its head commit. Like ListPullRequests it runs in a pod that
 	// runs no module code.
 	PublishPullRequestPlan(context.Context, *PublishPullRequestPlanRequest) (*PublishPullRequestPlanResponse, error)
+	// Usage says what the runner has cost so far: its own CPU and that of
+	// the tofu processes it started (and their providers), and how many it
+	// started. The controller asks once a run's commands have all returned,
+	// before it deletes the pod, for terrace_runner_cpu_seconds_total and
+	// terrace_tofu_processes_total.
+	Usage(context.Context, *UsageRequest) (*UsageResponse, error)
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -549,6 +572,9 @@ func (UnimplementedRunnerServiceServer) ListPullRequests(context.Context, *ListP
 }
 func (UnimplementedRunnerServiceServer) PublishPullRequestPlan(context.Context, *PublishPullRequestPlanRequest) (*PublishPullRequestPlanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PublishPullRequestPlan not implemented")
+}
+func (UnimplementedRunnerServiceServer) Usage(context.Context, *UsageRequest) (*UsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Usage not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 func (UnimplementedRunnerServiceServer) testEmbeddedByValue()                       {}
@@ -817,6 +843,24 @@ func _RunnerService_PublishPullRequestPlan_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunnerService_Usage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunnerServiceServer).Usage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunnerService_Usage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunnerServiceServer).Usage(ctx, req.(*UsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunnerService_ServiceDesc is the grpc.ServiceDesc for RunnerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -855,6 +899,10 @@ var RunnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PublishPullRequestPlan",
 			Handler:    _RunnerService_PublishPullRequestPlan_Handler,
+		},
+		{
+			MethodName: "Usage",
+			Handler:    _RunnerService_Usage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
