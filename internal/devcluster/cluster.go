@@ -84,6 +84,9 @@ type Cluster struct {
 	CACertPEM []byte
 	// APIServerURL is https://127.0.0.1:<port>.
 	APIServerURL string
+	// EtcdURL is etcd's plain-HTTP client URL on loopback (its /metrics
+	// say its database's size).
+	EtcdURL string
 
 	ca        *authority
 	procs     []*process // start order: etcd, kube-apiserver, kube-controller-manager
@@ -187,6 +190,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 
 	begin := time.Now()
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	c.EtcdURL = etcdURL
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	etcd, err := c.launch("etcd", filepath.Join(opts.BinDir, "etcd"), []string{
 		"--name=default",

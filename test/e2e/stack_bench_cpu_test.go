@@ -25,7 +25,8 @@ const clockTick = 10 * time.Millisecond
 // process: the registry, the NetworkPolicy enforcer, and the controller
 // when it runs here), "node" (containerd, the kubelet, kube-proxy and the
 // runc shims) and "pods" (every container of the node, from its cgroup:
-// the runners and the tofu they start, and CoreDNS).
+// the runners and the tofu they start, and CoreDNS; with the controller as
+// a Deployment, its pod is "controller pod" instead).
 type cpuTimes map[string]time.Duration
 
 // procCPU reads a process's own CPU time and that of its reaped children.
@@ -93,6 +94,12 @@ func sampleCPU(e *stackEnv) cpuTimes {
 		}
 	}
 	t["pods"] = e.dev.Node.PodsCPU()
+	if d := benchDeployment; d != nil {
+		// The controller's pod apart from the others (runners, CoreDNS).
+		ctl := d.cpu()
+		t["controller pod"] = ctl
+		t["pods"] -= ctl
+	}
 	return t
 }
 

@@ -62,7 +62,7 @@ func startControllerProcess(b *testing.B) *controllerProcess {
 		// Plain HTTP on the link: the benchmark reads the metrics without a token.
 		"--metrics-addr", ports[2], "--metrics-secure=false", "--health-addr", "0", "--server-ips", dev.Node.HostIP(), "--image", local.Image,
 		// The benchmark's Stacks share one namespace: all of its runs at once.
-		"--max-concurrent-runs", strconv.Itoa(benchConcurrency), "--max-runs-per-namespace", strconv.Itoa(benchConcurrency), "--source-artifact-hosts", fluxArtifactAddress(b),
+		"--max-concurrent-runs", strconv.Itoa(benchConcurrency()), "--max-runs-per-namespace", strconv.Itoa(benchConcurrency()), "--source-artifact-hosts", fluxArtifactAddress(b),
 		"--artifact-bind-address", ports[0], "--artifact-base-url", local.Artifact.BaseURL,
 		"--state-server-bind-address", ports[1], "--state-server-advertised-url", local.State.AdvertisedURL,
 		// The in-process controller's client limits (the dev cluster's config).

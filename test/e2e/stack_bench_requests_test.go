@@ -146,6 +146,7 @@ func startCountedController(b *testing.B) {
 	cluster.Config = rest.CopyConfig(dev.Cluster.Config)
 	cluster.Config.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} })
 	counted.Cluster = &cluster
+	controllerRuns = benchConcurrency()
 	stackCtl.ctrl = startController(b, &counted)
 	countingRequests.Store(true)
 }

@@ -34,9 +34,15 @@ resource "terraform_data" "item" { input = local.name }
 output "name" { value = terraform_data.item.output }
 `
 
-// benchConcurrency is the controller's --max-concurrent-runs in these
-// tests (startController) and the parallelism of the direct applies.
-const benchConcurrency = 8
+// benchConcurrency is the controller's --max-concurrent-runs in the
+// benchmark and the parallelism of the direct applies:
+// TERRACE_BENCH_CONCURRENCY, 4 by default (issue #42's measure).
+func benchConcurrency() int {
+	if n, err := strconv.Atoi(os.Getenv("TERRACE_BENCH_CONCURRENCY")); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}
 
 // BenchmarkStackToReady compares, in one run, the time from creating N
 // Stacks to all Ready against running the same `tofu init && tofu apply`
@@ -57,14 +63,21 @@ const benchConcurrency = 8
 // TERRACE_BENCH_STACKS=1000 runs that fleet size instead (make fleet).
 // TERRACE_BENCH_CONTROLLER=process runs the built controller as its own
 // process and reports its peak RSS (stack_bench_process_test.go);
+// TERRACE_BENCH_CONTROLLER=deployment installs it with the Helm chart and
+// reports its pod's CPU and peak memory (stack_bench_deploy_test.go);
+// TERRACE_BENCH_CONCURRENCY=N sets the runs at once on both sides (4);
+// every mode reports the accounting of stack_bench_account_test.go;
 // TERRACE_BENCH_TRACE=1 logs each API request of a 1-Stack run in order,
 // then its state server requests;
 // TERRACE_BENCH_WARM=N measures only with N warm runners (0: cold only);
 // TERRACE_BENCH_PROFILE=DIR writes kube-apiserver's CPU profile there.
 func BenchmarkStackToReady(b *testing.B) {
-	if benchControllerProcess() {
+	switch {
+	case benchControllerDeployment():
+		startControllerDeployment(b)
+	case benchControllerProcess():
 		startControllerProcess(b)
-	} else {
+	default:
 		startCountedController(b)
 	}
 	sizes := []int{1, 100}
@@ -72,7 +85,7 @@ func BenchmarkStackToReady(b *testing.B) {
 		sizes = []int{n}
 	}
 	for _, n := range sizes {
-		warms := []int{0, min(n, benchConcurrency)}
+		warms := []int{0, min(n, benchConcurrency())}
 		if w, err := strconv.Atoi(os.Getenv("TERRACE_BENCH_WARM")); err == nil && w >= 0 {
 			warms = []int{min(n, w)}
 		}
@@ -90,7 +103,7 @@ func BenchmarkStackToReady(b *testing.B) {
 func benchStacksOnce(b *testing.B, n, warm int) {
 	waitNoNamespaceTerminating(b)
 	directCPU := childrenCPU()
-	direct, directDone := directApplies(b, n, benchConcurrency)
+	direct, directDone := directApplies(b, n, benchConcurrency())
 	directCPU = childrenCPU() - directCPU
 	e := newStackEnv(b)
 	defer e.removeStacks(b) // before the next iteration, with -benchtime Nx too
@@ -110,17 +123,29 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		anonPeak = p.sampleAnonPeak()
 		processCalls = mustRequests(b, p)
 	}
+	if d := benchDeployment; d != nil {
+		d.resetPeakMemory(b)
+	}
 	served := clusterRequests(b, e.cs)
+	accountBefore := sampleAccount(b, e)
 	cpuBefore := sampleCPU(e)
 	profiled := profileAPIServer(b, e, fmt.Sprintf("stacks-%d-warm-%d", n, warm), direct)
 	logStart := len(controllerLog.String())
 	terrace, terraceDone, peak := e.stacksToReady(b, n)
+	// A run's pod goes, and its runner reports what it cost, just after
+	// its Stack is Ready: its CPU and its figures count once it is gone.
+	e.waitRunPodsGone(b)
 	reportCPU(b, cpuBefore, sampleCPU(e), directCPU, n)
+	reportAccount(b, e, accountBefore, sampleAccount(b, e), n)
 	profiled()
 	b.ReportMetric(logClusterRequests(b, served, clusterRequests(b, e.cs), n), "cluster-requests/stack")
 	b.ReportMetric(direct.Seconds(), "direct-s")
 	b.ReportMetric(terrace.Seconds(), "terrace-s")
 	b.ReportMetric(terrace.Seconds()/direct.Seconds(), "ratio")
+	if d := benchDeployment; d != nil {
+		// The controller in its pod: the most memory the kernel charged it.
+		b.ReportMetric(float64(d.peakMemory(b))/(1<<20), "controller-peak-mem-MiB")
+	}
 	if p := benchController; p != nil {
 		// The controller as a process of its own: its RSS and requests.
 		b.ReportMetric(float64(p.peakRSS())/(1<<20), "controller-peak-rss-MiB")
@@ -140,7 +165,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	}
 	if n > 1 {
 		path := filepath.Join(plotDir(), fmt.Sprintf("stacks-ready-%d-warm-%d.png", n, warm))
-		title := fmt.Sprintf("%d Stacks Ready over time, %d warm runners, at most %d at once", n, warm, benchConcurrency)
+		title := fmt.Sprintf("%d Stacks Ready over time, %d warm runners, at most %d at once", n, warm, benchConcurrency())
 		if err := writeReadyPlot(path, title, readyCurve{"Terrace", terraceBlue, terraceDone}, readyCurve{"direct tofu init && apply", directOrange, directDone}); err != nil {
 			b.Errorf("plot: %v", err)
 		} else {

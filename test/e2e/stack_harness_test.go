@@ -133,6 +133,11 @@ func (e *stackEnv) installOperatorConfig(t testing.TB) {
 // startController starts (notifications_test.go sets it, and restarts).
 var controllerEventsAddress string
 
+// controllerRuns, when set, is the --max-concurrent-runs and
+// --max-runs-per-namespace of the controller startController starts (the
+// benchmark's concurrency).
+var controllerRuns int
+
 // startController runs the controller until stopController or the end of
 // the package's tests.
 func startController(t testing.TB, dev *devcluster.Dev) *controller {
@@ -141,6 +146,9 @@ func startController(t testing.TB, dev *devcluster.Dev) *controller {
 	opts := operator.LocalOptions(operatorNamespace, ports[0], ports[1])
 	opts.WebhookAddr = ports[2]
 	opts.MaxConcurrentRuns = 8
+	if controllerRuns > 0 {
+		opts.MaxConcurrentRuns, opts.MaxRunsPerNamespace = controllerRuns, controllerRuns
+	}
 	// Flux artifacts come from the tests' artifact server on the node's
 	// link, as from source-controller's Service; every other host stays
 	// refused (tenancy tests).

@@ -94,12 +94,12 @@ const usageTimeout = 2 * time.Second
 // terrace_runner_cpu_seconds_total and terrace_tofu_processes_total. A run
 // cut short is not asked: its runner may be gone, and its figures would
 // miss what tofu did after the question.
-func recordUsage(s *scope) {
+func recordUsage(ctx context.Context, s *scope) {
 	run := s.run
 	if run == nil || run.client == nil || !run.facts.finished {
 		return
 	}
-	ctx, cancel := context.WithTimeout(run.session.Context(), usageTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
 	defer cancel()
 	u, err := run.client.Usage(ctx)
 	if err != nil {

@@ -175,7 +175,7 @@ func (r *Reconciler) closeRun(ctx context.Context, s *scope) {
 	if s.run == nil || s.run.session == nil {
 		return
 	}
-	recordUsage(s)
+	recordUsage(ctx, s)
 	if err := s.run.session.Close(context.WithoutCancel(ctx)); err != nil {
 		s.log.Error(err, "failed to remove runner pod")
 	}

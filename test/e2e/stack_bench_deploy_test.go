@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/terrace-dev/terrace/internal/devcluster"
+	"github.com/terrace-dev/terrace/internal/scheme"
+	"github.com/terrace-dev/terrace/internal/testenv"
+	"github.com/terrace-dev/terrace/test/chart/chartrender"
+)
+
+// TERRACE_BENCH_CONTROLLER=deployment installs the controller as users
+// install it: the Helm chart, unchanged but for one replica, the image's
+// dev tag (the image of this checkout the dev cluster serves), the
+// benchmark's run limits and a metrics reader. The controller then runs in
+// its pod on the real node, and the benchmark reads its CPU time and peak
+// memory from the pod's cgroups and its metrics over HTTPS with a token of
+// that reader, as Prometheus would.
+func benchControllerDeployment() bool { return os.Getenv("TERRACE_BENCH_CONTROLLER") == "deployment" }
+
+// controllerDeployment is the controller the chart installed.
+type controllerDeployment struct {
+	node    *devcluster.Node
+	podUID  string
+	metrics string
+	token   string
+	http    *http.Client
+}
+
+// benchDeployment is the Deployment the benchmark installed, if any.
+var benchDeployment *controllerDeployment
+
+// benchMetricsReader is the ServiceAccount the benchmark reads the
+// controller's metrics with (chart value metrics.readers).
+const benchMetricsReader = "fleet-bench"
+
+// startControllerDeployment installs the chart on the shared dev cluster
+// and waits for its one controller pod to be Ready.
+func startControllerDeployment(b *testing.B) *controllerDeployment {
+	b.Helper()
+	dev := sharedDev(b)
+	stackCtl.mu.Lock()
+	defer stackCtl.mu.Unlock()
+	if stackCtl.ctrl != nil {
+		b.Fatal("a controller already runs in the test process")
+	}
+	ctx := context.Background()
+	c, err := client.New(dev.Cluster.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(dev.Cluster.Config)
+	(&stackEnv{dev: dev, c: c}).installOperatorConfig(b)
+	objects, err := chartrender.Render(testenv.RepoRoot(), map[string]any{
+		"image":        map[string]any{"tag": devcluster.DevTag},
+		"replicaCount": 1,
+		// The benchmark's Stacks share one namespace: all of its runs at once.
+		"extraArgs": []any{
+			"--max-concurrent-runs=" + strconv.Itoa(benchConcurrency()),
+			"--max-runs-per-namespace=" + strconv.Itoa(benchConcurrency()),
+		},
+		"metrics": map[string]any{"readers": []any{map[string]any{"kind": "ServiceAccount", "name": benchMetricsReader, "namespace": operatorNamespace}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var install []devcluster.Applied
+	for _, o := range objects {
+		if o.GetNamespace() == "" && o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" {
+			o.SetNamespace(operatorNamespace)
+		}
+		install = append(install, devcluster.Applied{Object: o, Source: "the chart"})
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(operatorNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: benchMetricsReader}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := devcluster.Apply(ctx, dev.Cluster.Config, install, func(string) {}); err != nil {
+		b.Fatalf("failed to install the chart: %v", err)
+	}
+	var pod corev1.Pod
+	eventually(b, 3*time.Minute, "the controller pod Ready", func() error {
+		pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=terrace,app.kubernetes.io/component=controller"})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if podReady(&p) && p.DeletionTimestamp == nil {
+				pod = p
+				return nil
+			}
+		}
+		return fmt.Errorf("no Ready controller pod among %d", len(pods.Items))
+	})
+	tok, err := cs.CoreV1().ServiceAccounts(operatorNamespace).CreateToken(ctx, benchMetricsReader,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(6 * 3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &controllerDeployment{
+		node: dev.Node, podUID: string(pod.UID), token: tok.Status.Token,
+		metrics: "https://" + net.JoinHostPort(pod.Status.PodIP, "8443") + "/metrics",
+		// The controller's serving certificate is from its own CA; the
+		// token is what the endpoint checks.
+		http: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}, //nolint:gosec // see above
+	}
+	stackCtl.ctrl = &controller{stop: func() {}, done: make(chan error, 1)}
+	eventually(b, 2*time.Minute, "the controller's metrics endpoint", func() error {
+		_, err := d.scrape()
+		return err
+	})
+	benchDeployment = d
+	return d
+}
+
+// scrape reads the controller's metrics as its readers do.
+func (d *controllerDeployment) scrape() (map[string]float64, error) {
+	return httpMetrics(d.http, d.metrics, d.token)
+}
+
+// parseMetrics reads Prometheus's text format: series → value.
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// sumMetric adds up every series of a metric whose labels include all of
+// labels (`name="value"` pairs).
+func sumMetric(samples map[string]float64, name string, labels ...string) float64 {
+	var total float64
+	for series, v := range samples {
+		if series != name && !strings.HasPrefix(series, name+"{") {
+			continue
+		}
+		matched := true
+		for _, l := range labels {
+			matched = matched && strings.Contains(series, l)
+		}
+		if matched {
+			total += v
+		}
+	}
+	return total
+}
+
+// cpu is the controller pod's CPU time so far.
+func (d *controllerDeployment) cpu() time.Duration {
+	t, _ := d.node.PodCPU(d.podUID)
+	return t
+}
+
+func (d *controllerDeployment) resetPeakMemory(b *testing.B) {
+	if err := d.node.ResetPodMemoryPeak(d.podUID); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (d *controllerDeployment) peakMemory(b *testing.B) uint64 {
+	v, err := d.node.PodMemoryPeak(d.podUID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
