@@ -130,9 +130,11 @@ console-screenshots: deps ## Retake docs/images/console-*.png with the browser t
 
 # FLEET_STACKS Stacks to Ready against as many direct tofu applies at the
 # same concurrency; prints time, ratio, CPU by part, API calls, tofu
-# processes, etcd and Secret bytes per Stack, the controller's peak memory,
-# and plots Ready over time. The controller runs as the chart's Deployment
-# (FLEET_CONTROLLER=process or inprocess to run it otherwise).
+# processes, etcd and Secret bytes per Stack and the controller's peak
+# memory, and plots Ready over time into
+# docs/images/fleet-<FLEET_STACKS>-stacks-ready.png. The controller runs as
+# the chart's Deployment (FLEET_CONTROLLER=process or inprocess to run it
+# otherwise).
 FLEET_STACKS ?= 1000
 FLEET_WARM ?= 4
 FLEET_CONCURRENCY ?= 4
@@ -140,7 +142,7 @@ FLEET_CONTROLLER ?= deployment
 fleet: deps ## Take FLEET_STACKS (1000) Stacks to Ready on the dev cluster against direct tofu, FLEET_WARM (4) warm runners, FLEET_CONCURRENCY (4) at once, the controller as the chart's Deployment; prints the accounting (not in make test).
 	hack/tools/build.sh >/dev/null
 	TERRACE_BENCH_STACKS=$(FLEET_STACKS) TERRACE_BENCH_WARM=$(FLEET_WARM) TERRACE_BENCH_CONCURRENCY=$(FLEET_CONCURRENCY) \
-	  TERRACE_BENCH_CONTROLLER=$(FLEET_CONTROLLER) env $$(hack/tools/build.sh --env) \
+	  TERRACE_BENCH_CONTROLLER=$(FLEET_CONTROLLER) TERRACE_BENCH_PLOT_DIR=$(CURDIR)/docs/images env $$(hack/tools/build.sh --env) \
 	  nice go test ./test/e2e/ -run '^$$' -bench '^BenchmarkStackToReady$$' -benchtime 1x -timeout 3h -v
 
 # Every fuzz target, as package:Name. Their seed corpora (testdata/fuzz/)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,25 @@ type account struct {
 	controller map[string]float64 // the controller's metrics
 	etcdDB     float64            // etcd's database size, bytes
 	etcdWAL    float64            // bytes etcd wrote to its log so far
+}
+
+// resetControlPlanePeaks starts the peak RSS of etcd and kube-apiserver
+// over from their RSS now.
+func resetControlPlanePeaks(e *stackEnv) {
+	for _, pid := range e.dev.Cluster.Pids() {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0o600)
+	}
+}
+
+// reportControlPlanePeaks reports the peak RSS of etcd and kube-apiserver
+// since resetControlPlanePeaks.
+func reportControlPlanePeaks(b *testing.B, e *stackEnv) {
+	for _, pid := range e.dev.Cluster.Pids() {
+		switch name := procName(pid); name {
+		case "etcd", "kube-apiserver":
+			b.ReportMetric(float64(vmHWM(fmt.Sprintf("/proc/%d/status", pid)))/(1<<20), name+"-peak-rss-MiB")
+		}
+	}
 }
 
 func sampleAccount(b *testing.B, e *stackEnv) account {
@@ -103,6 +123,9 @@ func reportAccount(b *testing.B, e *stackEnv, before, after account, n int) {
 	etcdGrowth := (after.etcdDB - before.etcdDB) / float64(n) / 1024
 	etcdWritten := (after.etcdWAL - before.etcdWAL) / float64(n) / 1024
 	secrets, secretBytes := namespaceSecrets(b, e)
+	if benchDeployment != nil {
+		b.ReportMetric(apiCalls, "api-calls/stack")
+	}
 	b.ReportMetric(tofuProcs, "tofu-processes/stack")
 	b.ReportMetric(tofuCPU, "tofu-cpu-ms/stack")
 	b.ReportMetric(runnerCPU, "runner-cpu-ms/stack")

@@ -127,6 +127,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		d.resetPeakMemory(b)
 	}
 	served := clusterRequests(b, e.cs)
+	resetControlPlanePeaks(e)
 	accountBefore := sampleAccount(b, e)
 	cpuBefore := sampleCPU(e)
 	profiled := profileAPIServer(b, e, fmt.Sprintf("stacks-%d-warm-%d", n, warm), direct)
@@ -137,6 +138,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	e.waitRunPodsGone(b)
 	reportCPU(b, cpuBefore, sampleCPU(e), directCPU, n)
 	reportAccount(b, e, accountBefore, sampleAccount(b, e), n)
+	reportControlPlanePeaks(b, e)
 	profiled()
 	b.ReportMetric(logClusterRequests(b, served, clusterRequests(b, e.cs), n), "cluster-requests/stack")
 	b.ReportMetric(direct.Seconds(), "direct-s")
@@ -151,7 +153,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		b.ReportMetric(float64(p.peakRSS())/(1<<20), "controller-peak-rss-MiB")
 		b.ReportMetric(float64(anonPeak())/(1<<20), "controller-peak-anon-MiB")
 		b.ReportMetric((mustRequests(b, p)-processCalls)/float64(n), "api-calls/stack")
-	} else {
+	} else if benchDeployment == nil {
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 		b.ReportMetric(float64(rss())/(1<<20), "process-peak-rss-MiB")
 	}
@@ -164,7 +166,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 		logStateRequests(b, controllerLog.String()[logStart:])
 	}
 	if n > 1 {
-		path := filepath.Join(plotDir(), fmt.Sprintf("stacks-ready-%d-warm-%d.png", n, warm))
+		path := filepath.Join(plotDir(), fmt.Sprintf("fleet-%d-stacks-ready.png", n))
 		title := fmt.Sprintf("%d Stacks Ready over time, %d warm runners, at most %d at once", n, warm, benchConcurrency())
 		if err := writeReadyPlot(path, title, readyCurve{"Terrace", terraceBlue, terraceDone}, readyCurve{"direct tofu init && apply", directOrange, directDone}); err != nil {
 			b.Errorf("plot: %v", err)
@@ -175,6 +177,9 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	if n == 1 {
 		reportTofuShare(b, logRunnerLog(b, e, logs, warm > 0), terrace, direct)
 		logRunPhases(b, e)
+	}
+	if d := benchDeployment; d != nil && n > 1 {
+		d.measureResync(b, e, n)
 	}
 }
 
