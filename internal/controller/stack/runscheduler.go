@@ -237,7 +237,7 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 	ans := q.acquire(key)
 	if !ans.granted {
 		s.observed.kind = runNothing // no run: terrace_runs_total counts none
-		s.log.V(1).Info("run queued", "kind", kind, "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse)
+		s.log.V(1).Info("run queued", "kind", kind, "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse, "queuedBefore", ans.ahead)
 		return outcome.Waiting(RunQueuedReason, queuedRecheck, errors.New(ans.message(key.Namespace)))
 	}
 	if kind == runDestroy {

@@ -49,7 +49,7 @@ type slotAnswer struct {
 	granted bool
 	// For a waiter: the slots taken (held or reserved) in all and by its
 	// namespace, the limits, and how many of its namespace's Stacks wait
-	// before it.
+	// before it (logged, not in the status).
 	inUse, namespaceInUse int
 	total, perNamespace   int
 	ahead                 int
@@ -228,5 +228,7 @@ func (a slotAnswer) message(namespace string) string {
 	} else {
 		why = fmt.Sprintf("all %d run slots are taken (--max-concurrent-runs=%d)", a.inUse, a.total)
 	}
-	return fmt.Sprintf("run queued: %s; it starts when a slot frees, namespaces with queued runs taking turns (%d of this namespace's queued Stacks before it)", why, a.ahead)
+	// No place in the queue: it changes with every run that ends, and a
+	// queued Stack's status would be rewritten at every recheck for it.
+	return fmt.Sprintf("run queued: %s; it starts when a slot frees, namespaces with queued runs taking turns", why)
 }
