@@ -5,9 +5,10 @@
 // is waited for) and notices within seconds when it dies. One informer on
 // runner pods serves every run.
 //
-// The pod spec is the same on every cluster: the runner binds $(POD_IP), paths are flags under its volume mounts, and the pod's
-// readiness is an HTTP probe of the runner's /readyz, for people and tools
-// that look at the pod.
+// The pod spec is the same on every cluster: the runner binds $(POD_IP),
+// paths are flags under its volume mounts, and it has no probe: a runner
+// pod is Ready once its container runs, and /readyz on its health port
+// says whether it serves.
 package launcher
 
 import (

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
@@ -91,7 +90,7 @@ type podParams struct {
 
 // buildPod makes the runner pod: restricted security context, read-only
 // root with emptyDirs for the work and temp directories, the run's TLS
-// Secret at /etc/terrace/tls, and readiness from the runner's /readyz.
+// Secret at /etc/terrace/tls; no probe (the controller's dial is the test).
 func buildPod(p podParams) *corev1.Pod {
 	spec := p.spec
 	tmpl := spec.Stack.Spec.Runner
@@ -224,17 +223,11 @@ func buildPod(p podParams) *corev1.Pod {
 				EnvFrom:      envFrom,
 				Resources:    resources,
 				VolumeMounts: mounts,
-				// The gRPC port speaks only mutual TLS, which kubelet gRPC
-				// probes cannot; /readyz answers from the same health service.
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-						Path: "/readyz", Port: intstr.FromString(healthPortNm), Scheme: corev1.URISchemeHTTP,
-					}},
-					PeriodSeconds:    1,
-					TimeoutSeconds:   2,
-					SuccessThreshold: 1,
-					FailureThreshold: 3,
-				},
+				// No readiness probe: nothing reads a runner pod's readiness
+				// (the controller dials it as soon as it runs), and a probe
+				// every second costs the kubelet a request per pod per
+				// second and each pod a status write more (Ready after
+				// Running). /readyz still answers on the health port.
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot:             ptr.To(true),
