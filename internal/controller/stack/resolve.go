@@ -75,6 +75,15 @@ func (r *Reconciler) suspend(_ context.Context, s *scope) error {
 // it would destroy twice. A run takes minutes, so one uncached read before
 // each is cheap.
 func (r *Reconciler) verifyCache(ctx context.Context, s *scope) error {
+	if s.stack.DeletionTimestamp.IsZero() {
+		// Only a run is due: if it would wait for a slot, it waits
+		// without the read, which is made once a slot is there for it. A
+		// thousand queued Stacks read themselves at every recheck
+		// otherwise.
+		if err := r.queueUnlessSlot(s); err != nil {
+			return err
+		}
+	}
 	live := &terracev1.Stack{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.stack), live)
 	switch {

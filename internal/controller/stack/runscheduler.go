@@ -30,12 +30,17 @@ const (
 
 // Timing of the run queue.
 const (
-	// queuedRecheck is how often a queued Stack asks again. It is woken
-	// as soon as a slot is reserved for it; the recheck only keeps its
-	// place in the queue (and the queue's word in its status) fresh.
-	queuedRecheck = 10 * time.Second
-	// queuedWaiterTTL: a waiter that has not asked for this long (its
-	// Stack deleted, suspended or no longer due) leaves the queue.
+	// queuedRecheck is how often a queued Stack at the head of its
+	// namespace's queue asks again; one further back asks less often
+	// (runSlots.recheckAt), at most every maxQueuedRecheck. It is woken as
+	// soon as a slot is reserved for it; the recheck only keeps its place
+	// in the queue: a thousand queued Stacks asking every 10 s were 100
+	// reconciles a second doing nothing.
+	queuedRecheck    = 10 * time.Second
+	maxQueuedRecheck = 2 * time.Minute
+	// queuedWaiterTTL: a waiter at the head that has not asked for this
+	// long (its Stack deleted, suspended or no longer due) leaves the
+	// queue; one further back, three of its own rechecks.
 	queuedWaiterTTL = 3 * queuedRecheck
 	// slotReservationTTL: a slot reserved for a woken waiter that does not
 	// come to take it goes to the next waiter after this.
@@ -139,6 +144,17 @@ func (q *runScheduler) acquire(key types.NamespacedName) slotAnswer {
 	return ans
 }
 
+// queueIfNoSlot queues key, as acquire would, when no slot is there for
+// it, and says so; when one is (held, reserved, or free and nobody's
+// turn), it takes nothing: the run's acquire takes it.
+func (q *runScheduler) queueIfNoSlot(key types.NamespacedName) (slotAnswer, bool) {
+	q.mu.Lock()
+	ans, queued, woken := q.slots.queueIfNoSlot(key, q.now())
+	q.mu.Unlock()
+	q.wake(woken...)
+	return ans, queued
+}
+
 // release frees the Stack's slot and wakes the waiters it goes to.
 func (q *runScheduler) release(key types.NamespacedName) {
 	q.mu.Lock()
@@ -238,7 +254,7 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 	if !ans.granted {
 		s.observed.kind = runNothing // no run: terrace_runs_total counts none
 		s.log.V(1).Info("run queued", "kind", kind, "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse, "queuedBefore", ans.ahead)
-		return outcome.Waiting(RunQueuedReason, queuedRecheck, errors.New(ans.message(key.Namespace)))
+		return outcome.Waiting(RunQueuedReason, ans.recheck, errors.New(ans.message(key.Namespace)))
 	}
 	if kind == runDestroy {
 		defer q.release(key)
@@ -251,6 +267,24 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 	q.running.Add(1)
 	go r.runDetached(ctx, s, kind)
 	return errRunDetached
+}
+
+// queueUnlessSlot queues the Stack, as startRun would, when no run slot
+// is there for it (RunQueued); nil when one is, or when there is no
+// scheduler.
+func (r *Reconciler) queueUnlessSlot(s *scope) error {
+	q := r.scheduler
+	if q == nil {
+		return nil
+	}
+	key := client.ObjectKeyFromObject(s.stack)
+	ans, queued := q.queueIfNoSlot(key)
+	if !queued {
+		return nil
+	}
+	s.observed.kind = runNothing
+	s.log.V(1).Info("run queued before the cache was verified", "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse, "queuedBefore", ans.ahead)
+	return outcome.Waiting(RunQueuedReason, ans.recheck, errors.New(ans.message(key.Namespace)))
 }
 
 // runInReconcile runs a run of kind to its end on the reconcile's goroutine.

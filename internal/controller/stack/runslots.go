@@ -21,8 +21,8 @@ import (
 // reconcile comes to take it (it is woken at once); a reservation not
 // taken within reservationTTL (the Stack no longer needs a run, or was
 // deleted) goes to the next waiter. A waiter that stops asking (its Stack
-// requeues every queuedRecheck while it waits) leaves the queue after
-// waiterTTL.
+// requeues while it waits, less often the further back it is: recheckAt)
+// leaves the queue after three of its rechecks (waiterTTL at the head).
 //
 // runSlots is not safe for concurrent use: runScheduler holds its lock.
 type runSlots struct {
@@ -38,10 +38,12 @@ type runSlots struct {
 	next int
 }
 
-// slotWaiter is a Stack waiting for a slot.
+// slotWaiter is a Stack waiting for a slot, and how long it may go
+// without asking again before it leaves the queue.
 type slotWaiter struct {
 	key      types.NamespacedName
 	lastSeen time.Time
+	ttl      time.Duration
 }
 
 // slotAnswer is what acquire said.
@@ -53,6 +55,8 @@ type slotAnswer struct {
 	inUse, namespaceInUse int
 	total, perNamespace   int
 	ahead                 int
+	// recheck is when the waiter is to ask again (recheckAt).
+	recheck time.Duration
 }
 
 func newRunSlots(total, perNamespace int, reservationTTL, waiterTTL time.Duration) *runSlots {
@@ -97,6 +101,27 @@ func (q *runSlots) acquire(key types.NamespacedName, now time.Time) (slotAnswer,
 	return slotAnswer{granted: true}, wake
 }
 
+// queueIfNoSlot is acquire without taking a slot: it queues key (or
+// refreshes its place) when acquire would, and otherwise leaves all as
+// it is.
+func (q *runSlots) queueIfNoSlot(key types.NamespacedName, now time.Time) (slotAnswer, bool, []types.NamespacedName) {
+	wake := q.sweep(now)
+	if q.holders[key] || !q.reserved[key].IsZero() || (q.inUse() < q.total && q.namespaceInUse(key.Namespace) < q.perNamespace) {
+		return slotAnswer{}, false, wake
+	}
+	return q.wait(key, now), true, wake
+}
+
+// recheckAt is how soon a waiter with ahead Stacks before it in its
+// namespace's queue asks again: the base period (a third of waiterTTL) at
+// the head, one more base period for each of the namespace's run slots'
+// worth of Stacks before it, at most maxQueuedRecheck. However far back,
+// it is woken at once when a slot is reserved for it.
+func (q *runSlots) recheckAt(ahead int) time.Duration {
+	base := q.waiterTTL / 3
+	return min(base*time.Duration(1+ahead/q.perNamespace), max(base, maxQueuedRecheck))
+}
+
 // release frees key's slot (or its reservation) and passes what is free
 // on to the waiters, whom it returns to be woken.
 func (q *runSlots) release(key types.NamespacedName, now time.Time) []types.NamespacedName {
@@ -111,7 +136,6 @@ func (q *runSlots) wait(key types.NamespacedName, now time.Time) slotAnswer {
 	ahead := -1
 	for i, w := range q.waiting[ns] {
 		if w.key == key {
-			q.waiting[ns][i].lastSeen = now
 			ahead = i
 		}
 	}
@@ -120,9 +144,12 @@ func (q *runSlots) wait(key types.NamespacedName, now time.Time) slotAnswer {
 			q.ring = append(q.ring, ns)
 		}
 		ahead = len(q.waiting[ns])
-		q.waiting[ns] = append(q.waiting[ns], slotWaiter{key: key, lastSeen: now})
+		q.waiting[ns] = append(q.waiting[ns], slotWaiter{key: key})
 	}
-	return slotAnswer{inUse: q.inUse(), namespaceInUse: q.namespaceInUse(ns), total: q.total, perNamespace: q.perNamespace, ahead: ahead}
+	recheck := q.recheckAt(ahead)
+	w := &q.waiting[ns][ahead]
+	w.lastSeen, w.ttl = now, 3*recheck
+	return slotAnswer{inUse: q.inUse(), namespaceInUse: q.namespaceInUse(ns), total: q.total, perNamespace: q.perNamespace, ahead: ahead, recheck: recheck}
 }
 
 // sweep drops lapsed reservations and waiters that stopped asking, then
@@ -137,7 +164,7 @@ func (q *runSlots) sweep(now time.Time) []types.NamespacedName {
 	for ns, ws := range q.waiting {
 		kept := ws[:0]
 		for _, w := range ws {
-			if now.Sub(w.lastSeen) <= q.waiterTTL {
+			if now.Sub(w.lastSeen) <= w.ttl {
 				kept = append(kept, w)
 			}
 		}

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -315,5 +316,77 @@ func TestRunTimeoutLimit(t *testing.T) {
 		if got := r.runTimeout(s); got != tc.runTimeout {
 			t.Errorf("limit %v, timeout %v: run timeout %v, want %v", tc.limit, tc.timeout, got, tc.runTimeout)
 		}
+	}
+}
+
+// A queued Stack further back asks again less often: the head every
+// queuedRecheck, one more period per slot's worth of Stacks before it, at
+// most maxQueuedRecheck; a waiter keeps its place for three of its own
+// rechecks, so one far back that asks on its schedule is never dropped.
+func TestQueuedStacksFurtherBackRecheckLessOften(t *testing.T) {
+	q := newRunSlots(4, 4, slotReservationTTL, queuedWaiterTTL)
+	now := time.Now()
+	for i := range 4 {
+		q.acquire(slotKey(fmt.Sprintf("a/run%d", i)), now)
+	}
+	var answers []slotAnswer
+	for i := range 100 {
+		ans, _ := q.acquire(slotKey(fmt.Sprintf("a/wait%d", i)), now)
+		answers = append(answers, ans)
+	}
+	for _, c := range []struct {
+		ahead int
+		want  time.Duration
+	}{{0, 10 * time.Second}, {3, 10 * time.Second}, {4, 20 * time.Second}, {19, 50 * time.Second}, {99, maxQueuedRecheck}} {
+		if got := answers[c.ahead]; got.ahead != c.ahead || got.recheck != c.want {
+			t.Errorf("waiter with %d before it: ahead %d, recheck %s; want %s", c.ahead, got.ahead, got.recheck, c.want)
+		}
+	}
+	// The 20th waiter rechecks every 50 s: 2 minutes without asking keep
+	// it queued, more than 150 s do not. The head, which asks every 25 s,
+	// keeps its place.
+	has := func(key string) bool {
+		return slices.ContainsFunc(q.waiting["a"], func(w slotWaiter) bool { return w.key == slotKey(key) })
+	}
+	for d := 25 * time.Second; d <= 150*time.Second; d += 25 * time.Second {
+		q.acquire(slotKey("a/wait0"), now.Add(d))
+	}
+	if !has("a/wait19") {
+		t.Error("a waiter far back was dropped within three of its own rechecks")
+	}
+	q.acquire(slotKey("a/wait0"), now.Add(151*time.Second))
+	if has("a/wait19") {
+		t.Error("a waiter that stopped asking kept its place past three of its rechecks")
+	}
+	if q.waiting["a"][0].key != slotKey("a/wait0") {
+		t.Errorf("the head that kept asking lost its place to %v", q.waiting["a"][0].key)
+	}
+}
+
+// queueIfNoSlot queues a Stack only when acquire would, and takes no slot.
+func TestQueueIfNoSlotTakesNothing(t *testing.T) {
+	q := newRunSlots(2, 2, slotReservationTTL, queuedWaiterTTL)
+	now := time.Now()
+	if _, queued, _ := q.queueIfNoSlot(slotKey("a/1"), now); queued || q.inUse() != 0 {
+		t.Fatalf("with free slots: queued %v, %d slots in use", queued, q.inUse())
+	}
+	q.acquire(slotKey("a/1"), now)
+	q.acquire(slotKey("a/2"), now)
+	ans, queued, _ := q.queueIfNoSlot(slotKey("a/3"), now)
+	if !queued || ans.ahead != 0 || len(q.waiting["a"]) != 1 {
+		t.Fatalf("with every slot taken: queued %v, ahead %d, %d waiting", queued, ans.ahead, len(q.waiting["a"]))
+	}
+	if _, queued, _ := q.queueIfNoSlot(slotKey("a/1"), now); queued {
+		t.Error("a Stack holding a slot was queued")
+	}
+	woken := q.release(slotKey("a/1"), now)
+	if len(woken) != 1 || woken[0] != slotKey("a/3") {
+		t.Fatalf("woken %v, want a/3", woken)
+	}
+	if _, queued, _ := q.queueIfNoSlot(slotKey("a/3"), now); queued {
+		t.Error("a Stack with a slot reserved for it was queued")
+	}
+	if ans, _ := q.acquire(slotKey("a/3"), now); !ans.granted {
+		t.Error("the reservation was lost")
 	}
 }
