@@ -118,7 +118,46 @@ func measurePodStarts(b *testing.B, kubeconfig string, count int) []time.Duratio
 		}
 		return nil
 	})
+	logPodStartSteps(b, cs, created)
 	return starts
+}
+
+// logPodStartSteps logs, for each pod created at the times given, when the
+// kubelet reported each step of its start: scheduled, sandbox ready (its
+// network attached), container started, Ready. The API's times have a
+// resolution of a second; the slowest pods say which step they waited on.
+func logPodStartSteps(b *testing.B, cs kubernetes.Interface, created map[string]time.Time) {
+	b.Helper()
+	pods, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lines []string
+	for _, p := range pods.Items {
+		c, ours := created[p.Name]
+		if !ours {
+			continue
+		}
+		at := func(t metav1.Time) string {
+			if t.IsZero() {
+				return "   -"
+			}
+			return fmt.Sprintf("%4.0f", t.Sub(c.Truncate(time.Second)).Seconds())
+		}
+		cond := map[corev1.PodConditionType]metav1.Time{}
+		for _, pc := range p.Status.Conditions {
+			cond[pc.Type] = pc.LastTransitionTime
+		}
+		var started metav1.Time
+		for _, st := range p.Status.ContainerStatuses {
+			if st.State.Running != nil {
+				started = st.State.Running.StartedAt
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s  %s %s %s  %s", at(cond[corev1.PodReady]), at(cond[corev1.PodScheduled]), at(cond[corev1.PodReadyToStartContainers]), at(started), p.Name))
+	}
+	slices.Sort(lines)
+	b.Logf("pod start steps, seconds from creation (Ready; scheduled, sandbox ready, container started):\n%s", strings.Join(lines, "\n"))
 }
 
 // logProcessMemory logs the resident memory of pid and of each process under
