@@ -80,7 +80,7 @@ func (r *Reconciler) verifyCache(ctx context.Context, s *scope) error {
 		// without the read, which is made once a slot is there for it. A
 		// thousand queued Stacks read themselves at every recheck
 		// otherwise.
-		if err := r.queueUnlessSlot(s); err != nil {
+		if err := r.queueUnlessSlot(ctx, s); err != nil {
 			return err
 		}
 	}

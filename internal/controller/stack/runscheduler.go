@@ -272,10 +272,15 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 // queueUnlessSlot queues the Stack, as startRun would, when no run slot
 // is there for it (RunQueued); nil when one is, or when there is no
 // scheduler.
-func (r *Reconciler) queueUnlessSlot(s *scope) error {
+func (r *Reconciler) queueUnlessSlot(ctx context.Context, s *scope) error {
 	q := r.scheduler
 	if q == nil {
 		return nil
+	}
+	// A Stack that waits for another shard's run would not take a slot
+	// reserved for it: it must not queue for one.
+	if err := r.waitForOtherShardRun(ctx, s); err != nil {
+		return err
 	}
 	key := client.ObjectKeyFromObject(s.stack)
 	ans, queued := q.queueIfNoSlot(key)
