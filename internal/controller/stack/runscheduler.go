@@ -252,9 +252,7 @@ func (r *Reconciler) startRun(ctx context.Context, s *scope, kind runKind) error
 	key := client.ObjectKeyFromObject(s.stack)
 	ans := q.acquire(key)
 	if !ans.granted {
-		s.observed.kind = runNothing // no run: terrace_runs_total counts none
-		s.log.V(1).Info("run queued", "kind", kind, "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse, "queuedBefore", ans.ahead)
-		return outcome.Waiting(RunQueuedReason, ans.recheck, errors.New(ans.message(key.Namespace)))
+		return queued(s, ans, "kind", kind)
 	}
 	if kind == runDestroy {
 		defer q.release(key)
@@ -283,13 +281,20 @@ func (r *Reconciler) queueUnlessSlot(ctx context.Context, s *scope) error {
 		return err
 	}
 	key := client.ObjectKeyFromObject(s.stack)
-	ans, queued := q.queueIfNoSlot(key)
-	if !queued {
+	ans, wait := q.queueIfNoSlot(key)
+	if !wait {
 		return nil
 	}
+	return queued(s, ans, "cacheVerified", false)
+}
+
+// queued is the outcome of a Stack whose run waits for a slot: RunQueued,
+// asking again at the answer's recheck. No run: terrace_runs_total counts
+// none.
+func queued(s *scope, ans slotAnswer, keysAndValues ...any) error {
 	s.observed.kind = runNothing
-	s.log.V(1).Info("run queued before the cache was verified", "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse, "queuedBefore", ans.ahead)
-	return outcome.Waiting(RunQueuedReason, ans.recheck, errors.New(ans.message(key.Namespace)))
+	s.log.V(1).Info("run queued", append(keysAndValues, "namespaceRuns", ans.namespaceInUse, "runs", ans.inUse, "queuedBefore", ans.ahead)...)
+	return outcome.Waiting(RunQueuedReason, ans.recheck, errors.New(ans.message(s.stack.Namespace)))
 }
 
 // runInReconcile runs a run of kind to its end on the reconcile's goroutine.
