@@ -42,14 +42,21 @@ func (d *Dev) RebootNode(ctx context.Context) error {
 	booted := time.Now()
 	net := n.sandbox.net
 	nodeEnd := net.HostIf + "n"
+	lock, err := lockSlot(net.Slot)
+	if err != nil {
+		return fmt.Errorf("failed to take the node's slot again: %w", err)
+	}
 	if err := runIP("link", "add", net.HostIf, "type", "veth", "peer", "name", nodeEnd); err != nil {
+		_ = lock.Close()
 		return fmt.Errorf("failed to recreate the node's link (another dev cluster may have taken slot %d): %w", net.Slot, err)
 	}
 	sb, err := launchSandbox(ctx, n.dir, n.name, net, nodeEnd)
 	if err != nil {
 		_ = runIP("link", "del", net.HostIf)
+		_ = lock.Close()
 		return err
 	}
+	sb.slotLock = lock
 	n.sandbox = sb
 	startCtx, cancel := context.WithTimeout(ctx, nodeStartTimeout)
 	defer cancel()

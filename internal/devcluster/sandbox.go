@@ -31,6 +31,12 @@ type sandbox struct {
 	// hostEnd is the init's stdin: closing it stops the init.
 	hostEnd io.WriteCloser
 	logPath string
+	// slotLock is the slot's lock file, held (flock) from the claim to
+	// the end of stop: the link vanishes with the namespace, before stop
+	// has removed the slot's cgroups, and another dev cluster must not
+	// take the slot meanwhile (stop would remove its link and cgroups,
+	// which have the same names).
+	slotLock *os.File
 }
 
 // sandboxCgroupPrefix names the cgroups the node's kubelet creates pods
@@ -48,19 +54,27 @@ func startSandbox(ctx context.Context, dir, hostname string) (*sandbox, error) {
 	}
 	var lastErr error
 	for _, slot := range slots {
+		lock, err := lockSlot(slot)
+		if err != nil {
+			lastErr = err
+			continue
+		}
 		n := networkForSlot(slot)
 		nodeEnd := n.HostIf + "n"
 		// The link's creation is what claims the slot: it fails when
 		// another dev cluster created it first.
 		if err := runIP("link", "add", n.HostIf, "type", "veth", "peer", "name", nodeEnd); err != nil {
+			_ = lock.Close()
 			lastErr = err
 			continue
 		}
 		s, err := launchSandbox(ctx, dir, hostname, n, nodeEnd)
 		if err != nil {
 			_ = runIP("link", "del", n.HostIf)
+			_ = lock.Close()
 			return nil, err
 		}
+		s.slotLock = lock
 		return s, nil
 	}
 	return nil, fmt.Errorf("failed to claim an address slot for the dev cluster: %w", lastErr)
@@ -197,6 +211,41 @@ func (s *sandbox) stop() {
 		_ = runIP("link", "del", s.net.HostIf)
 	}
 	removeCgroups(s.cgroupRoot())
+	if s.slotLock != nil {
+		_ = s.slotLock.Close() // the slot is free from here
+		s.slotLock = nil
+	}
+}
+
+// slotLockDir holds a lock file per address slot (lockSlot).
+var slotLockDir = filepath.Join(os.TempDir(), "terrace-dev-slots")
+
+// lockSlot takes the slot's lock, or fails at once when another dev
+// cluster holds it (one running, or one still cleaning up). The kernel
+// drops the lock when its holder dies, kill -9 included.
+func lockSlot(slot int) (*os.File, error) {
+	if err := os.MkdirAll(slotLockDir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create %s: %w", slotLockDir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(slotLockDir, strconv.Itoa(slot)), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("address slot %d is held by another dev cluster: %w", slot, err)
+	}
+	return f, nil
+}
+
+// slotHeld says whether a live dev cluster holds the slot's lock.
+func slotHeld(slot int) bool {
+	f, err := lockSlot(slot)
+	if err != nil {
+		return true
+	}
+	_ = f.Close()
+	return false
 }
 
 // cgroupRoot is the kubelet's cgroupRoot for this node.
@@ -257,7 +306,8 @@ func removeStaleCgroups() {
 			if !ok || !e.IsDir() {
 				continue
 			}
-			if !linkExists("tdev" + slot) {
+			n, err := strconv.Atoi(slot)
+			if err == nil && !linkExists("tdev"+slot) && !slotHeld(n) {
 				removeCgroups(e.Name())
 			}
 		}
