@@ -9,7 +9,6 @@ package e2e
 // processes per Stack and writes a local state file.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -18,10 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/terrace-dev/terrace/internal/launcher"
 )
@@ -63,50 +60,6 @@ func sampleAccount(b *testing.B, e *stackEnv) account {
 		b.Fatalf("failed to read etcd's metrics: %v", err)
 	}
 	return account{controller: m, etcdDB: sumMetric(etcd, "etcd_mvcc_db_total_size_in_bytes"), etcdWAL: sumMetric(etcd, "etcd_disk_wal_write_bytes_total")}
-}
-
-// controllerMetrics reads the metrics of the controller wherever it runs:
-// its pod, its process, or this process.
-func controllerMetrics() (map[string]float64, error) {
-	switch {
-	case benchDeployment != nil:
-		return benchDeployment.scrape()
-	case benchController != nil:
-		return httpMetrics(http.DefaultClient, benchController.metrics, "")
-	}
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		return nil, err
-	}
-	var text bytes.Buffer
-	for _, f := range families {
-		if _, err := expfmt.MetricFamilyToText(&text, f); err != nil {
-			return nil, err
-		}
-	}
-	return parseMetrics(&text)
-}
-
-// httpMetrics reads a Prometheus endpoint, with a bearer token if given.
-func httpMetrics(c *http.Client, url, token string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s", url, resp.Status)
-	}
-	return parseMetrics(resp.Body)
 }
 
 // reportAccount logs and reports the accounting of n Stacks between two

@@ -1,16 +1,13 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -202,48 +199,6 @@ func (d *controllerDeployment) measureResync(b *testing.B, e *stackEnv, n int) {
 // scrape reads the controller's metrics as its readers do.
 func (d *controllerDeployment) scrape() (map[string]float64, error) {
 	return httpMetrics(d.http, d.metrics, d.token)
-}
-
-// parseMetrics reads Prometheus's text format: series → value.
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
-}
-
-// sumMetric adds up every series of a metric whose labels include all of
-// labels (`name="value"` pairs).
-func sumMetric(samples map[string]float64, name string, labels ...string) float64 {
-	var total float64
-	for series, v := range samples {
-		if series != name && !strings.HasPrefix(series, name+"{") {
-			continue
-		}
-		matched := true
-		for _, l := range labels {
-			matched = matched && strings.Contains(series, l)
-		}
-		if matched {
-			total += v
-		}
-	}
-	return total
 }
 
 // cpu is the controller pod's CPU time so far.

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -121,39 +119,14 @@ func (p *controllerProcess) peakRSS() uint64 {
 
 // requests is the controller's API requests so far, by its own count.
 func (p *controllerProcess) requests() (float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
+	m, err := httpMetrics(http.DefaultClient, p.metrics, "")
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var total float64
-	found := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		total, found = total+v, true
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if !found {
+	if !hasMetric(m, "rest_client_requests_total") {
 		return 0, fmt.Errorf("no rest_client_requests_total at %s", p.metrics)
 	}
-	return total, nil
+	return sumMetric(m, "rest_client_requests_total"), nil
 }
 
 // vmHWM reads VmHWM from a /proc status file, in bytes (0 if unreadable).
