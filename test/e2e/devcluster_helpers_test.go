@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -253,20 +254,27 @@ func processesMentioning(s string) []string {
 	return out
 }
 
-// devLinks lists the host ends of dev clusters' node links (tdev<slot>).
-func devLinks(tb testing.TB) []string {
+// devLinkOf names the host end of the node link (tdev<slot>) of the dev
+// cluster whose API server is at apiServerURL: kube-apiserver listens on
+// that end, 10.<slot>.255.1. Other tests' dev clusters come and go beside
+// a test's own, so a test checks its own link, never a count of them.
+func devLinkOf(tb testing.TB, apiServerURL string) string {
 	tb.Helper()
-	entries, err := os.ReadDir("/sys/class/net")
+	u, err := url.Parse(apiServerURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var out []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "tdev") {
-			out = append(out, e.Name())
-		}
+	ip := net.ParseIP(u.Hostname()).To4()
+	if ip == nil || ip[0] != 10 || ip[2] != 255 || ip[3] != 1 {
+		tb.Fatalf("API server %s is not on a dev cluster's node link (10.<slot>.255.1)", apiServerURL)
 	}
-	return out
+	return "tdev" + strconv.Itoa(int(ip[1]))
+}
+
+// linkExists says whether the host has a network interface named name.
+func linkExists(name string) bool {
+	_, err := os.Stat(filepath.Join("/sys/class/net", name))
+	return err == nil
 }
 
 // devClusterLogs returns the last lines of what a stopped dev cluster in dir

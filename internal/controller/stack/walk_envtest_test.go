@@ -45,9 +45,12 @@ func (w *walkLog) of(namespace, name string) []string {
 // The walk of one auto-approved run of new inputs, from Reconcile to
 // Ready: every decision is a state named by determineState and the one
 // action actionFor gives it, in this order. `go test -run
-// TestEnvtestTheWalkOfAnAutoApprovedRun -v` prints it.
+// TestEnvtestTheWalkOfAnAutoApprovedRun -v` prints it. It has the suite's
+// controller to itself: beside the parallel tests, every run slot may be
+// taken, and a queued run's walk has detours (RunQueued, then the cache
+// checked again) that are the queue's, not the run's.
 func TestEnvtestTheWalkOfAnAutoApprovedRun(t *testing.T) {
-	e := newSuiteEnv(t)
+	e := serialSuiteEnv(t)
 	e.stack("web", dataModule, map[string]string{"greeting": "hello"}, func(st *terracev1.Stack) {
 		st.Spec.ApprovePlan = terracev1.ApprovePlanAuto
 	})
