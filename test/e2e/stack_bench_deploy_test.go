@@ -3,17 +3,24 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,9 +47,12 @@ type controllerDeployment struct {
 	cs      kubernetes.Interface
 	podUID  string
 	podName string
+	podIP   string
 	metrics string
 	token   string
 	http    *http.Client
+	// pprofPort serves the controller's Go profiles (TERRACE_BENCH_PPROF).
+	pprofPort string
 }
 
 // benchDeployment is the Deployment the benchmark installed, if any.
@@ -69,15 +79,20 @@ func startControllerDeployment(b *testing.B) *controllerDeployment {
 	}
 	cs := kubernetes.NewForConfigOrDie(dev.Cluster.Config)
 	(&stackEnv{dev: dev, c: c}).installOperatorConfig(b)
+	extraArgs := []any{
+		// The benchmark's Stacks share one namespace: all of its runs at once.
+		"--max-concurrent-runs=" + strconv.Itoa(benchConcurrency()),
+		"--max-runs-per-namespace=" + strconv.Itoa(benchConcurrency()),
+	}
+	pprofPort := benchPprofPort(b)
+	if pprofPort != "" {
+		extraArgs = append(extraArgs, "--pprof-addr=:"+pprofPort)
+	}
 	objects, err := chartrender.Render(testenv.RepoRoot(), map[string]any{
 		"image":        map[string]any{"tag": devcluster.DevTag},
 		"replicaCount": 1,
-		// The benchmark's Stacks share one namespace: all of its runs at once.
-		"extraArgs": []any{
-			"--max-concurrent-runs=" + strconv.Itoa(benchConcurrency()),
-			"--max-runs-per-namespace=" + strconv.Itoa(benchConcurrency()),
-		},
-		"metrics": map[string]any{"readers": []any{map[string]any{"kind": "ServiceAccount", "name": benchMetricsReader, "namespace": operatorNamespace}}},
+		"extraArgs":    extraArgs,
+		"metrics":      map[string]any{"readers": []any{map[string]any{"kind": "ServiceAccount", "name": benchMetricsReader, "namespace": operatorNamespace}}},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -88,6 +103,9 @@ func startControllerDeployment(b *testing.B) *controllerDeployment {
 			o.SetNamespace(operatorNamespace)
 		}
 		install = append(install, devcluster.Applied{Object: o, Source: "the chart"})
+	}
+	if pprofPort != "" {
+		install = append(install, devcluster.Applied{Object: pprofNetworkPolicy(b, pprofPort), Source: "the benchmark"})
 	}
 	if _, err := cs.CoreV1().ServiceAccounts(operatorNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: benchMetricsReader}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -101,7 +119,7 @@ func startControllerDeployment(b *testing.B) *controllerDeployment {
 		b.Fatal(err)
 	}
 	d := &controllerDeployment{
-		node: dev.Node, cs: cs, token: tok.Status.Token,
+		node: dev.Node, cs: cs, token: tok.Status.Token, pprofPort: pprofPort,
 		// The controller's serving certificate is from its own CA; the
 		// token is what the endpoint checks.
 		http: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}, //nolint:gosec // see above
@@ -127,7 +145,7 @@ func (d *controllerDeployment) findPod(b *testing.B, not string) {
 		for _, p := range pods.Items {
 			if podReady(&p) && p.DeletionTimestamp == nil && string(p.UID) != not {
 				d.podUID = string(p.UID)
-				d.podName = p.Name
+				d.podName, d.podIP = p.Name, p.Status.PodIP
 				d.metrics = "https://" + net.JoinHostPort(p.Status.PodIP, "8443") + "/metrics"
 				return nil
 			}
@@ -177,6 +195,7 @@ func (d *controllerDeployment) measureResync(b *testing.B, e *stackEnv, n int) {
 		return nil
 	})
 	resync := time.Since(start)
+	d.saveHeapProfile(b, fmt.Sprintf("stacks-%d-after-restart", n))
 	m, err := d.scrape()
 	if err != nil {
 		b.Fatal(err)
@@ -219,4 +238,69 @@ func (d *controllerDeployment) peakMemory(b *testing.B) uint64 {
 		b.Fatal(err)
 	}
 	return v
+}
+
+// benchPprofPort is the port of TERRACE_BENCH_PPROF (host:port), where the
+// controller pod serves Go's profiles; empty when unset.
+func benchPprofPort(b *testing.B) string {
+	addr := os.Getenv("TERRACE_BENCH_PPROF")
+	if addr == "" {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		b.Fatalf("TERRACE_BENCH_PPROF=%s: %v", addr, err)
+	}
+	return port
+}
+
+// pprofNetworkPolicy lets the benchmark reach the controller's profiles
+// beside the chart's policy, which admits its servers' ports only.
+func pprofNetworkPolicy(b *testing.B, port string) *unstructured.Unstructured {
+	b.Helper()
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		b.Fatal(err)
+	}
+	np := &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet-bench-pprof", Namespace: operatorNamespace},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "terrace", "app.kubernetes.io/component": "controller"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt(n))}}}},
+		},
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(np)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// saveHeapProfile writes the controller's heap profile, when it serves
+// one, to $TMPDIR/controller-heap-<name>.pprof (go tool pprof).
+func (d *controllerDeployment) saveHeapProfile(b *testing.B, name string) {
+	b.Helper()
+	if d.pprofPort == "" {
+		return
+	}
+	url := "http://" + net.JoinHostPort(d.podIP, d.pprofPort) + "/debug/pprof/heap"
+	resp, err := d.http.Get(url)
+	if err != nil {
+		b.Logf("controller heap profile: %v", err)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	path := filepath.Join(os.TempDir(), "controller-heap-"+name+".pprof")
+	f, err := os.Create(path)
+	if err == nil {
+		_, err = io.Copy(f, resp.Body)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Logf("controller heap profile from %s: %s %v", url, resp.Status, err)
+		return
+	}
+	b.Logf("controller heap profile: go tool pprof -sample_index=inuse_space %s", path)
 }

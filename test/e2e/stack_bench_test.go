@@ -147,6 +147,7 @@ func benchStacksOnce(b *testing.B, n, warm int) {
 	if d := benchDeployment; d != nil {
 		// The controller in its pod: the most memory the kernel charged it.
 		b.ReportMetric(float64(d.peakMemory(b))/(1<<20), "controller-peak-mem-MiB")
+		d.saveHeapProfile(b, fmt.Sprintf("stacks-%d", n))
 	}
 	if p := benchController; p != nil {
 		// The controller as a process of its own: its RSS and requests.
