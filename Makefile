@@ -143,7 +143,7 @@ fleet: deps ## Take FLEET_STACKS (1000) Stacks to Ready on the dev cluster again
 	hack/tools/build.sh >/dev/null
 	TERRACE_BENCH_STACKS=$(FLEET_STACKS) TERRACE_BENCH_WARM=$(FLEET_WARM) TERRACE_BENCH_CONCURRENCY=$(FLEET_CONCURRENCY) \
 	  TERRACE_BENCH_CONTROLLER=$(FLEET_CONTROLLER) TERRACE_BENCH_PLOT_DIR=$(CURDIR)/docs/images env $$(hack/tools/build.sh --env) \
-	  nice go test ./test/e2e/ -run '^$$' -bench '^BenchmarkStackToReady$$' -benchtime 1x -timeout 3h -v
+	  nice go test ./test/e2e/ -run '^$$' -bench '^BenchmarkStackToReady$$' -benchtime 1x -timeout 5h -v
 
 # Every fuzz target, as package:Name. Their seed corpora (testdata/fuzz/)
 # run as ordinary tests with `go test`; `make fuzz` also explores for

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,7 +19,9 @@ import (
 // the watch says so: the clock stops at the status write that made the
 // last Stack Ready, not at the next poll (which added up to 100 ms to a
 // 1-Stack measurement). It also returns when each Stack was first seen
-// Ready. A watch that ends early falls back to polling.
+// Ready. The API server ends a watch after its timeout (30 to 60 minutes):
+// the wait then watches on from the last event it read; a watch that
+// cannot resume (its resourceVersion compacted away) falls back to polling.
 func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration) (time.Time, []time.Time) {
 	b.Helper()
 	wc, err := client.NewWithWatch(e.dev.Cluster.Config, client.Options{Scheme: scheme.New()})
@@ -42,11 +45,30 @@ func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration
 	go func() {
 		ready, seen := map[string]bool{}, map[string]bool{}
 		var firsts []time.Time
-		for ev := range w.ResultChan() {
+		lastVersion, expired := "", false
+		events := w.ResultChan()
+		for {
+			ev, open := <-events
+			if !open {
+				if expired || ctx.Err() != nil {
+					break
+				}
+				resumed, err := wc.Watch(ctx, &terracev1.StackList{}, client.InNamespace(e.ns),
+					&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lastVersion}})
+				if err != nil {
+					break
+				}
+				events = resumed.ResultChan()
+				continue
+			}
 			st, isStack := ev.Object.(*terracev1.Stack)
+			if ev.Type == watch.Error {
+				expired = true // a 410 Gone: the watch ends next
+			}
 			if !isStack || ev.Type == watch.Error {
 				continue
 			}
+			lastVersion = st.ResourceVersion
 			if ev.Type != watch.Deleted && readyAt(st) == nil {
 				ready[st.Name] = true
 				if !seen[st.Name] {
@@ -64,8 +86,7 @@ func (e *stackEnv) watchAllReady(b *testing.B, n int) func(timeout time.Duration
 		out <- result{firsts: firsts, closed: true}
 	}()
 	return func(timeout time.Duration) (time.Time, []time.Time) {
-		defer cancel()
-		defer w.Stop()
+		defer cancel() // ends the watch, resumed or not
 		select {
 		case r := <-out:
 			if r.closed {
