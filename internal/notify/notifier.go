@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/argoproj/notifications-engine/pkg/api"
@@ -122,11 +123,76 @@ func (n *Notifier) Start(ctx context.Context) error {
 		},
 	}, n.opts.Namespace, secrets, cms)
 
+	for _, inf := range []cache.SharedIndexInformer{cms, secrets} {
+		go inf.RunWithContext(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), cms.HasSynced, secrets.HasSynced) {
+		return nil // ctx ended
+	}
+	// Stacks are watched only while the ConfigMap exists: without it
+	// nothing can be sent, and the engine's informer would keep a second,
+	// unstructured copy of every Stack for nothing.
+	changed := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := cms.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, DeleteFunc: poke}); err != nil {
+		return fmt.Errorf("failed to watch the notifications ConfigMap: %w", err)
+	}
+	configMapKey := n.opts.Namespace + "/" + n.opts.ConfigMapName
+	var watching stackWatch
+	defer watching.stop()
+	if _, configured, _ := cms.GetStore().GetByKey(configMapKey); !configured {
+		n.opts.Log.Info("not watching Stacks until the notifications ConfigMap exists", "configMap", configMapKey)
+	}
+	for {
+		_, configured, _ := cms.GetStore().GetByKey(configMapKey)
+		switch {
+		case configured && !watching.running():
+			watching = n.startStackControllers(ctx, dyn, factory)
+		case !configured && watching.running():
+			watching.stop()
+			n.opts.Log.Info("not watching Stacks: the notifications ConfigMap is gone", "configMap", configMapKey)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// stackWatch is the engine's controllers over the Stacks, while they run.
+type stackWatch struct {
+	cancel context.CancelFunc
+	done   <-chan struct{}
+}
+
+func (w *stackWatch) running() bool { return w.cancel != nil }
+
+// stop ends the controllers and their informers and waits for them.
+func (w *stackWatch) stop() {
+	if w.cancel != nil {
+		w.cancel()
+		<-w.done
+		w.cancel, w.done = nil, nil
+	}
+}
+
+// startStackControllers watches the Stacks and runs the engine's
+// controllers over them until ctx ends or the watch is stopped.
+func (n *Notifier) startStackControllers(ctx context.Context, dyn dynamic.Interface, factory api.Factory) stackWatch {
+	ctx, cancel := context.WithCancel(ctx)
 	namespaces := n.opts.StackNamespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	informers := []cache.SharedIndexInformer{cms, secrets}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	var informers []cache.SharedIndexInformer
 	var controllers []controller.NotificationController
 	for _, ns := range namespaces {
 		stacks := stackInformer(dyn.Resource(stacksResource).Namespace(ns), n.opts.StackSelector)
@@ -135,21 +201,28 @@ func (n *Notifier) Start(ctx context.Context) error {
 			controller.WithEventCallback(n.report), controller.WithAlterDestinations(withoutUnnamedServices)))
 	}
 	for _, inf := range informers {
-		go inf.RunWithContext(ctx)
+		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
-	synced := make([]cache.InformerSynced, len(informers))
-	for i, inf := range informers {
-		synced[i] = inf.HasSynced
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil // ctx ended
-	}
-	n.opts.Log.Info("sending notifications", "configMap", n.opts.Namespace+"/"+n.opts.ConfigMapName, "secret", n.opts.Namespace+"/"+n.opts.SecretName)
-	for _, c := range controllers {
-		go c.Run(1, ctx.Done())
-	}
-	<-ctx.Done()
-	return nil
+	wg.Go(func() {
+		synced := make([]cache.InformerSynced, len(informers))
+		for i, inf := range informers {
+			synced[i] = inf.HasSynced
+		}
+		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+			return // ctx ended
+		}
+		n.opts.Log.Info("sending notifications", "configMap", n.opts.Namespace+"/"+n.opts.ConfigMapName, "secret", n.opts.Namespace+"/"+n.opts.SecretName)
+		var running sync.WaitGroup
+		for _, c := range controllers {
+			running.Go(func() { c.Run(1, ctx.Done()) })
+		}
+		running.Wait()
+	})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return stackWatch{cancel: cancel, done: done}
 }
 
 // stackInformer watches Stacks as unstructured objects, apart from the
