@@ -44,7 +44,9 @@ func reportControlPlanePeaks(b *testing.B, e *stackEnv) {
 	for _, pid := range e.dev.Cluster.Pids() {
 		switch name := procName(pid); name {
 		case "etcd", "kube-apiserver":
-			b.ReportMetric(float64(vmHWM(fmt.Sprintf("/proc/%d/status", pid)))/(1<<20), name+"-peak-rss-MiB")
+			peak := float64(vmHWM(fmt.Sprintf("/proc/%d/status", pid))) / (1 << 20)
+			b.Logf("%s's peak RSS: %.0f MiB", name, peak)
+			b.ReportMetric(peak, name+"-peak-rss-MiB")
 		}
 	}
 }
