@@ -151,9 +151,9 @@ func (n *Notifier) Start(ctx context.Context) error {
 	for {
 		_, configured, _ := cms.GetStore().GetByKey(configMapKey)
 		switch {
-		case configured && !watching.running():
+		case configured && !watching.active():
 			watching = n.startStackControllers(ctx, dyn, factory)
-		case !configured && watching.running():
+		case !configured && watching.active():
 			watching.stop()
 			n.opts.Log.Info("not watching Stacks: the notifications ConfigMap is gone", "configMap", configMapKey)
 		}
@@ -168,17 +168,18 @@ func (n *Notifier) Start(ctx context.Context) error {
 // stackWatch is the engine's controllers over the Stacks, while they run.
 type stackWatch struct {
 	cancel context.CancelFunc
-	done   <-chan struct{}
+	// running counts the informers' and controllers' goroutines.
+	running *sync.WaitGroup
 }
 
-func (w *stackWatch) running() bool { return w.cancel != nil }
+func (w *stackWatch) active() bool { return w.cancel != nil }
 
 // stop ends the controllers and their informers and waits for them.
 func (w *stackWatch) stop() {
 	if w.cancel != nil {
 		w.cancel()
-		<-w.done
-		w.cancel, w.done = nil, nil
+		w.running.Wait()
+		*w = stackWatch{}
 	}
 }
 
@@ -190,8 +191,7 @@ func (n *Notifier) startStackControllers(ctx context.Context, dyn dynamic.Interf
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	var wg sync.WaitGroup
-	done := make(chan struct{})
+	wg := &sync.WaitGroup{}
 	var informers []cache.SharedIndexInformer
 	var controllers []controller.NotificationController
 	for _, ns := range namespaces {
@@ -212,17 +212,11 @@ func (n *Notifier) startStackControllers(ctx context.Context, dyn dynamic.Interf
 			return // ctx ended
 		}
 		n.opts.Log.Info("sending notifications", "configMap", n.opts.Namespace+"/"+n.opts.ConfigMapName, "secret", n.opts.Namespace+"/"+n.opts.SecretName)
-		var running sync.WaitGroup
 		for _, c := range controllers {
-			running.Go(func() { c.Run(1, ctx.Done()) })
+			wg.Go(func() { c.Run(1, ctx.Done()) })
 		}
-		running.Wait()
 	})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	return stackWatch{cancel: cancel, done: done}
+	return stackWatch{cancel: cancel, running: wg}
 }
 
 // stackInformer watches Stacks as unstructured objects, apart from the

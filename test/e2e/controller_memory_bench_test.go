@@ -6,12 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -174,36 +171,13 @@ func idleControllerMemory(b *testing.B, kubeconfig string, n int) idleMemory {
 		b.Fatal(err)
 	}
 	metricsAddr, artifactAddr, stateAddr, pprofAddr := addrs[0], addrs[1], addrs[2], addrs[3]
-	cmd := exec.Command(terraceBinary, "controller",
+	cmd, stop := startTerraceProcess(b, []string{"controller",
 		"--kubeconfig", kubeconfig, "--namespace", operatorNamespace, "--leader-elect=false", "--pprof-addr", pprofAddr,
 		"--metrics-addr", metricsAddr, "--metrics-secure=false", "--health-addr", "0", "--webhook-bind-address", "0",
 		"--server-ips", "127.0.0.1", "--image", "ghcr.io/terrace-dev/terrace:dev",
-		"--artifact-bind-address", artifactAddr, "--artifact-base-url", "https://"+artifactAddr,
-		"--state-server-bind-address", stateAddr, "--state-server-advertised-url", "https://"+stateAddr)
-	logFile, err := os.Create(filepath.Join(b.TempDir(), "controller.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); _ = logFile.Close() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if b.Failed() {
-			if data, err := os.ReadFile(logFile.Name()); err == nil {
-				b.Logf("controller log (last 40 lines):\n%s", lastLines(string(data), 40))
-			}
-		}
-	}()
+		"--artifact-bind-address", artifactAddr, "--artifact-base-url", "https://" + artifactAddr,
+		"--state-server-bind-address", stateAddr, "--state-server-advertised-url", "https://" + stateAddr})
+	defer stop()
 	metricsURL := "http://" + metricsAddr + "/metrics"
 	start := time.Now()
 	eventually(b, 10*time.Minute, fmt.Sprintf("the controller to reconcile the %d Stacks", n), func() error {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,36 +70,10 @@ func startControllerProcess(b *testing.B) *controllerProcess {
 	if addr := os.Getenv("TERRACE_BENCH_PPROF"); addr != "" {
 		args = append(args, "--pprof-addr", addr) // go tool pprof http://$addr/debug/pprof/heap
 	}
-	logFile, err := os.Create(filepath.Join(b.TempDir(), "controller.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(terraceBinary, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd, stop := startTerraceProcess(b, args)
 	p := &controllerProcess{cmd: cmd, metrics: "http://" + ports[2] + "/metrics"}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); _ = logFile.Close() }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
 	stackCtl.ctrl = &controller{stop: stop, done: make(chan error, 1), stateURL: local.State.AdvertisedURL}
-	b.Cleanup(func() {
-		stop()
-		if b.Failed() {
-			if data, err := os.ReadFile(logFile.Name()); err == nil {
-				b.Logf("controller log (last 60 lines):\n%s", lastLines(string(data), 60))
-			}
-		}
-	})
+	b.Cleanup(stop)
 	eventually(b, 2*time.Minute, "the controller's metrics endpoint", func() error {
 		_, err := p.requests()
 		return err
@@ -169,4 +144,39 @@ func (p *controllerProcess) sampleAnonPeak() func() uint64 {
 		}
 	}()
 	return func() uint64 { close(done); return <-peak }
+}
+
+// startTerraceProcess starts `terrace args...` with its output in a log
+// file. stop ends it (SIGTERM, SIGKILL after a minute), and logs the
+// file's last lines when b has failed; calling it again does nothing.
+func startTerraceProcess(b *testing.B, args []string) (*exec.Cmd, func()) {
+	b.Helper()
+	logFile, err := os.Create(filepath.Join(b.TempDir(), "controller.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(terraceBinary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); _ = logFile.Close() }()
+	var once sync.Once
+	return cmd, func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if b.Failed() {
+				if data, err := os.ReadFile(logFile.Name()); err == nil {
+					b.Logf("%s log (last 60 lines):\n%s", args[0], lastLines(string(data), 60))
+				}
+			}
+		})
+	}
 }
