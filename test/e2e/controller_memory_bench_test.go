@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,17 +196,57 @@ func idleControllerMemory(b *testing.B, kubeconfig string, n int) idleMemory {
 	time.Sleep(10 * time.Second)
 	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
 	const mib = 1 << 20
-	return idleMemory{
+	sample := idleMemory{
 		rss:     float64(statusBytes(status, "VmRSS:")) / mib,
 		peakRSS: float64(vmHWM(status)) / mib,
 		heap:    float64(liveHeap(b, pprofAddr)) / mib,
 	}
+	// Where the RSS is: the binary's pages (file) against the Go heap,
+	// stacks and runtime (anonymous), and what the runtime has kept.
+	b.Logf("RSS %.1f MiB: anonymous %.1f, file %.1f; Go runtime: %s", sample.rss,
+		float64(statusBytes(status, "RssAnon:"))/mib, float64(statusBytes(status, "RssFile:"))/mib, runtimeMemory(b, pprofAddr))
+	return sample
+}
+
+// runtimeMemory is the Go runtime's account of a process's memory, from the
+// MemStats lines of its heap profile at addr, in MiB.
+func runtimeMemory(b *testing.B, addr string) string {
+	b.Helper()
+	body := heapProfileText(b, addr)
+	var out []string
+	for _, field := range []string{"Sys", "HeapSys", "HeapInuse", "HeapIdle", "HeapReleased", "NextGC"} {
+		if v, ok := memStat(body, field); ok {
+			out = append(out, fmt.Sprintf("%s %.1f", field, float64(v)/(1<<20)))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // liveHeap is the Go heap a process serving pprof at addr holds right
 // after a collection (the heap profile's gc=1 runs one first): what is
 // live, not where the collector's cycle happens to be.
 func liveHeap(b *testing.B, addr string) uint64 {
+	b.Helper()
+	v, ok := memStat(heapProfileText(b, addr), "HeapAlloc")
+	if !ok {
+		b.Fatalf("no HeapAlloc in the heap profile from %s", addr)
+	}
+	return v
+}
+
+// memStat is one runtime.MemStats field of a text heap profile.
+func memStat(profile []byte, field string) (uint64, bool) {
+	m := regexp.MustCompile(`(?m)^# ` + field + ` = (\d+)$`).FindSubmatch(profile)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(m[1]), 10, 64)
+	return v, err == nil
+}
+
+// heapProfileText is the text heap profile of a process serving pprof at
+// addr, taken right after a collection (gc=1).
+func heapProfileText(b *testing.B, addr string) []byte {
 	b.Helper()
 	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?debug=1&gc=1")
 	if err != nil {
@@ -216,10 +257,5 @@ func liveHeap(b *testing.B, addr string) uint64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)$`).FindSubmatch(body)
-	if m == nil {
-		b.Fatalf("no HeapAlloc in the heap profile from %s", addr)
-	}
-	v, _ := strconv.ParseUint(string(m[1]), 10, 64)
-	return v
+	return body
 }
