@@ -31,11 +31,15 @@ type runSlots struct {
 
 	holders  map[types.NamespacedName]bool
 	reserved map[types.NamespacedName]time.Time // → when the reservation lapses
-	waiting  map[string][]slotWaiter            // namespace → its waiters, in order
+	waiting  map[string]*waitQueue              // namespace → its waiters, in order
 	// ring holds the namespaces with waiters, in the order they first
 	// waited; next is the one whose turn is next.
 	ring []string
 	next int
+	// staleAt is the earliest a waiter may have stopped asking (zero with
+	// none waiting): the queues are looked through for such waiters only
+	// from then on, not at every request.
+	staleAt time.Time
 }
 
 // slotWaiter is a Stack waiting for a slot, and how long it may go
@@ -69,7 +73,7 @@ func newRunSlots(total, perNamespace int, reservationTTL, waiterTTL time.Duratio
 	return &runSlots{
 		total: total, perNamespace: perNamespace, reservationTTL: reservationTTL, waiterTTL: waiterTTL,
 		holders: map[types.NamespacedName]bool{}, reserved: map[types.NamespacedName]time.Time{},
-		waiting: map[string][]slotWaiter{},
+		waiting: map[string]*waitQueue{},
 	}
 }
 
@@ -133,22 +137,20 @@ func (q *runSlots) release(key types.NamespacedName, now time.Time) []types.Name
 // wait queues key (or refreshes its place) and says where it stands.
 func (q *runSlots) wait(key types.NamespacedName, now time.Time) slotAnswer {
 	ns := key.Namespace
-	ahead := -1
-	for i, w := range q.waiting[ns] {
-		if w.key == key {
-			ahead = i
-		}
+	queue := q.waiting[ns]
+	if queue == nil {
+		queue = newWaitQueue()
+		q.waiting[ns] = queue
+		q.ring = append(q.ring, ns)
 	}
-	if ahead < 0 {
-		if len(q.waiting[ns]) == 0 {
-			q.ring = append(q.ring, ns)
-		}
-		ahead = len(q.waiting[ns])
-		q.waiting[ns] = append(q.waiting[ns], slotWaiter{key: key})
+	ahead, queued := queue.place(key)
+	if !queued {
+		ahead = queue.push(key)
 	}
 	recheck := q.recheckAt(ahead)
-	w := &q.waiting[ns][ahead]
+	w := &queue.ws[ahead]
 	w.lastSeen, w.ttl = now, 3*recheck
+	q.noteExpiry(queue.expiry(ahead))
 	return slotAnswer{inUse: q.inUse(), namespaceInUse: q.namespaceInUse(ns), total: q.total, perNamespace: q.perNamespace, ahead: ahead, recheck: recheck}
 }
 
@@ -161,14 +163,8 @@ func (q *runSlots) sweep(now time.Time) []types.NamespacedName {
 			delete(q.reserved, key)
 		}
 	}
-	for ns, ws := range q.waiting {
-		kept := ws[:0]
-		for _, w := range ws {
-			if now.Sub(w.lastSeen) <= w.ttl {
-				kept = append(kept, w)
-			}
-		}
-		q.setWaiting(ns, kept)
+	if !q.staleAt.IsZero() && now.After(q.staleAt) {
+		q.dropStaleWaiters(now)
 	}
 	var woken []types.NamespacedName
 	for q.inUse() < q.total {
@@ -177,13 +173,36 @@ func (q *runSlots) sweep(now time.Time) []types.NamespacedName {
 			break
 		}
 		ns := q.ring[i]
-		w := q.waiting[ns][0]
+		w := q.waiting[ns].pop()
 		q.reserved[w.key] = now.Add(q.reservationTTL)
 		woken = append(woken, w.key)
 		q.next = i + 1
-		q.setWaiting(ns, q.waiting[ns][1:])
+		q.forgetIfEmpty(ns)
 	}
 	return woken
+}
+
+// dropStaleWaiters drops every waiter that has not asked again within its
+// ttl, and notes when the next of the others may stop asking.
+func (q *runSlots) dropStaleWaiters(now time.Time) {
+	q.staleAt = time.Time{}
+	for ns, queue := range q.waiting {
+		queue.keepOnly(func(w slotWaiter) bool {
+			if now.Sub(w.lastSeen) > w.ttl {
+				return false
+			}
+			q.noteExpiry(w.lastSeen.Add(w.ttl))
+			return true
+		})
+		q.forgetIfEmpty(ns)
+	}
+}
+
+// noteExpiry moves staleAt to t if t is earlier.
+func (q *runSlots) noteExpiry(t time.Time) {
+	if q.staleAt.IsZero() || t.Before(q.staleAt) {
+		q.staleAt = t
+	}
 }
 
 // nextTurn is the ring index of the next namespace, from q.next on, that
@@ -198,11 +217,10 @@ func (q *runSlots) nextTurn() (int, bool) {
 	return 0, false
 }
 
-// setWaiting stores ns's waiters, taking ns out of the ring when none is
-// left (the turn stays with the namespace after it).
-func (q *runSlots) setWaiting(ns string, ws []slotWaiter) {
-	if len(ws) > 0 {
-		q.waiting[ns] = ws
+// forgetIfEmpty takes ns out of the ring when none of its Stacks waits
+// (the turn stays with the namespace after it).
+func (q *runSlots) forgetIfEmpty(ns string) {
+	if queue := q.waiting[ns]; queue != nil && queue.len() > 0 {
 		return
 	}
 	delete(q.waiting, ns)
@@ -221,12 +239,9 @@ func (q *runSlots) setWaiting(ns string, ws []slotWaiter) {
 }
 
 func (q *runSlots) dropWaiter(key types.NamespacedName) {
-	ws := q.waiting[key.Namespace]
-	for i, w := range ws {
-		if w.key == key {
-			q.setWaiting(key.Namespace, append(ws[:i:i], ws[i+1:]...))
-			return
-		}
+	if queue := q.waiting[key.Namespace]; queue != nil {
+		queue.remove(key)
+		q.forgetIfEmpty(key.Namespace)
 	}
 }
 

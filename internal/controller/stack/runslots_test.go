@@ -346,7 +346,8 @@ func TestQueuedStacksFurtherBackRecheckLessOften(t *testing.T) {
 	// it queued, more than 150 s do not. The head, which asks every 25 s,
 	// keeps its place.
 	has := func(key string) bool {
-		return slices.ContainsFunc(q.waiting["a"], func(w slotWaiter) bool { return w.key == slotKey(key) })
+		_, queued := q.waiting["a"].place(slotKey(key))
+		return queued
 	}
 	for d := 25 * time.Second; d <= 150*time.Second; d += 25 * time.Second {
 		q.acquire(slotKey("a/wait0"), now.Add(d))
@@ -358,8 +359,8 @@ func TestQueuedStacksFurtherBackRecheckLessOften(t *testing.T) {
 	if has("a/wait19") {
 		t.Error("a waiter that stopped asking kept its place past three of its rechecks")
 	}
-	if q.waiting["a"][0].key != slotKey("a/wait0") {
-		t.Errorf("the head that kept asking lost its place to %v", q.waiting["a"][0].key)
+	if head := q.waiting["a"].ws[0].key; head != slotKey("a/wait0") {
+		t.Errorf("the head that kept asking lost its place to %v", head)
 	}
 }
 
@@ -373,8 +374,8 @@ func TestQueueIfNoSlotTakesNothing(t *testing.T) {
 	q.acquire(slotKey("a/1"), now)
 	q.acquire(slotKey("a/2"), now)
 	ans, queued, _ := q.queueIfNoSlot(slotKey("a/3"), now)
-	if !queued || ans.ahead != 0 || len(q.waiting["a"]) != 1 {
-		t.Fatalf("with every slot taken: queued %v, ahead %d, %d waiting", queued, ans.ahead, len(q.waiting["a"]))
+	if !queued || ans.ahead != 0 || q.waiting["a"].len() != 1 {
+		t.Fatalf("with every slot taken: queued %v, ahead %d, %d waiting", queued, ans.ahead, q.waiting["a"].len())
 	}
 	if _, queued, _ := q.queueIfNoSlot(slotKey("a/1"), now); queued {
 		t.Error("a Stack holding a slot was queued")
