@@ -19,13 +19,14 @@ import (
 
 	terracev1 "github.com/terrace-dev/terrace/api/v1alpha1"
 	"github.com/terrace-dev/terrace/internal/notify"
+	"github.com/terrace-dev/terrace/internal/state/secrets"
 	"github.com/terrace-dev/terrace/internal/testenv"
 )
 
 // BenchmarkControllerMemoryAtRest is what the controller holds for a fleet
 // at rest, apart from runs: TERRACE_BENCH_IDLE_STACKS (1000) Stacks with
-// an applied Stack's status, suspended so that none runs, on an envtest
-// API server; `terrace controller` as a process of its own. Once it has
+// an applied Stack's status, suspended so that none runs, each with the two
+// Secrets an applied Stack keeps, on an envtest API server; `terrace controller` as a process of its own. Once it has
 // reconciled every Stack it reports its RSS, peak RSS and live Go heap,
 // first without the notifications ConfigMap, then with it (the
 // notification controller then keeps an unstructured copy of every Stack).
@@ -56,7 +57,7 @@ func BenchmarkControllerMemoryAtRest(b *testing.B) {
 	}
 	created := time.Now()
 	createIdleStacks(b, env.Client, fleetNS, n)
-	b.Logf("%d Stacks created with an applied Stack's status in %s", n, time.Since(created).Round(time.Second))
+	b.Logf("%d Stacks created with an applied Stack's status and two Secrets each in %s", n, time.Since(created).Round(time.Second))
 
 	for b.Loop() {
 		without := idleControllerMemory(b, kubeconfig, n)
@@ -114,6 +115,12 @@ func createIdleStacks(b *testing.B, c client.Client, ns string, n int) {
 					errs <- err
 					return
 				}
+				for _, sec := range keptSecrets(st) {
+					if err := c.Create(ctx, sec); err != nil {
+						errs <- err
+						return
+					}
+				}
 			}
 		})
 	}
@@ -130,6 +137,29 @@ func createIdleStacks(b *testing.B, c client.Client, ns string, n int) {
 	case err := <-errs:
 		b.Fatal(err)
 	default:
+	}
+}
+
+// keptSecrets are the two Secrets an applied Stack of the fleet keeps (its
+// state index and its release), with their kind of labels, annotations,
+// owner and size.
+func keptSecrets(st *terracev1.Stack) []*corev1.Secret {
+	owner := metav1.OwnerReference{APIVersion: terracev1.GroupVersion.String(), Kind: "Stack", Name: st.Name, UID: st.UID}
+	secret := func(name, kind string, size int) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: st.Namespace, OwnerReferences: []metav1.OwnerReference{owner},
+				Labels: map[string]string{
+					secrets.LabelManagedBy: "terrace", secrets.LabelStack: st.Name, secrets.LabelKind: kind, secrets.LabelWorkspace: "default",
+				},
+				Annotations: map[string]string{"terrace.dev/stack": st.Name, "terrace.dev/workspace": "default"},
+			},
+			Data: map[string][]byte{"data": []byte(strings.Repeat("x", size))},
+		}
+	}
+	return []*corev1.Secret{
+		secret("tfstate-default-"+st.Name, "state-index", 500),
+		secret("terrace-release-"+st.Name+"-v1", "release", 700),
 	}
 }
 
