@@ -271,10 +271,27 @@ func devLinkOf(tb testing.TB, apiServerURL string) string {
 	return "tdev" + strconv.Itoa(int(ip[1]))
 }
 
-// linkExists says whether the host has a network interface named name.
-func linkExists(name string) bool {
-	_, err := os.Stat(filepath.Join("/sys/class/net", name))
-	return err == nil
+// devLink is a dev cluster's node link: its name, and its interface index,
+// which tells it from a link of the same name that another cluster, given
+// the same slot after this one ended, makes at once.
+type devLink struct {
+	name  string
+	index string
+}
+
+// findDevLink reads the link named name; ok is false when there is none.
+func findDevLink(name string) (devLink, bool) {
+	index, err := os.ReadFile(filepath.Join("/sys/class/net", name, "ifindex"))
+	if err != nil {
+		return devLink{}, false
+	}
+	return devLink{name: name, index: strings.TrimSpace(string(index))}, true
+}
+
+// exists says whether this very link (by name and index) is still there.
+func (l devLink) exists() bool {
+	now, ok := findDevLink(l.name)
+	return ok && now.index == l.index
 }
 
 // devClusterLogs returns the last lines of what a stopped dev cluster in dir

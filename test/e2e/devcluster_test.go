@@ -153,9 +153,9 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 	if err != nil || controller.Status.AvailableReplicas < 1 {
 		t.Fatalf("terrace dev returned before the controller from config/default was Available: %v, %+v", err, controller.Status)
 	}
-	link := devLinkOf(t, cfg.Host)
-	if !linkExists(link) {
-		t.Fatalf("the node's link %s is not there", link)
+	link, ok := findDevLink(devLinkOf(t, cfg.Host))
+	if !ok {
+		t.Fatalf("the node's link %s is not there", devLinkOf(t, cfg.Host))
 	}
 	// The pods' containers are children of containerd's shims, which the
 	// node's init adopts: all of them descend from terrace dev.
@@ -166,8 +166,8 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("expected at least 10 processes under terrace dev, found %v", children)
 	}
 	dev.interrupt(t)
-	if linkExists(link) {
-		t.Errorf("the node's link %s outlived terrace dev", link)
+	if link.exists() {
+		t.Errorf("the node's link %s (index %s) outlived terrace dev", link.name, link.index)
 	}
 	for _, pid := range children {
 		if alive(pid) {
@@ -196,7 +196,10 @@ func TestTerraceDevKilledLeavesNothingBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	link := devLinkOf(t, cfg.Host)
+	link, ok := findDevLink(devLinkOf(t, cfg.Host))
+	if !ok {
+		t.Fatalf("the node's link %s is not there", devLinkOf(t, cfg.Host))
+	}
 	children := descendants(dev.cmd.Process.Pid)
 	if err := dev.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -212,8 +215,8 @@ func TestTerraceDevKilledLeavesNothingBehind(t *testing.T) {
 		if len(left) > 0 {
 			return fmt.Errorf("%d of %d processes are still running: %v", len(left), len(children), left)
 		}
-		if linkExists(link) {
-			return fmt.Errorf("the node's link %s is still there", link)
+		if link.exists() {
+			return fmt.Errorf("the node's link %s (index %s) is still there", link.name, link.index)
 		}
 		return nil
 	})
