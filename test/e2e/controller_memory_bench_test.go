@@ -26,8 +26,8 @@ import (
 // BenchmarkControllerMemoryAtRest is what the controller holds for a fleet
 // at rest, apart from runs: TERRACE_BENCH_IDLE_STACKS (1000) Stacks with
 // an applied Stack's status, suspended so that none runs, each with the two
-// Secrets an applied Stack keeps, on an envtest API server; `terrace controller` as a process of its own. Once it has
-// reconciled every Stack it reports its RSS, peak RSS and live Go heap,
+// Secrets an applied Stack keeps, on an envtest API server; `terrace
+// controller` as a process of its own. Once it has reconciled every Stack it reports its RSS, peak RSS and live Go heap,
 // first without the notifications ConfigMap, then with it (the
 // notification controller then keeps an unstructured copy of every Stack).
 // `go test ./test/e2e/ -run '^$' -bench ControllerMemoryAtRest -benchtime 1x -v`.
@@ -152,7 +152,7 @@ func keptSecrets(st *terracev1.Stack) []*corev1.Secret {
 				Labels: map[string]string{
 					secrets.LabelManagedBy: "terrace", secrets.LabelStack: st.Name, secrets.LabelKind: kind, secrets.LabelWorkspace: "default",
 				},
-				Annotations: map[string]string{"terrace.dev/stack": st.Name, "terrace.dev/workspace": "default"},
+				Annotations: map[string]string{secrets.AnnotationStack: st.Name, secrets.AnnotationWorkspace: "default"},
 			},
 			Data: map[string][]byte{"data": []byte(strings.Repeat("x", size))},
 		}
@@ -226,40 +226,39 @@ func idleControllerMemory(b *testing.B, kubeconfig string, n int) idleMemory {
 	time.Sleep(10 * time.Second)
 	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
 	const mib = 1 << 20
+	profile := heapProfileText(b, pprofAddr)
 	sample := idleMemory{
 		rss:     float64(statusBytes(status, "VmRSS:")) / mib,
 		peakRSS: float64(vmHWM(status)) / mib,
-		heap:    float64(liveHeap(b, pprofAddr)) / mib,
+		heap:    float64(liveHeap(b, profile)) / mib,
 	}
 	// Where the RSS is: the binary's pages (file) against the Go heap,
 	// stacks and runtime (anonymous), and what the runtime has kept.
 	b.Logf("RSS %.1f MiB: anonymous %.1f, file %.1f; Go runtime: %s", sample.rss,
-		float64(statusBytes(status, "RssAnon:"))/mib, float64(statusBytes(status, "RssFile:"))/mib, runtimeMemory(b, pprofAddr))
+		float64(statusBytes(status, "RssAnon:"))/mib, float64(statusBytes(status, "RssFile:"))/mib, runtimeMemory(profile))
 	return sample
 }
 
 // runtimeMemory is the Go runtime's account of a process's memory, from the
-// MemStats lines of its heap profile at addr, in MiB.
-func runtimeMemory(b *testing.B, addr string) string {
-	b.Helper()
-	body := heapProfileText(b, addr)
+// MemStats lines of its text heap profile, in MiB.
+func runtimeMemory(profile []byte) string {
 	var out []string
 	for _, field := range []string{"Sys", "HeapSys", "HeapInuse", "HeapIdle", "HeapReleased", "NextGC"} {
-		if v, ok := memStat(body, field); ok {
+		if v, ok := memStat(profile, field); ok {
 			out = append(out, fmt.Sprintf("%s %.1f", field, float64(v)/(1<<20)))
 		}
 	}
 	return strings.Join(out, ", ")
 }
 
-// liveHeap is the Go heap a process serving pprof at addr holds right
-// after a collection (the heap profile's gc=1 runs one first): what is
-// live, not where the collector's cycle happens to be.
-func liveHeap(b *testing.B, addr string) uint64 {
+// liveHeap is the Go heap a text heap profile taken right after a
+// collection (heapProfileText) found: what is live, not where the
+// collector's cycle happens to be.
+func liveHeap(b *testing.B, profile []byte) uint64 {
 	b.Helper()
-	v, ok := memStat(heapProfileText(b, addr), "HeapAlloc")
+	v, ok := memStat(profile, "HeapAlloc")
 	if !ok {
-		b.Fatalf("no HeapAlloc in the heap profile from %s", addr)
+		b.Fatal("no HeapAlloc in the controller's heap profile")
 	}
 	return v
 }

@@ -279,6 +279,18 @@ type devLink struct {
 	index string
 }
 
+// devLinkOfCluster is the node link of the dev cluster whose API server is
+// at apiServerURL, as it is now; the test fails when it is not there.
+func devLinkOfCluster(tb testing.TB, apiServerURL string) devLink {
+	tb.Helper()
+	name := devLinkOf(tb, apiServerURL)
+	link, ok := findDevLink(name)
+	if !ok {
+		tb.Fatalf("the node's link %s is not there", name)
+	}
+	return link
+}
+
 // findDevLink reads the link named name; ok is false when there is none.
 func findDevLink(name string) (devLink, bool) {
 	index, err := os.ReadFile(filepath.Join("/sys/class/net", name, "ifindex"))

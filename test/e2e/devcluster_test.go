@@ -153,10 +153,7 @@ func TestTerraceDevStartsAndLeavesNothingBehind(t *testing.T) {
 	if err != nil || controller.Status.AvailableReplicas < 1 {
 		t.Fatalf("terrace dev returned before the controller from config/default was Available: %v, %+v", err, controller.Status)
 	}
-	link, ok := findDevLink(devLinkOf(t, cfg.Host))
-	if !ok {
-		t.Fatalf("the node's link %s is not there", devLinkOf(t, cfg.Host))
-	}
+	link := devLinkOfCluster(t, cfg.Host)
 	// The pods' containers are children of containerd's shims, which the
 	// node's init adopts: all of them descend from terrace dev.
 	children := descendants(cmd.Process.Pid)
@@ -196,10 +193,7 @@ func TestTerraceDevKilledLeavesNothingBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	link, ok := findDevLink(devLinkOf(t, cfg.Host))
-	if !ok {
-		t.Fatalf("the node's link %s is not there", devLinkOf(t, cfg.Host))
-	}
+	link := devLinkOfCluster(t, cfg.Host)
 	children := descendants(dev.cmd.Process.Pid)
 	if err := dev.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

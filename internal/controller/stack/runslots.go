@@ -50,6 +50,10 @@ type slotWaiter struct {
 	ttl      time.Duration
 }
 
+// expiry is when the waiter has stopped asking, unless it asks again
+// before.
+func (w slotWaiter) expiry() time.Time { return w.lastSeen.Add(w.ttl) }
+
 // slotAnswer is what acquire said.
 type slotAnswer struct {
 	granted bool
@@ -150,7 +154,7 @@ func (q *runSlots) wait(key types.NamespacedName, now time.Time) slotAnswer {
 	recheck := q.recheckAt(ahead)
 	w := &queue.ws[ahead]
 	w.lastSeen, w.ttl = now, 3*recheck
-	q.noteExpiry(queue.expiry(ahead))
+	q.noteExpiry(w.expiry())
 	return slotAnswer{inUse: q.inUse(), namespaceInUse: q.namespaceInUse(ns), total: q.total, perNamespace: q.perNamespace, ahead: ahead, recheck: recheck}
 }
 
@@ -188,10 +192,10 @@ func (q *runSlots) dropStaleWaiters(now time.Time) {
 	q.staleAt = time.Time{}
 	for ns, queue := range q.waiting {
 		queue.keepOnly(func(w slotWaiter) bool {
-			if now.Sub(w.lastSeen) > w.ttl {
+			if now.After(w.expiry()) {
 				return false
 			}
-			q.noteExpiry(w.lastSeen.Add(w.ttl))
+			q.noteExpiry(w.expiry())
 			return true
 		})
 		q.forgetIfEmpty(ns)

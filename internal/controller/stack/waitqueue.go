@@ -2,7 +2,6 @@ package stack
 
 import (
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -83,12 +82,6 @@ func (w *waitQueue) keepOnly(keep func(slotWaiter) bool) {
 	for i, sw := range kept {
 		w.arrival[sw.key] = i
 	}
-}
-
-// expiry is when the waiter at place i has stopped asking, unless it asks
-// again before.
-func (w *waitQueue) expiry(i int) time.Time {
-	return w.ws[i].lastSeen.Add(w.ws[i].ttl)
 }
 
 // String lists the waiters in order (test failures print the queues).
