@@ -47,6 +47,22 @@ func Waiting(reason string, after time.Duration, err error) error {
 func (e *WaitingError) Error() string { return e.Err.Error() }
 func (e *WaitingError) Unwrap() error { return e.Err }
 
+// DeferredError means work that would not change how the object stands (a
+// periodic check of an object in sync) waits its turn: the conditions stay
+// as they are, and the object is looked at again after RequeueAfter.
+type DeferredError struct {
+	Err          error
+	RequeueAfter time.Duration
+}
+
+// Deferred wraps err as a DeferredError.
+func Deferred(after time.Duration, err error) error {
+	return &DeferredError{Err: err, RequeueAfter: after}
+}
+
+func (e *DeferredError) Error() string { return e.Err.Error() }
+func (e *DeferredError) Unwrap() error { return e.Err }
+
 // AwaitingError means the object waits on a person (a plan to approve):
 // settled for this generation, not Ready, Reconciling with the awaiting
 // reason (kstatus: InProgress, not Current) and not Stalled. Nothing is
@@ -86,6 +102,8 @@ type Outcome struct {
 //     Stalled removed; final; no requeue.
 //   - *WaitingError: Ready=False and Reconciling=True with its reason;
 //     requeue after its delay; no error.
+//   - *DeferredError: the conditions as they are; requeue after its
+//     delay; no error.
 //   - anything else: transient; Ready=False ReconciliationFailed and
 //     Reconciling=True ProgressingWithRetry; the error is returned so
 //     controller-runtime backs off.
@@ -93,6 +111,7 @@ func Summarize(obj Object, err error, readyReason, readyMessage string, interval
 	var terminal *TerminalError
 	var waiting *WaitingError
 	var awaiting *AwaitingError
+	var deferred *DeferredError
 	switch {
 	case err == nil:
 		MarkReady(obj, readyReason, "%s", readyMessage)
@@ -110,6 +129,8 @@ func Summarize(obj Object, err error, readyReason, readyMessage string, interval
 		MarkFalse(obj, terracev1.ReadyCondition, waiting.Reason, "%s", waiting.Err.Error())
 		MarkTrue(obj, terracev1.ReconcilingCondition, waiting.Reason, "%s", waiting.Err.Error())
 		return Outcome{Result: ctrl.Result{RequeueAfter: waiting.RequeueAfter}}
+	case errors.As(err, &deferred):
+		return Outcome{Result: ctrl.Result{RequeueAfter: deferred.RequeueAfter}}
 	default:
 		Delete(obj, terracev1.StalledCondition)
 		MarkFalse(obj, terracev1.ReadyCondition, ReconciliationFailedReason, "%s", err.Error())

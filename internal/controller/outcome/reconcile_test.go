@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,6 +70,21 @@ func TestSummarize(t *testing.T) {
 				t.Errorf("Ready %+v", ready)
 			}
 		})
+	}
+}
+
+// A deferred check of a Ready object leaves it Ready and not Reconciling:
+// kstatus and `kubectl wait` see it as they did.
+func TestSummarizeDeferredLeavesTheConditions(t *testing.T) {
+	obj := program(3)
+	MarkReady(obj, "ArtifactReady", "built")
+	before := append([]metav1.Condition(nil), obj.Status.Conditions...)
+	out := Summarize(obj, Deferred(time.Minute, errors.New("all 4 run slots are taken")), "ArtifactReady", "all good", time.Hour)
+	if out.Final || out.Err != nil || out.Result.RequeueAfter != time.Minute {
+		t.Errorf("outcome %+v, want a requeue after a minute, not final", out)
+	}
+	if !equality.Semantic.DeepEqual(obj.Status.Conditions, before) {
+		t.Errorf("conditions %+v, want them as they were: %+v", obj.Status.Conditions, before)
 	}
 }
 

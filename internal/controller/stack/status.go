@@ -76,8 +76,10 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) out
 	wasReady := conditionTrue(stack, terracev1.ReadyCondition)
 	// A request is handled by the reconcile that saw it, whatever came of
 	// it (as Flux does): whoever asked reads the outcome in the conditions,
-	// and a failed run is retried on its own.
-	if v, ok := requestedReconcile(stack); ok {
+	// and a failed run is retried on its own. A run queued for a slot is
+	// not handled yet: the request is what makes the Stack run once a
+	// slot is there, and `terrace reconcile --wait` waits through the queue.
+	if v, ok := requestedReconcile(stack); ok && !runQueued(stepErr) {
 		st.LastHandledReconcileAt = v
 	}
 	recordRun(s)
@@ -110,7 +112,7 @@ func (r *Reconciler) summarize(ctx context.Context, s *scope, stepErr error) out
 		backoff := retryBackoff(stack, st.Failures)
 		s.log.Error(stepErr, "run failed; retrying", "failures", st.Failures, "retryIn", backoff)
 		r.warningEventFor(s, o.plan.ref(), outcome.ReconciliationFailedReason, "%s (retry in %s)", stepErr.Error(), backoff.Round(time.Second))
-	case errors.As(err, &waiting):
+	case errors.As(err, &waiting), runQueued(err):
 	default:
 		st.Failures = 0
 	}

@@ -255,3 +255,62 @@ func firstEventReason(r *events.FakeRecorder) string {
 		return ""
 	}
 }
+
+// TestSummarizeAQueuedRun: a Ready Stack whose run waits for a slot. Its
+// drift check leaves it Ready (its dependents and kstatus see no change);
+// a requested run shows RunQueued and leaves the request unhandled until
+// a reconcile that does not queue it, so that the run happens and
+// `terrace reconcile --wait` waits for it.
+func TestSummarizeAQueuedRun(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ans := slotAnswer{inUse: 4, total: 4, perNamespace: 3, recheck: 90 * time.Second}
+	readyStack := func() *terracev1.Stack {
+		st := &terracev1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team", Generation: 2,
+			Annotations: map[string]string{terracev1.ReconcileRequestAnnotation: "asked-1"}}}
+		st.Status.ObservedGeneration = 2
+		st.Status.LastAppliedInputsDigest = "sha256:in"
+		st.Status.LastHandledReconcileAt = "asked-0"
+		st.Status.Release = &terracev1.ReleaseStatus{Revision: 1, Status: "deployed"}
+		outcome.MarkReady(st, AppliedReason, "applied rev-1 (release 1)")
+		return st
+	}
+	// summarize summarizes a reconcile that ended with step's error.
+	summarize := func(st *terracev1.Stack, step func(*scope) error) outcome.Outcome {
+		r := &Reconciler{Recorder: events.NewFakeRecorder(10), Now: func() time.Time { return now }}
+		s := &scope{stack: st, log: logr.Discard(), source: &source{revision: "rev-1"}, inputs: &inputs{digest: "sha256:in"},
+			config: settings.Effective{Interval: 10 * time.Minute}}
+		return r.summarize(context.Background(), s, step(s))
+	}
+	queuedCheck := func(s *scope) error { return queued(s, ans, true) }
+	queuedRun := func(s *scope) error { return queued(s, ans, false) }
+	ran := func(*scope) error { return nil }
+
+	check := readyStack()
+	delete(check.Annotations, terracev1.ReconcileRequestAnnotation)
+	out := summarize(check, queuedCheck)
+	if got := conditionText(check, terracev1.ReadyCondition) + " " + conditionText(check, terracev1.ReconcilingCondition); got != "True/Applied -" {
+		t.Errorf("a Ready Stack whose drift check waits: Ready, Reconciling = %s, want True/Applied -", got)
+	}
+	if out.Err != nil || out.Result.RequeueAfter != ans.recheck {
+		t.Errorf("queued check: outcome %+v, want a recheck after %s", out, ans.recheck)
+	}
+
+	asked := readyStack()
+	out = summarize(asked, queuedRun)
+	if got := conditionText(asked, terracev1.ReadyCondition) + " " + conditionText(asked, terracev1.ReconcilingCondition); got != "False/RunQueued True/RunQueued" {
+		t.Errorf("a requested run that waits: Ready, Reconciling = %s, want False/RunQueued True/RunQueued", got)
+	}
+	if out.Err != nil || out.Result.RequeueAfter != ans.recheck || asked.Status.Failures != 0 {
+		t.Errorf("queued request: outcome %+v, failures %d", out, asked.Status.Failures)
+	}
+	if got := asked.Status.LastHandledReconcileAt; got != "asked-0" {
+		t.Errorf("lastHandledReconcileAt %q while the requested run waits, want the earlier asked-0", got)
+	}
+	if _, pending := requestedReconcile(asked); !pending {
+		t.Error("the request is no longer pending after its run was queued")
+	}
+	summarize(asked, ran) // the run, once it had a slot
+	if got := asked.Status.LastHandledReconcileAt; got != "asked-1" {
+		t.Errorf("lastHandledReconcileAt %q after the requested run, want asked-1", got)
+	}
+}
