@@ -53,10 +53,21 @@ var (
 		Name: "terrace_tofu_processes_total",
 		Help: "tofu (or terraform) processes started by finished runs.",
 	})
+	// runSlotsInUse and runsQueued show the run queue, which the
+	// conditions show only in part: a Ready Stack whose drift check waits
+	// for a slot stays Ready.
+	runSlotsInUse = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "terrace_run_slots_in_use",
+		Help: "Run slots held by runs or reserved for a woken queued Stack (at most --max-concurrent-runs).",
+	})
+	runsQueued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "terrace_runs_queued",
+		Help: "Stacks whose due run (new inputs, an approved plan, a request, a drift or Git check) waits for a run slot.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(runsTotal, runDuration, runnerStartDuration, driftDetectedTotal, stackReady, phaseSeconds, runnerCPUSeconds, tofuProcesses)
+	metrics.Registry.MustRegister(runsTotal, runDuration, runnerStartDuration, driftDetectedTotal, stackReady, phaseSeconds, runnerCPUSeconds, tofuProcesses, runSlotsInUse, runsQueued)
 }
 
 // recordMetrics records the outcome of a reconcile.

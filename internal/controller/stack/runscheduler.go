@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,6 +75,9 @@ type runScheduler struct {
 	mu       sync.Mutex
 	slots    *runSlots
 	detached map[types.NamespacedName]*detachedRun
+	// inUse and queued show the slots (terrace_run_slots_in_use,
+	// terrace_runs_queued).
+	inUse, queued prometheus.Gauge
 }
 
 // runDrainTimeout bounds how long a stopping manager waits for the runs
@@ -128,6 +132,8 @@ func newRunScheduler(opts Options) *runScheduler {
 		stopped:  make(chan struct{}),
 		slots:    newRunSlots(total, perNamespace, slotReservationTTL, queuedWaiterTTL),
 		detached: map[types.NamespacedName]*detachedRun{},
+		inUse:    runSlotsInUse,
+		queued:   runsQueued,
 	}
 }
 
@@ -139,6 +145,7 @@ const defaultWorkers = 4
 func (q *runScheduler) acquire(key types.NamespacedName) slotAnswer {
 	q.mu.Lock()
 	ans, woken := q.slots.acquire(key, q.now())
+	q.reportSlots()
 	q.mu.Unlock()
 	q.wake(woken...)
 	return ans
@@ -150,6 +157,7 @@ func (q *runScheduler) acquire(key types.NamespacedName) slotAnswer {
 func (q *runScheduler) queueIfNoSlot(key types.NamespacedName) (slotAnswer, bool) {
 	q.mu.Lock()
 	ans, queued, woken := q.slots.queueIfNoSlot(key, q.now())
+	q.reportSlots()
 	q.mu.Unlock()
 	q.wake(woken...)
 	return ans, queued
@@ -159,8 +167,15 @@ func (q *runScheduler) queueIfNoSlot(key types.NamespacedName) (slotAnswer, bool
 func (q *runScheduler) release(key types.NamespacedName) {
 	q.mu.Lock()
 	woken := q.slots.release(key, q.now())
+	q.reportSlots()
 	q.mu.Unlock()
 	q.wake(woken...)
+}
+
+// reportSlots sets the run-slot gauges; the caller holds q.mu.
+func (q *runScheduler) reportSlots() {
+	q.inUse.Set(float64(q.slots.inUse()))
+	q.queued.Set(float64(q.slots.queued()))
 }
 
 // wake enqueues the Stacks, off the caller's goroutine: a worker never

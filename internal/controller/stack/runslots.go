@@ -251,6 +251,15 @@ func (q *runSlots) dropWaiter(key types.NamespacedName) {
 
 func (q *runSlots) inUse() int { return len(q.holders) + len(q.reserved) }
 
+// queued counts the waiters of every namespace.
+func (q *runSlots) queued() int {
+	n := 0
+	for _, w := range q.waiting {
+		n += w.len()
+	}
+	return n
+}
+
 func (q *runSlots) namespaceInUse(ns string) int {
 	n := 0
 	for key := range q.holders {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -390,4 +392,39 @@ func TestQueueIfNoSlotTakesNothing(t *testing.T) {
 	if ans, _ := q.acquire(slotKey("a/3"), now); !ans.granted {
 		t.Error("the reservation was lost")
 	}
+}
+
+// The run queue's gauges follow the scheduler: slots held or reserved,
+// and Stacks waiting, across namespaces.
+func TestRunSchedulerReportsItsQueue(t *testing.T) {
+	q := newRunScheduler(Options{MaxConcurrentRuns: 2, MaxRunsPerNamespace: 2})
+	// Gauges of its own: the suite's controller sets the registered ones.
+	q.inUse, q.queued = prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_use"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "queued"})
+	gauges := func() string {
+		return fmt.Sprintf("in use %v, queued %v", gaugeValue(t, q.inUse), gaugeValue(t, q.queued))
+	}
+	q.acquire(slotKey("a/1"))
+	q.acquire(slotKey("a/2"))
+	q.acquire(slotKey("a/3"))
+	q.queueIfNoSlot(slotKey("b/1"))
+	if got := gauges(); got != "in use 2, queued 2" {
+		t.Errorf("two runs, two waiting: %s", got)
+	}
+	q.release(slotKey("a/1")) // reserved for the next turn's waiter
+	if got := gauges(); got != "in use 2, queued 1" {
+		t.Errorf("after a release: %s", got)
+	}
+	q.release(slotKey("a/2"))
+	if got := gauges(); got != "in use 2, queued 0" {
+		t.Errorf("after a second release: %s", got)
+	}
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }
