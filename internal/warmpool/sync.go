@@ -171,6 +171,7 @@ func (p *Pool) settle(ctx context.Context, key string, run Warm, err error) {
 		_ = run.Close(context.WithoutCancel(ctx)) // dropped meanwhile
 		return
 	}
+	ctrl.LoggerFrom(ctx).V(1).Info("warm runner ready", "pod", run.Pod().Namespace+"/"+run.Pod().Name, "class", placeholder.class)
 	// A pod that dies while warm is replaced at once; one a run took ends
 	// (claimed) while that run goes on, and is replaced when it ends.
 	podKey := run.Pod().Namespace + "/" + run.Pod().Name

@@ -130,10 +130,13 @@ output "site" { value = terraform_data.site.output }
 	hook := webhookApplied(got.Webhooks, e.ns, revision)
 	t.Logf("Flux event: %s %s %q %v; webhook: %v", flux.Severity, flux.Reason, flux.Message, flux.Metadata, hook)
 	// The controller remembers what it sent on the Stack, so a restart
-	// does not send it again.
-	if ann := e.getStack(t, "notified").Annotations["notified."+notify.AnnotationPrefix]; ann == "" {
-		t.Errorf("no notified.%s annotation on the Stack", notify.AnnotationPrefix)
-	}
+	// does not send it again. The engine writes it after the delivery.
+	eventually(t, 30*time.Second, "the notified annotation", func() error {
+		if ann := e.getStack(t, "notified").Annotations["notified."+notify.AnnotationPrefix]; ann == "" {
+			return fmt.Errorf("no notified.%s annotation on the Stack", notify.AnnotationPrefix)
+		}
+		return nil
+	})
 }
 
 // fluxApplied is the Applied event of Stack ns/notified for revision.

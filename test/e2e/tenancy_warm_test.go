@@ -25,7 +25,7 @@ import (
 )
 
 // readyWarmPod waits for an unclaimed, ready warm pod in the namespace
-// other than those in not, and returns it.
+// other than those in not, held by the controller's pool, and returns it.
 func (e *stackEnv) readyWarmPod(t *testing.T, not ...string) corev1.Pod {
 	t.Helper()
 	var found corev1.Pod
@@ -48,7 +48,25 @@ func (e *stackEnv) readyWarmPod(t *testing.T, not ...string) corev1.Pod {
 		}
 		return fmt.Errorf("none among %d warm pods", len(pods.Items))
 	})
+	waitPoolHolds(t, found)
 	return found
+}
+
+// waitPoolHolds waits until the controller's warm pool has connected to
+// the warm pod: a run reserves only such a pod, and the pod is Ready (what
+// readyWarmPod sees) a moment before. A CI run under load created its
+// Stack in between, and the run started a pod of its own.
+func waitPoolHolds(t *testing.T, warm corev1.Pod) {
+	t.Helper()
+	pod := fmt.Sprintf("%q", warm.Namespace+"/"+warm.Name)
+	eventually(t, time.Minute, "the warm pool to connect to "+warm.Name, func() error {
+		for _, line := range strings.Split(controllerLog.String(), "\n") {
+			if strings.Contains(line, `"warm runner ready"`) && strings.Contains(line, pod) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no 'warm runner ready' line for %s in the controller's log", pod)
+	})
 }
 
 // credentialsClient is an HTTPS client presenting leaf, trusting its CAs.
