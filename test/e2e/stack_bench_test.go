@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -429,19 +428,15 @@ func (e *stackEnv) removeStacks(b *testing.B, n int) {
 	ctx := context.Background()
 	// kube-apiserver ends a deletecollection of thousands of Stacks at its
 	// one-minute timeout, and the Stacks it had not reached yet stay (4,564
-	// of 10,000 did): the deletion is asked for again while Stacks are left
-	// that it did not go on with.
-	deleteAll := func() bool {
-		err := e.c.DeleteAllOf(ctx, &terracev1.Stack{}, client.InNamespace(e.ns))
-		if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-			b.Errorf("failed to delete the Stacks: %v", err)
-			return false
+	// of 10,000 did); the timeout may also reach the client as a reset HTTP/2
+	// stream. Either way the deletion is asked for again while Stacks are
+	// left that it did not go on with, and only a stall fails the benchmark.
+	deleteAll := func() {
+		if err := e.c.DeleteAllOf(ctx, &terracev1.Stack{}, client.InNamespace(e.ns)); err != nil {
+			b.Logf("deleting the Stacks (asked again while some are left): %v", err)
 		}
-		return true
 	}
-	if !deleteAll() {
-		return
-	}
+	deleteAll()
 	const stall = 5 * time.Minute
 	left, lastProgress, lastDelete := int64(n), time.Now(), time.Now()
 	for {
@@ -462,9 +457,7 @@ func (e *stackEnv) removeStacks(b *testing.B, n int) {
 			b.Errorf("%d Stacks left, none deleted for %s", left, stall)
 			return
 		case stalled > time.Minute && time.Since(lastDelete) > time.Minute:
-			if !deleteAll() {
-				return
-			}
+			deleteAll()
 			lastDelete = time.Now()
 		}
 		time.Sleep(2 * time.Second)
